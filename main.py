@@ -1,0 +1,124 @@
+"""Entry point: parse flags -> set up devices, precision and distribution -> Runner -> run the mode (SPEC §2.2).
+
+    python main.py --mode {train,train_and_evaluate,evaluate,predict,training_benchmark,inference_benchmark} \
+        --batch_size N [flags]
+
+Bad input ends with one line `ERROR: <what is wrong>` on stderr and exit status 2, before anything is written.
+"""
+
+import os
+import sys
+
+from utils.cmdline_helper import ORIGINAL_FLAG_DESTS, parse_cmdline
+from utils.errors import UserError
+
+# The original's environment (SPEC §4.14), where the variables still mean something in TF 2.21.
+RUNTIME_ENVIRONMENT = {
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+    "TF_GPU_THREAD_MODE": "gpu_private",
+    "TF_GPU_THREAD_COUNT": "2",
+    "TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT": "1",
+    "TF_AUTOTUNE_THRESHOLD": "2",
+    "CUDA_CACHE_DISABLE": "0",
+    "HOROVOD_GPU_ALLREDUCE": "NCCL",
+}
+
+
+def check_mode_arguments(config):
+    """The mode checks of SPEC §2.2 that need no TensorFlow, so bad input fails fast and writes nothing."""
+    if config.mode == "predict":
+        if config.to_predict is None:
+            raise UserError("No data to predict on.")
+        if not os.path.exists(config.to_predict):
+            raise UserError("--to_predict {} does not exist".format(config.to_predict))
+    if config.mode in ("train", "train_and_evaluate") and config.data_dir is None:
+        raise UserError("`data_dir` must be specified for training!")
+    if config.mode == "evaluate" and config.data_dir is None:
+        raise UserError("`data_dir` must be specified for evaluation!")
+    if config.data_dir is not None and not os.path.isdir(config.data_dir):
+        raise UserError("--data_dir {} does not exist or is not a directory".format(config.data_dir))
+    if config.finetune_checkpoint and not (os.path.exists(config.finetune_checkpoint)
+                                           or os.path.exists(config.finetune_checkpoint + ".index")):
+        raise UserError("--finetune_checkpoint {} does not exist".format(config.finetune_checkpoint))
+
+
+def setup_devices(config):
+    import tensorflow as tf
+    gpus = tf.config.list_physical_devices("GPU")
+    if config.cpu or not gpus:
+        if gpus:
+            tf.config.set_visible_devices([], "GPU")
+        if config.data_format == "NCHW":
+            raise UserError("--data_format NCHW needs a GPU (TensorFlow's CPU convolution and pooling kernels "
+                            "are NHWC only); use --data_format NHWC")
+        return
+    if config.gpu_id >= len(gpus):
+        raise UserError("--gpu_id {} but only {} GPU(s) visible".format(config.gpu_id, len(gpus)))
+    selected = gpus[config.gpu_id]
+    tf.config.set_visible_devices([selected], "GPU")
+    if config.uses_dali:
+        from utils.devices import limit_gpu_memory
+        limit_gpu_memory(selected, config.gpu_memory_fraction)
+    else:
+        tf.config.experimental.set_memory_growth(selected, True)
+
+
+def run(argv=None):
+    args = parse_cmdline(argv)
+    for key, value in RUNTIME_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+    from runtime.config import RunConfig
+    config = RunConfig.from_args(args)
+    check_mode_arguments(config)
+
+    import tensorflow as tf
+    from runtime import runner as runner_module
+    from utils import distributed
+    from utils.logger import DLLogger
+
+    setup_devices(config)
+    distribution = distributed.single_process()
+    if distribution.size > 1 and config.mode in ("inference_benchmark", "predict"):
+        raise UserError("Only single GPU inference is implemented.")
+    if distribution.is_chief:
+        os.makedirs(config.results_dir, exist_ok=True)
+    logger = DLLogger(config.log_path if distribution.is_chief else None, enabled=distribution.is_chief)
+    logger.log(step="PARAMETER", data={key: getattr(args, key) for key in ORIGINAL_FLAG_DESTS}
+               | {"num_classes": args.num_classes, "image_size": args.image_size})
+    runner_module.set_seeds(config.seed, distribution.rank)
+    if config.seed is not None:
+        tf.config.experimental.enable_op_determinism()
+    runner = runner_module.Runner(config, logger, distribution)
+
+    interrupted = None
+    if config.mode in ("train", "train_and_evaluate", "training_benchmark"):
+        try:
+            runner.train(is_benchmark=config.mode == "training_benchmark")
+        except runner_module.TrainingInterrupted as stop:
+            interrupted = stop
+    if interrupted is None and config.mode in ("train_and_evaluate", "evaluate", "inference_benchmark"):
+        if distribution.is_chief:
+            if config.mode == "train_and_evaluate":
+                runner.evaluate("epoch", 1, config.batch_size, export_dir=config.export_dir)
+            else:
+                runner.evaluate(config.iter_unit, config.num_iter, config.batch_size,
+                                is_benchmark=config.mode == "inference_benchmark", export_dir=config.export_dir)
+        distribution.barrier()
+    if config.mode == "predict":
+        runner.predict(config.to_predict, config.labels_file)
+    logger.close()
+    if interrupted is not None:
+        print(str(interrupted), flush=True)
+    return 0
+
+
+def main(argv=None):
+    try:
+        return run(argv)
+    except UserError as error:
+        print("ERROR: {}".format(error), file=sys.stderr, flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

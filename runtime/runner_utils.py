@@ -1,0 +1,101 @@
+"""Step counting and file listing of the original (SPEC §4.6, §5.5), with clear errors for missing data."""
+
+import glob
+import math
+import os
+
+import tensorflow as tf
+
+from utils.errors import UserError
+
+PREDICT_EXTENSIONS = (".jpg", ".jpeg", ".png")
+
+
+def list_filenames_in_dataset(data_dir, mode):
+    """Sorted `train-*` (mode 'train') or `validation-*` files of `data_dir`; a clear error when there are none."""
+    prefix = {"train": "train", "validation": "validation"}[mode]
+    if not data_dir:
+        raise UserError("`data_dir` must be specified for {}!".format(
+            "training" if mode == "train" else "evaluation"))
+    if not os.path.isdir(data_dir):
+        raise UserError("data dir {} does not exist or is not a directory".format(data_dir))
+    filenames = sorted(path for path in glob.glob(os.path.join(data_dir, prefix + "-*"))
+                       if os.path.isfile(path) and not path.endswith(".tmp") and ".tmp-" not in path)
+    if not filenames:
+        raise UserError("no {}-* files in data dir {} (TFRecord shards named {}-00000-of-NNNNN expected; "
+                        "see `python -m dataprep.build_tfrecords`)".format(prefix, data_dir, prefix))
+    return filenames
+
+
+def list_index_files(idx_dir, filenames):
+    """DALI index file for every TFRecord file (same basename in `idx_dir`); a clear error if one is missing."""
+    if not os.path.isdir(idx_dir):
+        raise UserError("DALI index dir {} does not exist".format(idx_dir))
+    indexes = [os.path.join(idx_dir, os.path.basename(path)) for path in filenames]
+    missing = [path for path in indexes if not os.path.isfile(path)]
+    if missing:
+        raise UserError("{} DALI index file(s) missing in {}, e.g. {} (create them with "
+                        "`python -m dataprep.make_dali_index DATA_DIR IDX_DIR`)".format(
+                            len(missing), idx_dir, os.path.basename(missing[0])))
+    return indexes
+
+
+def count_records(path):
+    """Number of records in one TFRecord file; a clear error if the file's framing is corrupt."""
+    count = 0
+    try:
+        for _ in tf.data.TFRecordDataset(path):
+            count += 1
+    except (tf.errors.DataLossError, tf.errors.OutOfRangeError) as error:
+        raise UserError("TFRecord file {} is corrupt or truncated ({})".format(
+            path, str(error).splitlines()[0])) from None
+    return count
+
+
+def estimate_num_samples(filenames):
+    """The original's estimate: count(first) * (n - 1) + count(last) (files are sharded evenly)."""
+    if len(filenames) == 1:
+        return count_records(filenames[0])
+    return count_records(filenames[0]) * (len(filenames) - 1) + count_records(filenames[-1])
+
+
+def count_steps(iter_unit, num_samples, num_iter, global_batch_size):
+    """(num_steps, num_epochs, num_decay_steps) of SPEC §4.6."""
+    steps_per_real_epoch = num_samples // global_batch_size
+    if steps_per_real_epoch == 0:
+        raise UserError("the dataset has {} samples, fewer than one global batch of {}".format(
+            num_samples, global_batch_size))
+    if iter_unit == "epoch":
+        num_steps = steps_per_real_epoch * num_iter
+        num_epochs = num_iter
+        num_decay_steps = num_steps
+    else:
+        num_steps = num_iter
+        num_epochs = math.ceil(num_steps / steps_per_real_epoch)
+        num_decay_steps = 90 * num_samples // global_batch_size
+    return num_steps, num_epochs, num_decay_steps
+
+
+def parse_inference_input(to_predict):
+    """A file, or the image files (non-recursive, by extension) of a directory, sorted.
+
+    Entries of a directory that are symlinks pointing outside it are refused rather than followed.
+    """
+    if to_predict is None:
+        raise UserError("No data to predict on.")
+    if os.path.isfile(to_predict):
+        return [to_predict]
+    if not os.path.isdir(to_predict):
+        raise UserError("--to_predict {} does not exist".format(to_predict))
+    root = os.path.realpath(to_predict)
+    files = []
+    for name in sorted(os.listdir(to_predict)):
+        path = os.path.join(to_predict, name)
+        if not name.lower().endswith(PREDICT_EXTENSIONS) or not os.path.isfile(path):
+            continue
+        if os.path.commonpath([root, os.path.realpath(path)]) != root:
+            raise UserError("{} is a link pointing outside {}; refusing to follow it".format(path, to_predict))
+        files.append(path)
+    if not files:
+        raise UserError("no image files ({}) in directory {}".format(" ".join(PREDICT_EXTENSIONS), to_predict))
+    return files

@@ -1,0 +1,44 @@
+"""dllogger formats of SPEC §6.3."""
+
+import json
+import re
+
+from utils.logger import DLLogger, read_log
+
+
+def test_json_and_stdout_formats(tmp_path, capsys):
+    path = tmp_path / "log.json"
+    logger = DLLogger(str(path))
+    logger.log(step="PARAMETER", data={"batch_size": 8})
+    logger.log(step=(0, 40), data={"total_ips": 512.5})
+    logger.log(step=(), data={"train_throughput": 100.0, "top1_accuracy": 0.5})
+    logger.close()
+    lines = path.read_text().splitlines()
+    assert all(line.startswith("DLLL {") for line in lines)
+    records = [json.loads(line[5:]) for line in lines]
+    metadata = {r["metric"]: r["metadata"] for r in records if r["type"] == "METADATA"}
+    assert metadata["train_throughput"] == {"unit": "images/s"}
+    assert metadata["eval_latency_p99"] == {"unit": "ms"}
+    assert metadata["top1_accuracy"] == {"unit": None}
+    logs = [r for r in records if r["type"] == "LOG"]
+    assert logs[0]["step"] == "PARAMETER" and logs[1]["step"] == [0, 40] and logs[2]["step"] == []
+    assert float(logs[1]["timestamp"]) > 0 and "elapsedtime" in logs[1]
+    out = capsys.readouterr().out.splitlines()
+    assert re.match(r"^DLL \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ - PARAMETER batch_size : 8$", out[0])
+    assert out[1].endswith("- (0, 40) total_ips : 512.5")
+    assert out[2].endswith("- () train_throughput : 100.0 images/s top1_accuracy : 0.5 None")
+    assert [r["step"] for r in read_log(str(path)) if r["type"] == "LOG"] == ["PARAMETER", [0, 40], []]
+
+
+def test_disabled_logger_writes_nothing(tmp_path, capsys):
+    logger = DLLogger(str(tmp_path / "log.json"), enabled=False)
+    logger.log(step=(), data={"x": 1})
+    logger.print("hello")
+    assert not (tmp_path / "log.json").exists()
+    assert capsys.readouterr().out == ""
+
+
+def test_read_log_skips_a_torn_last_line(tmp_path):
+    path = tmp_path / "log.json"
+    path.write_text('DLLL {"type": "LOG", "step": [], "data": {"a": 1}}\nDLLL {"type": "LO')
+    assert len(read_log(str(path))) == 1

@@ -1,0 +1,83 @@
+"""Loss pieces against NumPy references (SPEC §4.1-4.3)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from utils import losses
+
+
+def np_log_softmax(x):
+    x = x - x.max(axis=1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+
+
+def test_smoothed_one_hot_spreads_mass_over_all_outputs():
+    eps, n = 0.1, 1001
+    targets = losses.smoothed_one_hot(tf.constant([0, 999]), n, eps).numpy()
+    assert targets.shape == (2, n)
+    assert targets[0, 0] == pytest.approx(1 - eps + eps / n)
+    assert targets[0, 1000] == pytest.approx(eps / n)  # the never-used index gets mass too
+    np.testing.assert_allclose(targets.sum(axis=1), 1.0, rtol=1e-6)
+
+
+def test_cross_entropy_is_batch_mean_against_numpy():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(4, 7)).astype(np.float32)
+    labels = np.array([0, 3, 6, 2])
+    eps = 0.2
+    targets = np.full((4, 7), eps / 7, np.float32)
+    targets[np.arange(4), labels] = 1 - eps + eps / 7
+    expected = -(targets * np_log_softmax(logits.astype(np.float64))).sum(axis=1).mean()
+    got = losses.softmax_cross_entropy(losses.smoothed_one_hot(labels, 7, eps), tf.constant(logits)).numpy()
+    assert got == pytest.approx(expected, rel=1e-5)
+
+
+def test_mixup_pairs_example_i_with_reversed_batch():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(4, 2, 2, 3)).astype(np.float32)
+    y = np.eye(4, dtype=np.float32)
+    lam = np.array([0.1, 0.5, 0.7, 1.0], np.float32)
+    mixed_x, mixed_y = losses.mixup(tf.constant(x), tf.constant(y), tf.constant(lam))
+    expected_x = lam[:, None, None, None] * x + (1 - lam[:, None, None, None]) * x[::-1]
+    expected_y = lam[:, None] * y + (1 - lam[:, None]) * y[::-1]
+    np.testing.assert_allclose(mixed_x.numpy(), expected_x, rtol=1e-6)
+    np.testing.assert_allclose(mixed_y.numpy(), expected_y, rtol=1e-6)
+
+
+def test_mixup_on_raw_pixels_equals_mixup_on_normalised_pixels():
+    mean = np.array([123.68, 116.28, 103.53], np.float32)
+    std = np.array([58.395, 57.120, 57.385], np.float32)
+    rng = np.random.default_rng(2)
+    x = rng.uniform(0, 255, size=(6, 3, 3, 3)).astype(np.float32)
+    lam = rng.uniform(size=6).astype(np.float32)
+    y = np.eye(6, dtype=np.float32)
+    raw_mixed, _ = losses.mixup(tf.constant(x), tf.constant(y), tf.constant(lam))
+    norm_mixed, _ = losses.mixup(tf.constant((x - mean) / std), tf.constant(y), tf.constant(lam))
+    np.testing.assert_allclose((raw_mixed.numpy() - mean) / std, norm_mixed.numpy(), atol=1e-4)
+
+
+def test_beta_samples_have_beta_moments():
+    alpha = 0.2
+    lam = losses.sample_beta([20000], alpha, seed=tf.constant([3, 4], tf.int64)).numpy()
+    assert lam.min() >= 0 and lam.max() <= 1
+    assert lam.mean() == pytest.approx(0.5, abs=0.02)
+    # Var of Beta(a, a) = 1 / (4 (2a + 1))
+    assert lam.var() == pytest.approx(1 / (4 * (2 * alpha + 1)), rel=0.05)
+    again = losses.sample_beta([20000], alpha, seed=tf.constant([3, 4], tf.int64)).numpy()
+    np.testing.assert_array_equal(lam, again)
+
+
+def test_l2_is_half_sum_of_squares_times_decay():
+    a = tf.Variable(np.arange(6, dtype=np.float32).reshape(2, 3))
+    b = tf.Variable(np.array([1.5, -2.0], np.float32))
+    got = losses.l2_loss([a, b], 1e-4).numpy()
+    expected = 1e-4 * (np.sum(np.arange(6) ** 2) + 1.5 ** 2 + 4.0) / 2
+    assert got == pytest.approx(expected, rel=1e-6)
+    assert losses.l2_loss([], 1e-4).numpy() == 0.0
+
+
+def test_top_k_hits_counts_ties_as_hits():
+    logits = tf.constant([[1.0, 1.0, 0.0], [0.0, 2.0, 1.0]])
+    assert int(losses.top_k_hits(tf.constant([1, 2]), logits, 1)) == 1
+    assert int(losses.top_k_hits(tf.constant([1, 2]), logits, 2)) == 2

@@ -1,0 +1,84 @@
+"""Step counting (SPEC §4.6) and file listing with clear errors."""
+
+import os
+
+import pytest
+import tensorflow as tf
+
+from runtime import runner_utils
+from utils.errors import UserError
+
+
+def write_records(path, count):
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for index in range(count):
+            writer.write(b"record-%d" % index)
+
+
+def test_estimate_uses_first_and_last_file(tmp_path):
+    write_records(tmp_path / "train-00000-of-00003", 10)
+    write_records(tmp_path / "train-00001-of-00003", 99)  # not counted: the estimate assumes even shards
+    write_records(tmp_path / "train-00002-of-00003", 7)
+    files = runner_utils.list_filenames_in_dataset(str(tmp_path), "train")
+    assert [os.path.basename(f) for f in files] == ["train-00000-of-00003", "train-00001-of-00003",
+                                                     "train-00002-of-00003"]
+    assert runner_utils.estimate_num_samples(files) == 10 * 2 + 7
+
+
+def test_imagenet_estimate_from_spec():
+    # 1024 shards, first 1251 records, last 1252 -> 1,281,025 (SPEC §4.6)
+    assert 1251 * 1023 + 1252 == 1281025
+
+
+def test_count_steps_epoch_and_batch_units():
+    assert runner_utils.count_steps("epoch", 1281025, 90, 2048) == (625 * 90, 90, 625 * 90)
+    steps, epochs, decay = runner_utils.count_steps("batch", 1281025, 500, 2048)
+    assert (steps, epochs, decay) == (500, 1, 90 * 1281025 // 2048)
+    assert runner_utils.count_steps("batch", 1000, 25, 100) == (25, 3, 900)
+    # evaluation at batch 256 on the estimated 49,921 validation images: 195 steps (partial batch dropped)
+    assert runner_utils.count_steps("epoch", 49921, 1, 256)[0] == 195
+
+
+def test_fewer_samples_than_a_batch_is_a_clear_error():
+    with pytest.raises(UserError, match="fewer than one global batch"):
+        runner_utils.count_steps("epoch", 10, 1, 64)
+
+
+def test_missing_dir_and_missing_prefix_errors(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        runner_utils.list_filenames_in_dataset(str(tmp_path / "nope"), "train")
+    write_records(tmp_path / "val-00000-of-00001", 3)
+    with pytest.raises(UserError, match="no validation-\\* files"):
+        runner_utils.list_filenames_in_dataset(str(tmp_path), "validation")
+    with pytest.raises(UserError, match="must be specified for training"):
+        runner_utils.list_filenames_in_dataset(None, "train")
+
+
+def test_truncated_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "train-00000-of-00001"
+    write_records(path, 5)
+    data = path.read_bytes()
+    path.write_bytes(data[:-7])
+    with pytest.raises(UserError, match="corrupt or truncated"):
+        runner_utils.count_records(str(path))
+
+
+def test_predict_inputs_file_dir_and_symlink_escape(tmp_path):
+    images = tmp_path / "images"
+    images.mkdir()
+    for name in ("b.JPEG", "a.png", "c.txt", "d.jpg"):
+        (images / name).write_bytes(b"x")
+    assert [os.path.basename(p) for p in runner_utils.parse_inference_input(str(images))] == \
+        ["a.png", "b.JPEG", "d.jpg"]
+    assert runner_utils.parse_inference_input(str(images / "a.png")) == [str(images / "a.png")]
+    outside = tmp_path / "secret.jpg"
+    outside.write_bytes(b"x")
+    os.symlink(outside, images / "link.jpg")
+    with pytest.raises(UserError, match="outside"):
+        runner_utils.parse_inference_input(str(images))
+    with pytest.raises(UserError, match="No data to predict on"):
+        runner_utils.parse_inference_input(None)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(UserError, match="no image files"):
+        runner_utils.parse_inference_input(str(empty))

@@ -1,0 +1,142 @@
+"""Record parsing, JPEG decoding, training augmentation and evaluation preprocessing (SPEC §5.1, §5.3-§5.5).
+
+Every function here builds graph ops on tensors; none runs Python per image, so they can be used inside
+`tf.data` map functions. Images leave this module as float32 in 0..255 (normalisation happens in the model).
+
+Two flavours of training randomness:
+- `seed=None`: the original's stateful ops (`sample_distorted_bounding_box`, `random_flip_left_right`).
+- `seed=<int tensor of shape [2]>`: stateless ops, so that the same seed gives the same crop and flip. The data
+  pipeline derives one such seed per element from the run seed and the element's position in the stream.
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+# Legacy TF1 `tf.image.resize_images` semantics (SPEC §5.3, §14): src = dst * in / out, no half-pixel offset.
+_DCT_METHOD = "INTEGER_FAST"
+
+# Training crop distribution of the original (`sample_distorted_bounding_box` arguments).
+MIN_OBJECT_COVERED = 0.1
+ASPECT_RATIO_RANGE = (0.75, 1.33)
+AREA_RANGE = (0.05, 1.0)
+MAX_ATTEMPTS = 100
+
+# The reference's evaluation resize: shorter side 256 for a 224 crop.
+EVAL_RESIZE_MIN_AT_224 = 256
+
+
+def feature_map():
+    """The keys the trainer parses (SPEC §5.1), with the original's defaults."""
+    return {
+        "image/encoded": tf.io.FixedLenFeature([], tf.string, default_value=""),
+        "image/class/label": tf.io.FixedLenFeature([], tf.int64, default_value=-1),
+        "image/class/text": tf.io.FixedLenFeature([], tf.string, default_value=""),
+        "image/object/bbox/xmin": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/ymin": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/xmax": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/ymax": tf.io.VarLenFeature(tf.float32),
+    }
+
+
+def parse_example_proto(serialized):
+    """Parses one serialized `tf.train.Example`.
+
+    Returns (image_bytes string, label int32 as stored (1-based; -1 when absent), bbox float32 [1, N, 4] in
+    (ymin, xmin, ymax, xmax) order, text string). Raises InvalidArgumentError on bytes that are not an Example.
+    """
+    features = tf.io.parse_single_example(serialized, feature_map())
+    label = tf.cast(features["image/class/label"], tf.int32)
+    coords = [tf.sparse.to_dense(features["image/object/bbox/" + key]) for key in ("ymin", "xmin", "ymax", "xmax")]
+    # A record whose four lists differ in length is malformed; keep the common prefix instead of failing here.
+    num_boxes = tf.reduce_min([tf.size(c) for c in coords])
+    bbox = tf.stack([c[:num_boxes] for c in coords], axis=-1)
+    bbox = tf.expand_dims(bbox, 0)
+    return features["image/encoded"], label, bbox, features["image/class/text"]
+
+
+def decode_image(image_bytes):
+    """uint8 [H, W, 3]. JPEG (RGB, greyscale, CMYK) with the original's decoder settings.
+
+    TF 2.21's DecodeJpeg also decodes PNG/BMP content (it dispatches on the magic bytes; the JPEG-only options
+    are ignored then), as TF1's did, so predict inputs in PNG go through the same op.
+    """
+    image = tf.io.decode_jpeg(image_bytes, channels=3, fancy_upscaling=False, dct_method=_DCT_METHOD)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def resize_bilinear_legacy(image, height, width):
+    """TF1 `resize_images` bilinear (align_corners=False, half_pixel_centers=False) of one HWC image -> float32."""
+    resized = tf.raw_ops.ResizeBilinear(images=tf.expand_dims(image, 0), size=tf.stack([height, width]),
+                                        align_corners=False, half_pixel_centers=False)
+    return resized[0]
+
+
+def _split_seed(seed):
+    seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num=2)
+    return seeds[0], seeds[1]
+
+
+def distorted_crop_window(image_shape, bbox, seed=None):
+    """(offset [y, x, 0], size [h, w, -1]) of the training crop for an image of `image_shape` (SPEC §5.3)."""
+    kwargs = dict(bounding_boxes=bbox, min_object_covered=MIN_OBJECT_COVERED,
+                  aspect_ratio_range=list(ASPECT_RATIO_RANGE), area_range=list(AREA_RANGE),
+                  max_attempts=MAX_ATTEMPTS, use_image_if_no_bounding_boxes=True)
+    if seed is None:
+        begin, size, _ = tf.image.sample_distorted_bounding_box(image_shape, **kwargs)
+    else:
+        begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(image_shape, seed=seed, **kwargs)
+    return begin, size
+
+
+def train_preprocess(image_bytes, bbox, height, width, seed=None):
+    """Decode, bbox-aware random crop, random horizontal flip, legacy-bilinear resize -> float32 [H, W, 3]."""
+    image = decode_image(image_bytes)
+    crop_seed = flip_seed = None
+    if seed is not None:
+        crop_seed, flip_seed = _split_seed(seed)
+    begin, size = distorted_crop_window(tf.shape(image), bbox, crop_seed)
+    image = tf.slice(image, begin, size)
+    if flip_seed is None:
+        image = tf.image.random_flip_left_right(image)
+    else:
+        image = tf.image.stateless_random_flip_left_right(image, seed=flip_seed)
+    image = resize_bilinear_legacy(image, height, width)
+    image.set_shape([height, width, 3])
+    return image
+
+
+def eval_resize_min(height, width):
+    """Shorter side before the central crop: 256 for 224 (the original); otherwise floor(max(H, W) * 256 / 224).
+
+    The original hard-codes 256 (it only ran at 224); keeping the 224:256 ratio for other sizes preserves the
+    fraction of the image the crop sees (87.5 %) and always leaves room for the crop.
+    """
+    return (max(height, width) * EVAL_RESIZE_MIN_AT_224) // 224
+
+
+def aspect_preserving_resize(image, resize_min):
+    """Shorter side -> resize_min, sizes truncated as the original (`int32(h * scale)` in float32)."""
+    shape = tf.shape(image)
+    h = tf.cast(shape[0], tf.float32)
+    w = tf.cast(shape[1], tf.float32)
+    scale = tf.cast(resize_min, tf.float32) / tf.minimum(h, w)
+    new_h = tf.cast(h * scale, tf.int32)
+    new_w = tf.cast(w * scale, tf.int32)
+    return resize_bilinear_legacy(image, new_h, new_w)
+
+
+def central_crop(image, height, width):
+    shape = tf.shape(image)
+    top = (shape[0] - height) // 2
+    left = (shape[1] - width) // 2
+    return tf.slice(image, tf.stack([top, left, 0]), [height, width, -1])
+
+
+def eval_preprocess(image_bytes, height, width):
+    """Decode, aspect-preserving resize (shorter side `eval_resize_min`), central crop -> float32 [H, W, 3]."""
+    image = decode_image(image_bytes)
+    image = aspect_preserving_resize(image, eval_resize_min(height, width))
+    image = central_crop(image, height, width)
+    image.set_shape([height, width, 3])
+    return image

@@ -1,0 +1,44 @@
+"""Learning-rate schedule of the original (SPEC §4.5): linear warmup from 0, then step decay or cosine.
+
+Written with TensorFlow ops so the train step computes it from the global-step variable on the device (no host
+round trip); it also accepts Python numbers and then returns a scalar tensor.
+"""
+
+import math
+
+import tensorflow as tf
+
+STEP_DECAY_EPOCHS = (30, 60, 80, 90)
+STEP_DECAY_FACTORS = (1.0, 0.1, 0.01, 0.001, 0.0001)
+
+
+def base_learning_rate(lr_init, global_batch_size):
+    """Linear scaling rule of the original: `lr_init` is the rate for a batch of 256."""
+    return lr_init * global_batch_size / 256.0
+
+
+def learning_rate_schedule(global_step, lr_init, global_batch_size, steps_per_epoch, warmup_epochs,
+                           num_decay_steps, use_cosine):
+    """LR at `global_step` (tensor or number) -> float32 scalar tensor.
+
+    - warmup: `t < W` with `W = int(S * warmup_epochs)`: `lr0 * t / W` (exactly 0 at t = 0);
+    - step: TF1 `piecewise_constant` with boundaries int(S*30|60|80|90): value i while b[i-1] < t <= b[i];
+    - cosine: `lr0 * 0.5 * (1 + cos(pi * min(t, D) / D))`, anchored at step 0 (not at the end of warmup).
+    """
+    lr0 = base_learning_rate(lr_init, global_batch_size)
+    step = tf.cast(global_step, tf.float32)
+    warmup_steps = int(steps_per_epoch * warmup_epochs)
+    if use_cosine:
+        decay_steps = float(max(num_decay_steps, 1))
+        progress = tf.minimum(step, decay_steps) / decay_steps
+        decayed = lr0 * 0.5 * (1.0 + tf.cos(math.pi * progress))
+    else:
+        boundaries = [float(int(steps_per_epoch * epoch)) for epoch in STEP_DECAY_EPOCHS]
+        decayed = tf.constant(lr0 * STEP_DECAY_FACTORS[-1], tf.float32)
+        # Walk from the last interval down so the first boundary that holds wins.
+        for boundary, factor in reversed(list(zip(boundaries, STEP_DECAY_FACTORS))):
+            decayed = tf.where(step <= boundary, lr0 * factor, decayed)
+    if warmup_steps > 0:
+        warm = lr0 * step / float(warmup_steps)
+        return tf.cast(tf.where(step < float(warmup_steps), warm, decayed), tf.float32)
+    return tf.cast(decayed, tf.float32)

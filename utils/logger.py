@@ -1,0 +1,123 @@
+"""A small logger writing NVIDIA dllogger's formats (SPEC §6.3); dllogger itself is not on PyPI.
+
+stdout:  `DLL 2026-11-29 20:41:07.123456 - (0, 40) total_ips : 512.3 images/s`
+file:    `DLLL {"timestamp": "...", "datetime": "...", "elapsedtime": "...", "type": "LOG", "step": [0, 40], "data": {...}}`
+
+Each JSON line is written with a single `write` of a complete line and flushed, so a crash can at worst lose the
+line being written, never leave a half line followed by more data. Non-chief ranks get a logger with no backends.
+"""
+
+import datetime
+import json
+import os
+import sys
+import time
+
+# Metadata the original declared (SPEC §6.3) plus the totals we add.
+DEFAULT_METADATA = {
+    "train_throughput": {"unit": "images/s"},
+    "train_throughput_total": {"unit": "images/s"},
+    "eval_throughput": {"unit": "images/s"},
+    "eval_throughput_total": {"unit": "images/s"},
+    "eval_latency_avg": {"unit": "ms"},
+    "eval_latency_p90": {"unit": "ms"},
+    "eval_latency_p95": {"unit": "ms"},
+    "eval_latency_p99": {"unit": "ms"},
+    "top1_accuracy": {"unit": None},
+    "top5_accuracy": {"unit": None},
+}
+
+
+def _step_for_json(step):
+    return list(step) if isinstance(step, tuple) else step
+
+
+class DLLogger:
+    """`log(step, data)` and `metadata(metric, meta)` as dllogger; `print` for free-form lines (rank 0 only)."""
+
+    def __init__(self, json_path=None, stdout=True, enabled=True):
+        self.enabled = enabled
+        self.stdout = stdout and enabled
+        self.start = time.time()
+        self.units = {}
+        self._file = None
+        if enabled and json_path:
+            directory = os.path.dirname(os.path.abspath(json_path))
+            os.makedirs(directory, exist_ok=True)
+            # Append: a resumed run continues the same log, as dllogger's JSONStreamBackend(append) would.
+            self._file = open(json_path, "a", encoding="utf-8")
+        for metric, meta in DEFAULT_METADATA.items():
+            self.metadata(metric, meta)
+
+    def _write_json(self, record):
+        if self._file is not None:
+            self._file.write("DLLL " + json.dumps(record) + "\n")
+            self._file.flush()
+
+    def _record(self, kind):
+        now = datetime.datetime.now()
+        return now, {
+            "timestamp": str(now.timestamp()),
+            "datetime": now.strftime("%Y-%m-%d %H:%M:%S.%f"),
+            "elapsedtime": str(time.time() - self.start),
+            "type": kind,
+        }
+
+    def metadata(self, metric, meta):
+        if not self.enabled:
+            return
+        self.units[metric] = meta.get("unit", "")
+        _, record = self._record("METADATA")
+        record.update(metric=metric, metadata=meta)
+        self._write_json(record)
+
+    def log(self, step, data):
+        if not self.enabled:
+            return
+        now, record = self._record("LOG")
+        record.update(step=_step_for_json(step), data=data)
+        self._write_json(record)
+        if self.stdout:
+            items = []
+            for key, value in data.items():
+                text = "{} : {}".format(key, value)
+                if key in self.units:
+                    text += " {}".format(self.units[key])
+                items.append(text)
+            print("DLL {} - {} {}".format(now.strftime("%Y-%m-%d %H:%M:%S.%f"), step, " ".join(items)), flush=True)
+
+    def print(self, *args, **kwargs):
+        if self.enabled:
+            print(*args, **kwargs, flush=True)
+
+    def flush(self):
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+
+    def close(self):
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def null_logger():
+    return DLLogger(enabled=False)
+
+
+def read_log(path):
+    """Parses a `DLLL` log file into a list of dicts (the inverse of the JSON backend); skips a torn last line."""
+    records = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if not line.startswith("DLLL "):
+                continue
+            try:
+                records.append(json.loads(line[5:]))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+def progress_enabled(no_progress_flag):
+    return not no_progress_flag and sys.stdout.isatty()
