@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # The one install script shared by the README, .ci/run and the Dockerfile.
-# Creates ./.venv (unless VENV is set) and installs the pinned requirements.
-#   bash scripts/install.sh            runtime + test requirements
-#   INSTALL_DALI=1 bash scripts/install.sh   also DALI and its TF plugin (requirements-dali.txt)
+# Creates ./.venv (or $VENV) and installs the pinned requirements:
+#   requirements.txt       runtime (TensorFlow 2.21, Keras 3, tf2onnx, ONNX Runtime, ...)
+#   requirements-dev.txt   tests
+#   requirements-dali.txt  NVIDIA DALI and its TensorFlow plugin (the plugin compiles against the installed TF);
+#                          skip with SKIP_DALI=1
+# USE_SYSTEM_PYTHON=1 installs into the current interpreter instead of a venv (the Docker image does this).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
-if [ ! -x "$VENV/bin/python" ]; then
-  "$PYTHON" -m venv "$VENV"
+if [ "${USE_SYSTEM_PYTHON:-0}" = "1" ]; then
+  PY="$PYTHON"
+else
+  VENV=${VENV:-.venv}
+  [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+  PY="$VENV/bin/python"
 fi
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet -r requirements.txt -r requirements-dev.txt
-if [ "${INSTALL_DALI:-0}" = "1" ]; then
-  "$VENV/bin/python" -m pip install --quiet -r requirements-dali.txt
+"$PY" -m pip install --quiet --upgrade pip
+"$PY" -m pip install --quiet -r requirements.txt -r requirements-dev.txt
+if [ "${SKIP_DALI:-0}" != "1" ]; then
+  "$PY" -m pip install --quiet -r requirements-dali.txt
 fi
-echo "installed into $VENV"
+echo "install.sh: done ($("$PY" -c 'import sys; print(sys.prefix)'))"
