@@ -19,6 +19,9 @@ fi
 "$PY" -m pip install --quiet --upgrade pip
 "$PY" -m pip install --quiet -r requirements.txt -r requirements-dev.txt
 if [ "${SKIP_DALI:-0}" != "1" ]; then
-  "$PY" -m pip install --quiet -r requirements-dali.txt
+  # The TF plugin is compiled against the TensorFlow just installed: DALI first, then the plugin without
+  # build isolation (a single `pip install -r requirements-dali.txt` fails; see that file).
+  "$PY" -m pip install --quiet "$(grep -E '^nvidia-dali-cuda' requirements-dali.txt)"
+  "$PY" -m pip install --quiet --no-build-isolation -r requirements-dali.txt
 fi
 echo "install.sh: done ($("$PY" -c 'import sys; print(sys.prefix)'))"

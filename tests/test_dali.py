@@ -1,0 +1,108 @@
+"""utils/dali_utils.py: DALI CPU pipelines against the TF pipeline, the Python index maker, the install hint.
+
+DALI is optional for users but required here: these tests fail when it is missing, unless ALLOW_NO_DALI=1.
+"""
+import builtins
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests._data_helpers import write_tfrecord_shards
+from utils import dali_utils, data_utils
+from utils.errors import UserError
+
+NUM_CLASSES = 11
+
+
+def _dali_available():
+    try:
+        dali_utils.require_dali()
+        return True
+    except UserError:
+        if os.environ.get("ALLOW_NO_DALI") == "1":
+            return False
+        raise
+
+
+needs_dali = pytest.mark.skipif("not _dali_available()", reason="DALI not installed and ALLOW_NO_DALI=1")
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    directory = str(tmp_path_factory.mktemp("dali"))
+    paths = write_tfrecord_shards(directory, "validation", 1, 8, None, NUM_CLASSES)
+    idx = [p + ".idx" for p in paths]
+    for path, index in zip(paths, idx):
+        assert dali_utils.make_dali_index(path, index) == 8
+    return paths, idx
+
+
+def test_index_format(records):
+    paths, idx = records
+    lines = open(idx[0]).read().splitlines()
+    assert len(lines) == 8
+    offsets = [tuple(map(int, line.split())) for line in lines]
+    assert offsets[0][0] == 0
+    for (o1, s1), (o2, _) in zip(offsets, offsets[1:]):
+        assert o1 + s1 == o2
+    assert offsets[-1][0] + offsets[-1][1] == os.path.getsize(paths[0])
+
+
+@needs_dali
+def test_eval_matches_tf_pipeline(records):
+    paths, idx = records
+    dali = list(dali_utils.get_dali_input_fn(paths, idx, 4, 32, 32, training=False).take(2))
+    ours = list(data_utils.get_tfrecords_input_fn(paths, 4, 32, 32, training=False,
+                                                  num_classes=NUM_CLASSES).take(2))
+    means = np.array(dali_utils.CHANNEL_MEANS, np.float32)
+    stds = np.array(dali_utils.CHANNEL_STDS, np.float32)
+    for (d_images, d_labels), (t_images, t_labels) in zip(dali, ours):
+        assert d_images.shape == (4, 32, 32, 3) and d_images.dtype == tf.float32
+        assert d_labels.shape == (4,) and d_labels.dtype == tf.int32
+        np.testing.assert_array_equal(d_labels.numpy(), t_labels.numpy())
+        values = d_images.numpy()
+        assert -2.5 < values.min() and values.max() < 2.5  # normalised
+        pixels = values * stds + means
+        # Different resize filters (DALI antialiased linear vs legacy bilinear) and JPEG decoders.
+        assert np.abs(pixels - t_images.numpy()).mean() < 15
+
+
+@needs_dali
+def test_training_pipeline(records):
+    paths, idx = records
+    dataset = dali_utils.get_dali_input_fn(paths, idx, 4, 32, 24, training=True, deterministic=True, seed=1)
+    labels = set()
+    first = None
+    for images, batch_labels in dataset.take(4):
+        assert images.shape == (4, 32, 24, 3) and images.dtype == tf.float32
+        assert np.abs(images.numpy()).max() < 2.5
+        labels |= set(batch_labels.numpy().tolist())
+        first = images.numpy() if first is None else first
+    assert labels <= set(range(8))
+    again = next(iter(dali_utils.get_dali_input_fn(paths, idx, 4, 32, 24, training=True, deterministic=True,
+                                                   seed=1)))
+    np.testing.assert_array_equal(again[0].numpy(), first)
+
+
+def test_missing_index_file_is_a_user_error(records):
+    paths, _ = records
+    if not _dali_available():
+        pytest.skip("DALI not installed")
+    with pytest.raises(UserError, match="index"):
+        dali_utils.get_dali_input_fn(paths, [paths[0] + ".nope"], 4, 32, 32, training=False)
+
+
+def test_require_dali_message_when_missing(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_dali(name, *args, **kwargs):
+        if name.startswith("nvidia.dali") or name == "nvidia":
+            raise ImportError("No module named 'nvidia.dali'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_dali)
+    with pytest.raises(UserError, match="requirements-dali.txt") as info:
+        dali_utils.require_dali()
+    assert "\n" not in str(info.value)

@@ -1,0 +1,160 @@
+"""utils/data_utils.py: TFRecord pipeline (labels, sharding, determinism, corrupt data), synthetic data."""
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from tests._data_helpers import (encode_image, label_of, make_example, random_image, truncate_file,
+                                 write_tfrecord_shards)
+from utils import data_utils
+from utils.errors import UserError
+
+NUM_CLASSES = 101
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("records")
+    return write_tfrecord_shards(str(directory), "train", 4, 6, None, NUM_CLASSES, with_bbox=True)
+
+
+def _labels(dataset, batches):
+    return np.concatenate([labels.numpy() for _, labels in dataset.take(batches)])
+
+
+def test_eval_batches_and_label_shift(shards):
+    dataset = data_utils.get_tfrecords_input_fn(shards[:1], 3, 32, 32, training=False, num_classes=NUM_CLASSES)
+    images, labels = next(iter(dataset))
+    assert images.shape == (3, 32, 32, 3) and images.dtype == tf.float32
+    assert labels.dtype == tf.int32
+    assert 0 <= images.numpy().min() and images.numpy().max() <= 255
+    # One file: stored order; labels 1-based in the records, 0-based out; repeats forever.
+    expected = [label_of(i, NUM_CLASSES) - 1 for i in range(6)]
+    assert list(_labels(dataset, 4)) == expected * 2
+
+
+def test_training_batches(shards):
+    dataset = data_utils.get_tfrecords_input_fn(shards, 4, 32, 40, training=True, num_classes=NUM_CLASSES)
+    images, labels = next(iter(dataset))
+    assert images.shape == (4, 32, 40, 3) and images.dtype == tf.float32 and labels.dtype == tf.int32
+
+
+def test_sharding_is_disjoint_and_complete(shards):
+    seen = []
+    for worker in range(2):
+        dataset = data_utils.get_tfrecords_input_fn(shards, 1, 32, 32, training=True, deterministic=True, seed=1,
+                                                    num_shards=2, shard_index=worker, num_classes=NUM_CLASSES)
+        seen.append(set(_labels(dataset, 12)))  # one epoch of this worker's 2 files
+        assert len(seen[-1]) == 12
+    assert not seen[0] & seen[1]
+    assert seen[0] | seen[1] == {label_of(i, NUM_CLASSES) - 1 for i in range(24)}
+
+
+def test_same_seed_same_batches_different_seed_differs(shards):
+    def batches(seed, start_step=0, count=4):
+        dataset = data_utils.get_tfrecords_input_fn(shards, 4, 32, 32, training=True, deterministic=True,
+                                                    seed=seed, num_classes=NUM_CLASSES, start_step=start_step)
+        return [(i.numpy(), l.numpy()) for i, l in dataset.take(count)]
+
+    first, again, other = batches(5), batches(5), batches(6)
+    for (i1, l1), (i2, l2) in zip(first, again):
+        np.testing.assert_array_equal(i1, i2)
+        np.testing.assert_array_equal(l1, l2)
+    assert any(not np.array_equal(a[0], b[0]) for a, b in zip(first, other))
+    # Resume: starting at step 2 gives the batches 2, 3 of the full stream.
+    resumed = batches(5, start_step=2, count=2)
+    for (i1, l1), (i2, l2) in zip(first[2:], resumed):
+        np.testing.assert_array_equal(i1, i2)
+        np.testing.assert_array_equal(l1, l2)
+
+
+def test_corrupt_records_are_skipped_and_counted(tmp_path, capfd):
+    corrupt = {(0, 1): "bad_jpeg", (0, 3): "missing_image", (1, 0): "label_out_of_range", (1, 4): "not_example"}
+    paths = write_tfrecord_shards(str(tmp_path), "validation", 2, 5, 40, NUM_CLASSES, corrupt=corrupt)
+    dataset = data_utils.get_tfrecords_input_fn(paths, 2, 32, 32, training=False, num_classes=NUM_CLASSES)
+    labels = _labels(dataset, 3)  # the 6 valid records of the first epoch
+    good = [s * 5 + i for s in range(2) for i in range(5) if (s, i) not in corrupt]
+    assert sorted(labels) == sorted(label_of(i, NUM_CLASSES) - 1 for i in good)
+    assert data_utils.skipped_record_count(dataset) >= 3  # the 4th may still be ahead in the pipeline
+    log = capfd.readouterr().err
+    assert "skipped corrupt record" in log and paths[0] in log
+
+
+def test_training_survives_corrupt_records(tmp_path):
+    corrupt = {(0, 0): "bad_jpeg", (0, 2): "not_example"}
+    paths = write_tfrecord_shards(str(tmp_path), "train", 1, 6, 40, NUM_CLASSES, corrupt=corrupt)
+    dataset = data_utils.get_tfrecords_input_fn(paths, 2, 32, 32, training=True, deterministic=True, seed=0,
+                                                num_classes=NUM_CLASSES)
+    assert len(_labels(dataset, 6)) == 12
+    assert data_utils.skipped_record_count(dataset) >= 4
+
+
+def test_file_checks(tmp_path):
+    paths = write_tfrecord_shards(str(tmp_path), "train", 2, 3, 32, NUM_CLASSES)
+    assert data_utils.check_tfrecord_files(paths) == [3, 3]
+    truncate_file(paths[1], 7)
+    with pytest.raises(UserError, match="truncated") as info:
+        data_utils.check_tfrecord_files(paths)
+    assert paths[1] in str(info.value)
+    with pytest.raises(UserError, match="no TFRecord"):
+        data_utils.check_tfrecord_files([])
+    with pytest.raises(UserError, match="no TFRecord"):
+        data_utils.get_tfrecords_input_fn([], 2, 32, 32, training=True)
+    with pytest.raises(UserError, match="not found"):
+        data_utils.check_tfrecord_files([str(tmp_path / "missing")])
+    (tmp_path / "text").write_bytes(b"this is not a tfrecord file at all")
+    with pytest.raises(UserError, match=str(tmp_path / "text")):
+        data_utils.check_tfrecord_files([str(tmp_path / "text")])
+    (tmp_path / "empty").write_bytes(b"")
+    with pytest.raises(UserError, match="no record"):
+        data_utils.check_tfrecord_files([str(tmp_path / "empty")])
+
+
+def test_synthetic_data():
+    dataset = data_utils.get_synth_input_fn(8, 32, 32, num_classes=11, seed=3)
+    (i1, l1), (i2, l2) = list(dataset.take(2))
+    assert i1.shape == (8, 32, 32, 3) and i1.dtype == tf.float32 and l1.shape == (8,) and l1.dtype == tf.int32
+    np.testing.assert_array_equal(i1, i2)  # one batch, repeated
+    np.testing.assert_array_equal(l1, l2)
+    values = i1.numpy()
+    assert abs(values.mean() - 127) < 2 and 45 < values.std() < 60  # truncated at 2 sigma: std ~ 0.88 * 60
+    assert values.min() >= 127 - 120 - 1e-3 and values.max() <= 127 + 120 + 1e-3
+    assert l1.numpy().min() >= 0 and l1.numpy().max() <= 9
+    again = data_utils.get_synth_input_fn(8, 32, 32, num_classes=11, seed=3)
+    np.testing.assert_array_equal(next(iter(again))[0], i1)
+    assert next(iter(data_utils.get_synth_input_fn(2, 16, 16)))[0].shape == (2, 16, 16, 3)
+
+
+# ------------------------------------------------------------------ fuzzing the parse/decode/filter path
+_VALID = make_example(encode_image(random_image(np.random.default_rng(0), 32, 32)), 3, 32, 32)
+_floats = st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), max_size=3)
+_fuzzed_example = st.builds(
+    lambda image, label, ymin, xmin, ymax, xmax: tf.train.Example(features=tf.train.Features(feature={
+        "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=image)),
+        "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=label)),
+        "image/object/bbox/ymin": tf.train.Feature(float_list=tf.train.FloatList(value=ymin)),
+        "image/object/bbox/xmin": tf.train.Feature(float_list=tf.train.FloatList(value=xmin)),
+        "image/object/bbox/ymax": tf.train.Feature(float_list=tf.train.FloatList(value=ymax)),
+        "image/object/bbox/xmax": tf.train.Feature(float_list=tf.train.FloatList(value=xmax)),
+    })).SerializeToString(),
+    st.lists(st.one_of(st.binary(max_size=64), st.just(_VALID[:0]),
+                       st.sampled_from([encode_image(random_image(np.random.default_rng(1), 8, 8))])), max_size=2),
+    st.lists(st.integers(-2 ** 63, 2 ** 63 - 1), max_size=2), _floats, _floats, _floats, _floats)
+_record = st.one_of(st.binary(max_size=200), _fuzzed_example,
+                    st.binary(max_size=40).map(lambda tail: _VALID[:len(_VALID) // 2] + tail))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(_record, min_size=1, max_size=4), training=st.booleans())
+def test_fuzzed_records_never_crash(tmp_path, records, training):
+    path = str(tmp_path / "fuzz.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        writer.write(_VALID)  # at least one good record, or the endless repeat would never yield
+        for record in records:
+            writer.write(record)
+    dataset = data_utils.get_tfrecords_input_fn([path], 1, 16, 16, training=training, deterministic=True,
+                                                num_classes=NUM_CLASSES)
+    for images, labels in dataset.take(len(records) + 1):
+        assert images.shape == (1, 16, 16, 3)
+        assert np.isfinite(images.numpy()).all()
+        assert 0 <= labels.numpy()[0] < NUM_CLASSES

@@ -1,0 +1,161 @@
+"""utils/image_processing.py: crop statistics, eval preprocessing against a NumPy reference, predict inputs."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests._data_helpers import encode_image, random_image
+from utils import data_utils, image_processing
+from utils.errors import UserError
+
+
+# ------------------------------------------------------------------ NumPy reference of SPEC §5.4
+def legacy_bilinear(image, out_h, out_w):
+    """TF1 resize_images bilinear: src = dst * in / out (float32), no half-pixel offset, edge clamp."""
+    image = image.astype(np.float32)
+    in_h, in_w = image.shape[:2]
+    scale_y = np.float32(in_h) / np.float32(out_h)
+    scale_x = np.float32(in_w) / np.float32(out_w)
+    src_y = np.arange(out_h, dtype=np.float32) * scale_y
+    src_x = np.arange(out_w, dtype=np.float32) * scale_x
+    y0 = np.floor(src_y).astype(np.int64)
+    x0 = np.floor(src_x).astype(np.int64)
+    y1 = np.minimum(y0 + 1, in_h - 1)
+    x1 = np.minimum(x0 + 1, in_w - 1)
+    dy = (src_y - y0).astype(np.float32)[:, None, None]
+    dx = (src_x - x0).astype(np.float32)[None, :, None]
+    top_left, top_right = image[y0][:, x0], image[y0][:, x1]
+    bottom_left, bottom_right = image[y1][:, x0], image[y1][:, x1]
+    top = top_left + (top_right - top_left) * dx
+    bottom = bottom_left + (bottom_right - bottom_left) * dx
+    return top + (bottom - top) * dy
+
+
+def numpy_eval_preprocess(decoded, height, width, resize_min):
+    h, w = decoded.shape[:2]
+    scale = np.float32(resize_min) / np.float32(min(h, w))
+    new_h, new_w = int(np.float32(h) * scale), int(np.float32(w) * scale)
+    resized = legacy_bilinear(decoded, new_h, new_w)
+    top, left = (new_h - height) // 2, (new_w - width) // 2
+    return resized[top:top + height, left:left + width]
+
+
+@pytest.mark.parametrize("shape", [(48, 64), (64, 40), (37, 53), (56, 56)])
+def test_eval_preprocess_matches_numpy_reference(shape):
+    rng = np.random.default_rng(1)
+    jpeg = encode_image(random_image(rng, *shape), quality=90)
+    decoded = image_processing.decode_image(jpeg).numpy()
+    out = image_processing.eval_preprocess(jpeg, 32, 32).numpy()
+    expected = numpy_eval_preprocess(decoded, 32, 32, image_processing.eval_resize_min(32, 32))
+    assert out.shape == (32, 32, 3) and out.dtype == np.float32
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-3)
+
+
+def test_legacy_resize_differs_from_half_pixel_resize():
+    image = random_image(np.random.default_rng(2), 40, 50)
+    ours = image_processing.resize_bilinear_legacy(image, 32, 32).numpy()
+    np.testing.assert_allclose(ours, legacy_bilinear(image, 32, 32), atol=1e-3)
+    assert np.abs(ours - tf.image.resize(image, [32, 32]).numpy()).max() > 1.0
+
+
+def test_eval_resize_rule():
+    assert image_processing.eval_resize_min(224, 224) == 256
+    assert image_processing.eval_resize_min(128, 128) == 146
+    assert image_processing.eval_resize_min(32, 32) == 36
+    assert image_processing.eval_resize_min(224, 160) == 256
+
+
+# ------------------------------------------------------------------ training augmentation statistics
+def _crop_windows(image_shape, bbox, draws):
+    windows = []
+    for i in range(draws):
+        begin, size = image_processing.distorted_crop_window(image_shape, bbox, seed=tf.constant([7, i]))
+        windows.append((begin.numpy()[:2], size.numpy()[:2]))
+    return windows
+
+
+def test_crop_area_and_aspect_within_ranges():
+    h, w = 120, 160
+    windows = _crop_windows(tf.constant([h, w, 3]), tf.zeros([1, 0, 4]), 300)
+    areas = np.array([s[0] * s[1] / (h * w) for _, s in windows])
+    aspects = np.array([s[1] / s[0] for _, s in windows])
+    whole = areas == 1.0
+    # Integer rounding of the window moves area/aspect slightly off the sampled values.
+    assert areas.min() >= 0.05 - 0.01 and areas.max() <= 1.0
+    assert (aspects[~whole] >= 0.75 - 0.05).all() and (aspects[~whole] <= 1.33 + 0.05).all()
+    assert 0.3 < areas.mean() < 0.7  # roughly uniform over [0.05, 1], minus rejected draws
+    for begin, size in windows:
+        assert begin.min() >= 0 and begin[0] + size[0] <= h and begin[1] + size[1] <= w
+    assert len({tuple(b) + tuple(s) for b, s in windows}) > 200
+
+
+def test_crop_covers_at_least_ten_percent_of_box():
+    h, w = 100, 100
+    box = np.array([0.6, 0.6, 0.9, 0.9], np.float32)  # small box in a corner
+    windows = _crop_windows(tf.constant([h, w, 3]), tf.constant(box.reshape(1, 1, 4)), 200)
+    for begin, size in windows:
+        y0, x0 = begin / 100.0
+        y1, x1 = (begin + size) / 100.0
+        inter = max(0, min(y1, box[2]) - max(y0, box[0])) * max(0, min(x1, box[3]) - max(x0, box[1]))
+        assert inter / ((box[2] - box[0]) * (box[3] - box[1])) >= 0.1 - 1e-3
+
+
+def test_train_preprocess_seeded_and_flips():
+    jpeg = encode_image(random_image(np.random.default_rng(3), 48, 64))
+    bbox = tf.zeros([1, 0, 4])
+    a = image_processing.train_preprocess(jpeg, bbox, 32, 32, seed=tf.constant([1, 2], tf.int64)).numpy()
+    b = image_processing.train_preprocess(jpeg, bbox, 32, 32, seed=tf.constant([1, 2], tf.int64)).numpy()
+    assert a.shape == (32, 32, 3) and a.dtype == np.float32 and 0 <= a.min() and a.max() <= 255
+    np.testing.assert_array_equal(a, b)
+    outs = [image_processing.train_preprocess(jpeg, bbox, 32, 32, seed=tf.constant([1, i], tf.int64)).numpy()
+            for i in range(8)]
+    assert len({o.tobytes() for o in outs}) == 8
+    unseeded = image_processing.train_preprocess(jpeg, bbox, 32, 32)
+    assert unseeded.shape == (32, 32, 3)
+
+
+# ------------------------------------------------------------------ predict inputs
+def _write(path, data):
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_predict_inputs_png_grey_cmyk(tmp_path):
+    rng = np.random.default_rng(4)
+    array = random_image(rng, 50, 70)
+    files = [_write(tmp_path / "a.png", encode_image(array, "PNG")),
+             _write(tmp_path / "b.jpg", encode_image(array, "JPEG", mode="L")),
+             _write(tmp_path / "c.jpg", encode_image(array, "JPEG", mode="CMYK", quality=95)),
+             _write(tmp_path / "d.png", encode_image(np.dstack([array, array[..., :1]]), "PNG"))]  # RGBA
+    data_utils.validate_image_files(files)
+    results = list(data_utils.get_inference_input_fn(files, 32, 32))
+    assert len(results) == 4
+    for (image, name), path in zip(results, files):
+        assert image.shape == (1, 32, 32, 3) and image.dtype == tf.float32
+        assert name.numpy()[0].decode() == path
+    reference = numpy_eval_preprocess(array, 32, 32, 36)
+    np.testing.assert_allclose(results[0][0][0].numpy(), reference, atol=1e-3)  # PNG is lossless
+    assert np.abs(results[2][0][0].numpy() - reference).mean() < 10  # CMYK converted back to RGB
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "empty"),
+    (b"hello, not an image at all", "not an image"),
+    (encode_image(random_image(np.random.default_rng(5), 40, 40))[:200], "cannot decode"),
+])
+def test_predict_bad_files_are_clear_errors(tmp_path, content, message):
+    path = _write(tmp_path / "bad.jpg", content)
+    with pytest.raises(UserError, match=message) as info:
+        data_utils.validate_image_files([path])
+    assert path in str(info.value)
+
+
+def test_predict_refuses_huge_and_missing(tmp_path):
+    from PIL import Image
+    huge = str(tmp_path / "huge.png")
+    Image.new("L", (20000, 1)).save(huge)
+    with pytest.raises(UserError, match="too large"):
+        data_utils.validate_image_files([huge])
+    with pytest.raises(UserError, match="not found"):
+        data_utils.validate_image_files([str(tmp_path / "nope.jpg")])
+    with pytest.raises(UserError):
+        data_utils.validate_image_files([])

@@ -1,0 +1,130 @@
+"""NVIDIA DALI input pipelines (SPEC §5.7), an optional dependency: `pip install -r requirements-dali.txt`.
+
+Same element contract as `data_utils.get_tfrecords_input_fn`, except that images come out normalised with
+CHANNEL_MEANS / CHANNEL_STDS (the model then skips its own normalisation). With a GPU the decode is "mixed"
+(nvJPEG) and resize/normalise run on the GPU as in the original; without one the whole pipeline runs on the CPU.
+"""
+from __future__ import annotations
+
+import os
+
+from utils.errors import UserError
+
+from model.layers.normalization import CHANNEL_MEANS, CHANNEL_STDS
+
+INSTALL_HINT = ("DALI is not installed: run `INSTALL_DALI=1 bash scripts/install.sh` "
+                "(or `pip install -r requirements-dali.txt`, see the comment in that file)")
+
+INITIAL_FILL = 10000
+
+
+def require_dali():
+    """Imports DALI and its TF plugin, or raises UserError with a one-line install hint."""
+    try:
+        import nvidia.dali  # noqa: F401
+        import nvidia.dali.plugin.tf  # noqa: F401
+    except ImportError as e:
+        raise UserError(f"{INSTALL_HINT} ({e})") from e
+
+
+def make_dali_index(tfrecord_path, idx_path) -> int:
+    """Writes DALI's index of one TFRecord file (`<offset> <size>` per record, like `tfrecord2idx`) in pure
+    Python; returns the number of records. Raises UserError on a truncated or non-TFRecord file."""
+    from dataprep.dali_index import write_dali_index
+
+    return write_dali_index(os.fspath(tfrecord_path), os.fspath(idx_path))
+
+
+def _has_gpu():
+    import tensorflow as tf
+
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def _build_pipeline(filenames, idx_filenames, batch_size, height, width, training, num_threads, seed,
+                    num_shards, shard_index, use_gpu):
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali import tfrecord as tfrec
+
+    from utils.image_processing import eval_resize_min
+
+    decode_device = "mixed" if use_gpu else "cpu"
+
+    @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=0 if use_gpu else None, seed=seed)
+    def pipeline():
+        inputs = fn.readers.tfrecord(
+            path=list(filenames), index_path=list(idx_filenames),
+            features={
+                "image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+                "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1),
+                "image/class/text": tfrec.FixedLenFeature([], tfrec.string, ""),
+                "image/object/bbox/xmin": tfrec.VarLenFeature(tfrec.float32, 0.0),
+                "image/object/bbox/ymin": tfrec.VarLenFeature(tfrec.float32, 0.0),
+                "image/object/bbox/xmax": tfrec.VarLenFeature(tfrec.float32, 0.0),
+                "image/object/bbox/ymax": tfrec.VarLenFeature(tfrec.float32, 0.0),
+            },
+            random_shuffle=training, initial_fill=INITIAL_FILL, shard_id=shard_index, num_shards=num_shards,
+            name="Reader")
+        if training:
+            # As the original: the random crop ignores the bounding boxes (SPEC §13).
+            images = fn.decoders.image_random_crop(
+                inputs["image/encoded"], device=decode_device, output_type=types.RGB,
+                random_aspect_ratio=[0.75, 1.33], random_area=[0.05, 1.0], num_attempts=100)
+            images = fn.resize(images, resize_x=width, resize_y=height)
+            mirror = fn.random.coin_flip()
+        else:
+            images = fn.decoders.image(inputs["image/encoded"], device=decode_device, output_type=types.RGB)
+            images = fn.resize(images, resize_shorter=eval_resize_min(height, width))
+            mirror = 0
+        images = fn.crop_mirror_normalize(
+            images, crop=(height, width), mean=list(CHANNEL_MEANS), std=list(CHANNEL_STDS),
+            dtype=types.FLOAT, output_layout="HWC", mirror=mirror)
+        labels = inputs["image/class/label"]
+        return images, labels
+
+    return pipeline()
+
+
+def get_dali_input_fn(filenames, idx_filenames, batch_size, height, width, training, num_threads=4,
+                      deterministic=False, seed=None, num_shards=1, shard_index=0):
+    """Batches of (normalised images float32 [B, H, W, 3], labels int32 [B] 0-based), forever.
+
+    Sharded by worker for training only (the original also sharded evaluation, which only rank 0 runs).
+    Deterministic seed: 7 * (1 + shard_index) as the original, plus 100003 * seed when a seed is given.
+    """
+    require_dali()
+    import tensorflow as tf
+    from nvidia.dali.plugin import tf as dali_tf
+
+    filenames = [os.fspath(f) for f in filenames]
+    idx_filenames = [os.fspath(f) for f in idx_filenames]
+    if not filenames:
+        raise UserError("no TFRecord files given for DALI")
+    if len(idx_filenames) != len(filenames):
+        raise UserError(f"{len(filenames)} TFRecord files but {len(idx_filenames)} DALI index files "
+                        "(create them with dataprep, one per TFRecord, same basename)")
+    for idx in idx_filenames:
+        if not os.path.isfile(idx):
+            raise UserError(f"DALI index file not found: {idx} (create it with dataprep's DALI index tool)")
+    if not training:
+        num_shards, shard_index = 1, 0
+    dali_seed = None
+    if deterministic:
+        dali_seed = (7 * (1 + shard_index) + 100003 * (seed or 0)) % (2 ** 31)
+    use_gpu = _has_gpu()
+    pipeline = _build_pipeline(filenames, idx_filenames, batch_size, height, width, training, num_threads,
+                               dali_seed, num_shards, shard_index, use_gpu)
+    device = "/gpu:0" if use_gpu else "/cpu:0"
+    with tf.device(device):
+        dataset = dali_tf.DALIDataset(
+            pipeline=pipeline, batch_size=batch_size, num_threads=num_threads,
+            device_id=0 if use_gpu else None,
+            output_shapes=((batch_size, height, width, 3), (batch_size, 1)),
+            output_dtypes=(tf.float32, tf.int64))
+
+    def to_contract(images, labels):
+        return images, tf.cast(tf.squeeze(labels, -1) - 1, tf.int32)
+
+    with tf.device(device):
+        dataset = dataset.map(to_contract)
+    return dataset

@@ -1,0 +1,247 @@
+"""tf.data input pipelines: TFRecords (SPEC §5.2), synthetic data (§5.6) and predict inputs (§5.5).
+
+Corrupt data inside shards (design)
+-----------------------------------
+A multi-day run must survive a bad record, so every record carries its position in the stream (`enumerate`)
+and, in a small ring buffer variable written by a cheap sequential map, its (file index, record index in file).
+The expensive parallel map checks what can be checked without failing (missing `image/encoded`, label outside
+1..num_classes) with `tf.debugging.Assert`, whose message names the file; undecodable JPEGs and bytes that are
+not an Example fail inside their own ops. Failed elements are dropped by `ignore_errors(log_warning=True)`
+(TF logs the reason). Right after it a sequential `scan` compares each surviving position with the expected
+one; a gap means records were dropped: it adds their number to a `tf.Variable` counter and prints
+`WARNING: skipped corrupt record <n> of <file>` to stderr. On valid records the cost is one scatter into the
+ring buffer and one integer comparison: no Python, no py_function. Read the counter with
+`skipped_record_count(dataset)`.
+A shard whose framing is broken (truncated copy, wrong file) is not a "bad record": `check_tfrecord_files`
+scans the framing of every file before training and raises UserError naming the file.
+
+Determinism and resume (design)
+-------------------------------
+With `deterministic=True` the file order, interleave and parallel map are deterministic, the shuffle seed is
+fixed (13 * shard_index, as the original, plus 7919 * seed), and the random crop and flip use stateless ops
+seeded with (seed, position of the element in this worker's stream). The stream is therefore a pure function of
+(files, seed, shard); the element at position p is the same whether reached by iterating or by `start_step`
+(keyword-only): `start_step=s` skips s * batch_size records *before* decoding (records are read, not decoded)
+and continues with the same positions, so a resumed run sees exactly the batches it would have seen. Exact as
+long as no corrupt record was dropped before the resume point; each dropped record shifts the later batch
+boundaries by one element (the records and their augmentation stay the same). Alternatively checkpoint the
+iterator itself with `tf.train.Checkpoint(data=iterator)` (exact, but it stores the 4096-record shuffle buffer).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import tensorflow as tf
+
+from utils import image_processing
+from utils.errors import UserError
+
+SHUFFLE_BUFFER = 4096
+INTERLEAVE_CYCLE = 10
+INTERLEAVE_BLOCK = 8
+# Positions remembered for the corrupt-record report; must exceed the records in flight in the parallel map.
+_POSITION_RING = 1 << 16
+
+SUPPORTED_IMAGE_FORMATS = ("JPEG", "PNG", "BMP")
+MAX_IMAGE_SIDE = 16384
+
+
+# ---------------------------------------------------------------------------------------------- TFRecords
+def check_tfrecord_files(filenames) -> list[int]:
+    """Checks the framing (record lengths and their checksums) of every file; returns the record counts.
+
+    Raises UserError naming the file for a missing, truncated or non-TFRecord file, and for an empty list or a
+    set of files without any record (an endless `repeat()` over nothing would hang).
+    """
+    from dataprep.dali_index import iter_record_frames  # pure Python, reads headers only
+
+    filenames = list(filenames)
+    if not filenames:
+        raise UserError("no TFRecord files given (is --data_dir right? files must be named train-* / validation-*)")
+    counts = []
+    for name in filenames:
+        if not os.path.isfile(name):
+            raise UserError(f"TFRecord file not found: {name}")
+        try:
+            counts.append(sum(1 for _ in iter_record_frames(name)))
+        except OSError as e:
+            raise UserError(f"cannot read TFRecord file {name}: {e}") from e
+    if sum(counts) == 0:
+        raise UserError(f"the {len(filenames)} TFRecord files hold no record (first: {filenames[0]})")
+    return counts
+
+
+def _read_records(filenames, training, deterministic, seed, num_shards, shard_index):
+    """(serialized, file index, record index in file), interleaved and (training) shuffled, repeated forever."""
+    files = tf.data.Dataset.from_tensor_slices((filenames, tf.range(len(filenames), dtype=tf.int64)))
+    if training and num_shards > 1:
+        files = files.shard(num_shards, shard_index)
+
+    def records_of(filename, file_index):
+        return tf.data.TFRecordDataset(filename).enumerate().map(
+            lambda record_index, record: (record, file_index, record_index))
+
+    records = files.interleave(records_of, cycle_length=INTERLEAVE_CYCLE, block_length=INTERLEAVE_BLOCK,
+                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if training:
+        shuffle_seed = 13 * shard_index + 7919 * (seed or 0) if deterministic else None
+        records = records.shuffle(SHUFFLE_BUFFER, seed=shuffle_seed, reshuffle_each_iteration=True)
+    return records.repeat()
+
+
+def _preprocess_fn(filenames_t, height, width, training, num_classes, seed):
+    def preprocess(position, record, file_index, record_index):
+        where = [filenames_t[file_index], "record", record_index]
+        image_bytes, label, bbox, _ = image_processing.parse_example_proto(record)
+        checks = [
+            tf.debugging.Assert(tf.strings.length(image_bytes) > 0, ["missing image/encoded in"] + where),
+            tf.debugging.Assert(tf.logical_and(label >= 1, label <= num_classes),
+                                ["label", label, "outside 1..%d in" % num_classes] + where),
+        ]
+        with tf.control_dependencies(checks):
+            image_bytes = tf.identity(image_bytes)
+        if training:
+            element_seed = None if seed is None else tf.stack([tf.constant(seed, tf.int64), position])
+            image = image_processing.train_preprocess(image_bytes, bbox, height, width, element_seed)
+        else:
+            image = image_processing.eval_preprocess(image_bytes, height, width)
+        return position, image, label - 1
+    return preprocess
+
+
+def _corrupt_record_guard(filenames_t):
+    """(remember, check_gap, counter): the two cheap maps around `ignore_errors` (see the module docstring)."""
+    counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_records")
+    # Row p % size: (p, file index, record index). A row not holding p means the element failed upstream of
+    # `remember` (a read error of the TFRecord stream itself), so there is no file to name.
+    ring = tf.Variable(tf.fill([_POSITION_RING, 3], tf.constant(-1, tf.int64)), trainable=False,
+                       name="record_positions")
+
+    def remember(position, element):
+        record, file_index, record_index = element
+        slot = tf.reshape(position % _POSITION_RING, [1, 1])
+        with tf.control_dependencies([ring.scatter_nd_update(slot, [[position, file_index, record_index]])]):
+            return tf.identity(position), record, file_index, record_index
+
+    def report(expected, position):
+        missing = tf.range(expected, position)
+        rows = tf.gather(ring, missing % _POSITION_RING)
+        known = tf.equal(rows[:, 0], missing)
+        rows = tf.boolean_mask(rows, known)
+        names = tf.gather(filenames_t, rows[:, 1])
+        total = counter.assign_add(position - expected)
+        tf.print("WARNING: skipped corrupt record(s)", rows[:, 2], "of", names, "- unreadable stream data:",
+                 tf.reduce_sum(1 - tf.cast(known, tf.int32)), "- total skipped:", total,
+                 output_stream=sys.stderr, summarize=-1)
+        return tf.constant(True)
+
+    def check_gap(expected, element):
+        position, image, label = element
+        tf.cond(position > expected, lambda: report(expected, position), lambda: tf.constant(False))
+        return position + 1, (image, label)
+
+    return remember, check_gap, counter
+
+
+def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_threads=10, deterministic=False,
+                           seed=None, num_shards=1, shard_index=0, *, num_classes=1001, start_step=0):
+    """Batches of (images float32 [B, H, W, 3] in 0..255, labels int32 [B] 0-based), forever (SPEC §5.2).
+
+    num_classes: records with a label outside 1..num_classes are skipped as corrupt.
+    start_step: batches already consumed (resume); reproduces the same stream when `deterministic`.
+    """
+    filenames = [os.fspath(f) for f in filenames]
+    if not filenames:
+        raise UserError("no TFRecord files given (is --data_dir right? files must be named train-* / validation-*)")
+    if deterministic and seed is None:
+        seed = 0
+    if not deterministic:
+        seed = None
+    filenames_t = tf.constant(filenames)
+    records = _read_records(filenames, training, deterministic, seed, num_shards, shard_index)
+    first_position = start_step * batch_size
+    if first_position:
+        records = records.skip(first_position)
+    records = records.enumerate(start=first_position)
+
+    remember, check_gap, counter = _corrupt_record_guard(filenames_t)
+    dataset = records.map(remember)
+    dataset = dataset.map(_preprocess_fn(filenames_t, height, width, training, num_classes, seed),
+                          num_parallel_calls=num_threads, deterministic=True)
+    dataset = dataset.ignore_errors(log_warning=True)
+    dataset = dataset.scan(tf.constant(first_position, tf.int64), check_gap)
+    dataset = dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    dataset.skipped_records = counter
+    return dataset
+
+
+def skipped_record_count(dataset) -> int:
+    """Corrupt records dropped so far by a dataset from `get_tfrecords_input_fn` (0 for other datasets)."""
+    counter = getattr(dataset, "skipped_records", None)
+    return 0 if counter is None else int(counter.numpy())
+
+
+# ---------------------------------------------------------------------------------------------- synthetic
+def get_synth_input_fn(batch_size, height, width, num_classes=1001, seed=None):
+    """One random batch (truncated normal, mean 127, std 60; labels uniform in 0..num_classes-2), repeated."""
+    shape = [batch_size, height, width, 3]
+    if seed is None:
+        images = tf.random.truncated_normal(shape, mean=127.0, stddev=60.0, dtype=tf.float32)
+        labels = tf.random.uniform([batch_size], 0, num_classes - 1, dtype=tf.int32)
+    else:
+        images = tf.random.stateless_truncated_normal(shape, seed=[seed, 0], mean=127.0, stddev=60.0)
+        labels = tf.random.stateless_uniform([batch_size], seed=[seed, 1], minval=0, maxval=num_classes - 1,
+                                             dtype=tf.int32)
+    return tf.data.Dataset.from_tensors((images, labels)).repeat().prefetch(tf.data.AUTOTUNE)
+
+
+# ---------------------------------------------------------------------------------------------- predict
+def validate_image_files(paths) -> None:
+    """Raises UserError naming the first file that is missing, empty, not a JPEG/PNG/BMP image, too large
+    (side > MAX_IMAGE_SIDE) or not decodable. Uses PIL on the host: predict inputs are few."""
+    from PIL import Image, UnidentifiedImageError
+
+    paths = list(paths)
+    if not paths:
+        raise UserError("no image file to predict")
+    for path in paths:
+        if not os.path.isfile(path):
+            raise UserError(f"image file not found: {path}")
+        if os.path.getsize(path) == 0:
+            raise UserError(f"image file is empty (0 bytes): {path}")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                with Image.open(path) as img:
+                    if img.format not in SUPPORTED_IMAGE_FORMATS:
+                        raise UserError(f"unsupported image format {img.format} (JPEG, PNG or BMP expected): {path}")
+                    if max(img.size) > MAX_IMAGE_SIDE:
+                        raise UserError(f"image too large ({img.size[0]}x{img.size[1]}, max side "
+                                        f"{MAX_IMAGE_SIDE}): {path}")
+                    img.load()
+        except UserError:
+            raise
+        except Image.DecompressionBombError as e:
+            raise UserError(f"image too large: {path} ({e})") from e
+        except UnidentifiedImageError as e:
+            raise UserError(f"not an image file (JPEG, PNG or BMP expected): {path}") from e
+        except (OSError, SyntaxError, ValueError) as e:
+            raise UserError(f"cannot decode image {path}: {e}") from e
+
+
+def get_inference_input_fn(filenames, height, width, num_threads=10):
+    """(image float32 [1, H, W, 3] in 0..255, filename string [1]) per file, with eval preprocessing (§5.5).
+
+    Call `validate_image_files` first for clear errors: bad files are not checked again here.
+    """
+    filenames = [os.fspath(f) for f in filenames]
+
+    def load(filename):
+        image = image_processing.eval_preprocess(tf.io.read_file(filename), height, width)
+        return image, filename
+
+    dataset = tf.data.Dataset.from_tensor_slices(filenames)
+    dataset = dataset.map(load, num_parallel_calls=num_threads).batch(1)
+    return dataset.prefetch(tf.data.AUTOTUNE)
