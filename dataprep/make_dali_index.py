@@ -1,0 +1,66 @@
+"""Creates DALI index files for every `train-*` / `validation-*` TFRecord shard (the original's utils/dali_index.sh).
+
+    python -m dataprep.make_dali_index <tfrecord_dir> <idx_dir>
+
+Each index gets the shard's basename; lines are `<offset> <size>` per record (see dataprep/dali_index.py).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from dataprep.dali_index import write_dali_index
+from dataprep.records import progress_enabled
+from utils.errors import UserError
+
+SPLIT_PREFIXES = ("train-", "validation-")
+
+
+def list_shards(tfrecord_dir: str) -> list[str]:
+    if not os.path.isdir(tfrecord_dir):
+        raise UserError(f"TFRecord directory not found: {tfrecord_dir}")
+    names = sorted(n for n in os.listdir(tfrecord_dir)
+                   if n.startswith(SPLIT_PREFIXES) and os.path.isfile(os.path.join(tfrecord_dir, n)))
+    if not names:
+        raise UserError(f"no train-* or validation-* files in {tfrecord_dir}")
+    return names
+
+
+def make_dali_indexes(tfrecord_dir: str, idx_dir: str, progress: bool = False) -> dict[str, int]:
+    """Indexes every shard of tfrecord_dir into idx_dir; returns {shard name: record count}."""
+    names = list_shards(tfrecord_dir)
+    os.makedirs(idx_dir, exist_ok=True)
+    if progress:
+        from tqdm import tqdm
+
+        names_iter = tqdm(names, desc="index", unit="file")
+    else:
+        names_iter = names
+    return {name: write_dali_index(os.path.join(tfrecord_dir, name), os.path.join(idx_dir, name))
+            for name in names_iter}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m dataprep.make_dali_index",
+        description="Write a DALI index file (`offset size` per record) for each train-*/validation-* TFRecord.")
+    parser.add_argument("tfrecord_dir", help="directory with train-* and validation-* TFRecord shards")
+    parser.add_argument("idx_dir", help="output directory for the index files (created; same basenames)")
+    parser.add_argument("--no_progress", action="store_true", help="no progress bar (also off when not a TTY)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        counts = make_dali_indexes(args.tfrecord_dir, args.idx_dir, progress_enabled(args.no_progress))
+    except UserError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(counts)} index file(s) ({sum(counts.values())} records) to {args.idx_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

