@@ -84,7 +84,7 @@ class Runner:
         self.regularized = resnet.regularized_variables(self.model)
 
     # ------------------------------------------------------------------ data
-    def _train_dataset(self, is_benchmark):
+    def _train_dataset(self, is_benchmark, start_step=0):
         config = self.config
         size = config.input_size
         seed = None if config.seed is None else config.seed * 2 + self.distribution.rank
@@ -105,7 +105,8 @@ class Runner:
                 num_shards=self.distribution.size, shard_index=self.distribution.rank)
         return data_utils.get_tfrecords_input_fn(
             filenames, config.batch_size, size, size, training=True, deterministic=config.seed is not None,
-            seed=seed, num_shards=self.distribution.size, shard_index=self.distribution.rank)
+            seed=seed, num_shards=self.distribution.size, shard_index=self.distribution.rank,
+            num_classes=config.num_classes, start_step=start_step)
 
     def _eval_dataset(self, batch_size):
         config = self.config
@@ -122,7 +123,8 @@ class Runner:
             return dali_utils.get_dali_input_fn(
                 filenames, runner_utils.list_index_files(config.data_idx_dir, filenames), batch_size,
                 size, size, training=False)
-        return data_utils.get_tfrecords_input_fn(filenames, batch_size, size, size, training=False)
+        return data_utils.get_tfrecords_input_fn(filenames, batch_size, size, size, training=False,
+                                                 num_classes=config.num_classes)
 
     def _training_steps(self, is_benchmark):
         """(num_steps, num_epochs, num_decay_steps, steps_per_epoch) of SPEC §4.6."""
@@ -259,7 +261,6 @@ class Runner:
         config = self.config
         log = self.logger
         num_steps, num_epochs, num_decay_steps, steps_per_epoch = self._training_steps(is_benchmark)
-        dataset = self._train_dataset(is_benchmark)
 
         with self.strategy.scope():
             schedule = lambda: learning_rate.learning_rate_schedule(  # noqa: E731
@@ -304,17 +305,18 @@ class Runner:
         if run_iter == 0:
             log.print("Model already trained required number of steps. Skipped")
             return
+        # With --seed the stream restarts where the restored step left it (exact resume, docs/RELIABILITY.md).
+        dataset = self._train_dataset(is_benchmark, start_step=current_step if config.seed is not None else 0)
         if manager is not None and self.distribution.is_chief and manager.latest_checkpoint is None:
             manager.save(checkpoint_number=current_step)
-
+            self._copy_labels_file()
         mixup_seed = tf.constant(config.seed if config.seed is not None else np.random.randint(2 ** 31 - 1),
                                  tf.int64)
         train_step = self._make_train_step(optimizer, schedule, mixup_seed)
         writer = None
         if self.distribution.is_chief and not is_benchmark:
             writer = tf.summary.create_file_writer(config.model_dir)
-        meter = ThroughputMeter(self.global_batch_size,
-                                config.warmup_steps if is_benchmark else config.warmup_steps)
+        meter = ThroughputMeter(self.global_batch_size, config.warmup_steps)
         stats = TrainStats()
         iterator = iter(dataset)
         progress = _progress(run_iter, "train", config.no_progress or not self.distribution.is_chief)
@@ -357,6 +359,15 @@ class Runner:
         log.print("Ending Model Training ...")
         if stopped_by_signal:
             raise TrainingInterrupted(int(self.global_step.numpy()))
+
+    def _copy_labels_file(self):
+        """Keeps the dataset's class names beside the checkpoints, so `predict` can name classes."""
+        if self.config.data_dir is None:
+            return
+        source = os.path.join(self.config.data_dir, "labels.txt")
+        target = os.path.join(self.config.model_dir, "labels.txt")
+        if os.path.isfile(source) and not os.path.exists(target):
+            shutil.copyfile(source, target)
 
     def _log_train_step(self, values, step, index, meter, steps_per_epoch, is_benchmark):
         config = self.config

@@ -1,0 +1,66 @@
+"""ResNet v1.5 bottleneck block (SPEC §3.2), optionally grouped (ResNeXt) and with squeeze-excitation.
+
+1x1 -> 3x3 (stride here, v1.5; grouped when cardinality > 1) -> 1x1 -> [SE] -> + shortcut -> ReLU.
+The shortcut is a projection (1x1 conv with the block stride + BN, no ReLU) whenever the input depth differs from
+the output depth, which is the first block of every stage including stage 0 at stride 1.
+"""
+import keras
+from keras import ops
+
+from model.blocks.conv2d_block import Conv2DBlock
+from model.layers.squeeze_excitation import SqueezeExcitation
+
+
+class BottleneckBlock(keras.layers.Layer):
+    def __init__(self, in_channels, width, expansion, strides=1, cardinality=1, use_se=False, se_ratio=16,
+                 data_format="channels_last", initializers=None, grouped_implementation="auto", **kwargs):
+        super().__init__(**kwargs)
+        self.in_channels = in_channels
+        self.out_channels = width * expansion
+        self.strides = strides
+        init = initializers
+        policy = self.dtype_policy
+
+        def conv_init():
+            return init.conv() if init else None
+
+        self.bottleneck_1 = Conv2DBlock(width, 1, 1, use_relu=True, data_format=data_format,
+                                        kernel_initializer=conv_init(), name="bottleneck_1", dtype=policy)
+        self.bottleneck_2 = Conv2DBlock(
+            width, 3, strides, use_relu=True, cardinality=cardinality, data_format=data_format,
+            kernel_initializer=(init.grouped_filter() if cardinality > 1 else init.conv()) if init else None,
+            grouped_implementation=grouped_implementation, name="bottleneck_2", dtype=policy)
+        self.bottleneck_3 = Conv2DBlock(self.out_channels, 1, 1, use_relu=False, data_format=data_format,
+                                        kernel_initializer=conv_init(), name="bottleneck_3", dtype=policy)
+        self.se = None
+        if use_se:
+            se_inits = (init.se_dense(), init.se_dense()) if init else None
+            self.se = SqueezeExcitation(self.out_channels, se_ratio, data_format=data_format,
+                                        kernel_initializers=se_inits, name="bottleneck_se_layer", dtype=policy)
+        self.shortcut = None
+        self.shortcut_pool = None
+        if in_channels != self.out_channels:
+            self.shortcut = Conv2DBlock(self.out_channels, 1, strides, use_relu=False, data_format=data_format,
+                                        kernel_initializer=conv_init(), name="shortcut", dtype=policy)
+        elif strides != 1:
+            # Unreachable with the three architectures (SPEC §3.2); a 1x1 average pool is plain subsampling.
+            self.shortcut_pool = keras.layers.AveragePooling2D(1, strides, padding="same", data_format=data_format,
+                                                               name="shortcut_pool", dtype=policy)
+
+    @property
+    def has_projection(self):
+        return self.shortcut is not None
+
+    def call(self, inputs, training=None):
+        residual = self.bottleneck_1(inputs, training=training)
+        residual = self.bottleneck_2(residual, training=training)
+        residual = self.bottleneck_3(residual, training=training)
+        if self.se is not None:
+            residual = self.se(residual)
+        if self.shortcut is not None:
+            shortcut = self.shortcut(inputs, training=training)
+        elif self.shortcut_pool is not None:
+            shortcut = self.shortcut_pool(inputs)
+        else:
+            shortcut = inputs
+        return ops.relu(shortcut + residual)

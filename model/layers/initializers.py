@@ -1,0 +1,38 @@
+"""Weight initialisers of SPEC §3.4, handed out with distinct derived seeds.
+
+Keras initialisers with an integer seed always draw the same values, so every initialiser gets its own seed
+(`seed + k` in construction order) to make a seeded build deterministic without giving identically shaped
+kernels identical values.
+"""
+import itertools
+
+import keras
+
+from utils.errors import UserError
+
+WEIGHT_INIT_MODES = ("fan_in", "fan_out")
+
+
+class Initializers:
+    def __init__(self, weight_init="fan_out", seed=None):
+        if weight_init not in WEIGHT_INIT_MODES:
+            raise UserError(f"--weight_init must be one of {', '.join(WEIGHT_INIT_MODES)}, got {weight_init!r}")
+        self.weight_init = weight_init
+        self._seeds = itertools.count(seed) if seed is not None else None
+
+    def _next_seed(self):
+        return next(self._seeds) if self._seeds is not None else None
+
+    def conv(self):
+        """Regular conv kernels and the classifier kernel: variance scaling 2.0, truncated normal."""
+        return keras.initializers.VarianceScaling(
+            scale=2.0, mode=self.weight_init, distribution="truncated_normal", seed=self._next_seed())
+
+    def grouped_filter(self):
+        """The grouped 3x3 filter had no initializer in TF1, i.e. get_variable's Glorot uniform default."""
+        return keras.initializers.GlorotUniform(seed=self._next_seed())
+
+    def se_dense(self):
+        """SE dense kernels: TF1 variance_scaling_initializer() defaults (1.0, fan_in, truncated normal)."""
+        return keras.initializers.VarianceScaling(
+            scale=1.0, mode="fan_in", distribution="truncated_normal", seed=self._next_seed())
