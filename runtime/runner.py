@@ -308,7 +308,7 @@ class Runner:
         # With --seed the stream restarts where the restored step left it (exact resume, docs/RELIABILITY.md).
         dataset = self._train_dataset(is_benchmark, start_step=current_step if config.seed is not None else 0)
         if manager is not None and self.distribution.is_chief and manager.latest_checkpoint is None:
-            manager.save(checkpoint_number=current_step)
+            manager.save(checkpoint_number=current_step, check_interval=False)
             self._copy_labels_file()
         mixup_seed = tf.constant(config.seed if config.seed is not None else np.random.randint(2 ** 31 - 1),
                                  tf.int64)
@@ -349,7 +349,7 @@ class Runner:
             progress.close()
 
         if manager is not None and self.distribution.is_chief:
-            manager.save(checkpoint_number=int(self.global_step.numpy()))
+            manager.save(checkpoint_number=int(self.global_step.numpy()), check_interval=False)
         if writer is not None:
             writer.flush()
         if self.distribution.is_chief:

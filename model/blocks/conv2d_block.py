@@ -7,6 +7,7 @@ import keras
 from keras import ops
 
 from model.layers.batch_norm import BatchNorm
+from model.layers.conv import Conv2D
 from model.layers.grouped_conv import GroupedConv2D
 from model.layers.layout import channel_axis
 
@@ -24,7 +25,7 @@ class Conv2DBlock(keras.layers.Layer):
                                       implementation=grouped_implementation, name="group_filter",
                                       dtype=self.dtype_policy)
         else:
-            self.conv = keras.layers.Conv2D(filters, kernel_size, strides, padding="same", use_bias=False,
+            self.conv = Conv2D(filters, kernel_size, strides, padding="same", use_bias=False,
                                             data_format=data_format,
                                             kernel_initializer=kernel_initializer or "glorot_uniform",
                                             name="conv2d", dtype=self.dtype_policy)

@@ -13,6 +13,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from model.layers.conv import conv2d_nhwc
 from model.layers.layout import channel_axis, spatial_axes
 
 IMPLEMENTATIONS = ("auto", "native", "split")
@@ -34,8 +35,12 @@ def grouped_conv2d(inputs, kernel, strides, groups, data_format, implementation)
     axis = channel_axis(data_format)
     input_slices = tf.split(inputs, groups, axis=axis)
     kernel_slices = tf.split(kernel, groups, axis=3)
-    outputs = [tf.nn.conv2d(x, k, strides, "SAME", data_format=tf_format)
-               for x, k in zip(input_slices, kernel_slices)]
+    if tf_format == "NHWC":
+        # Per-group convs on small maps are faster as patches + matmul on CPU (model/layers/conv.py).
+        outputs = [conv2d_nhwc(x, k, strides) for x, k in zip(input_slices, kernel_slices)]
+    else:
+        outputs = [tf.nn.conv2d(x, k, strides, "SAME", data_format=tf_format)
+                   for x, k in zip(input_slices, kernel_slices)]
     return tf.concat(outputs, axis=axis)
 
 

@@ -1,0 +1,74 @@
+"""Convolution with CPU-friendly formulations of the same SAME-padded conv (same HWIO kernel variable).
+
+Measured on the 2-vCPU machine (TF 2.21, batch 32, forward + both gradients; docs/PERFORMANCE.md):
+- a 1x1 conv is a matmul over channels; TF's CPU Conv2DBackpropInput is 2-15x slower than the matmul gradient
+  for 1x1 kernels at 7x7 spatial and below (e.g. 512->2048 at 7x7: 190 ms conv vs 72 ms matmul);
+- a kxk conv on a small feature map (<= 7x7) is faster as patches + matmul (c512 at 7x7: 272 ms vs 198 ms;
+  at 1x1: 280 ms vs 17 ms); on larger maps the native conv wins, so it is kept there.
+On GPU and in NCHW the native `tf.nn.conv2d` (cuDNN) is used unchanged.
+"""
+
+import keras
+import tensorflow as tf
+
+# Spatial positions (H*W of the output) up to which a kxk conv runs as patches + matmul on CPU.
+PATCHES_MAX_POSITIONS = 49
+IMPLEMENTATIONS = ("auto", "native", "cpu")
+
+
+def resolve_implementation(implementation, data_format):
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+    if implementation == "auto":
+        on_gpu = bool(tf.config.list_logical_devices("GPU"))
+        return "native" if on_gpu or data_format == "channels_first" else "cpu"
+    return implementation
+
+
+def _pointwise(inputs, kernel, strides):
+    if strides > 1:
+        # SAME padding with a 1x1 kernel needs no padding: output (i, j) reads input (s*i, s*j).
+        inputs = inputs[:, ::strides, ::strides, :]
+    return tf.einsum("bhwc,co->bhwo", inputs, kernel[0, 0])
+
+
+def _patches(inputs, kernel, strides):
+    size_h, size_w, channels_in, channels_out = kernel.shape
+    patches = tf.image.extract_patches(inputs, [1, size_h, size_w, 1], [1, strides, strides, 1], [1, 1, 1, 1],
+                                       "SAME")
+    # extract_patches orders each patch as (row, column, channel): the HWIO kernel flattened the same way.
+    return tf.einsum("bhwk,ko->bhwo", patches, tf.reshape(kernel, [size_h * size_w * channels_in, channels_out]))
+
+
+def conv2d_nhwc(inputs, kernel, strides, implementation="cpu"):
+    """SAME conv of NHWC `inputs` with HWIO `kernel` (no groups), by the formulation fastest on CPU."""
+    if implementation == "native":
+        return tf.nn.conv2d(inputs, kernel, strides, "SAME")
+    size_h, size_w = kernel.shape[0], kernel.shape[1]
+    if size_h == 1 and size_w == 1:
+        return _pointwise(inputs, kernel, strides)
+    height, width = inputs.shape[1], inputs.shape[2]
+    if height is not None and width is not None:
+        out_positions = -(-height // strides) * -(-width // strides)
+        if out_positions <= PATCHES_MAX_POSITIONS:
+            return _patches(inputs, kernel, strides)
+    return tf.nn.conv2d(inputs, kernel, strides, "SAME")
+
+
+class Conv2D(keras.layers.Conv2D):
+    """keras.layers.Conv2D (SAME padding, square strides) with the CPU formulations above; same variables."""
+
+    def __init__(self, *args, implementation="auto", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.implementation = resolve_implementation(implementation, self.data_format)
+
+    def convolution_op(self, inputs, kernel):
+        if self.implementation == "native" or self.groups != 1 or self.dilation_rate != (1, 1) \
+                or self.padding != "same" or self.strides[0] != self.strides[1]:
+            return super().convolution_op(inputs, kernel)
+        return conv2d_nhwc(inputs, kernel, self.strides[0], "cpu")
+
+    def get_config(self):
+        config = super().get_config()
+        config["implementation"] = self.implementation
+        return config
