@@ -79,8 +79,11 @@ class Runner:
                 input_normalized=config.uses_dali,
                 image_size=config.input_size,
                 seed=config.seed,
+                quantization=quantization_config(config),
             )
-            self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+            # ONLY_FIRST_REPLICA: every replica steps it once per step; with several replicas one increment counts.
+            self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
+                                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         self.regularized = resnet.regularized_variables(self.model)
 
     # ------------------------------------------------------------------ data
@@ -148,8 +151,7 @@ class Runner:
     def _checkpoint_manager(self, checkpoint):
         return tf.train.CheckpointManager(
             checkpoint, self.config.model_dir, max_to_keep=5, keep_checkpoint_every_n_hours=3,
-            checkpoint_name=CHECKPOINT_PREFIX, step_counter=self.global_step,
-            checkpoint_interval=self.config.checkpoint_interval)
+            checkpoint_name=CHECKPOINT_PREFIX)
 
     def _restore(self, checkpoint, path, partial=False):
         try:
@@ -203,7 +205,7 @@ class Runner:
             source = resnet.build_model(
                 self.config.arch, num_classes=self.config.num_classes, compute_format=self.config.data_format,
                 use_final_conv=self.config.use_final_conv, input_normalized=self.config.uses_dali,
-                image_size=self.config.input_size)
+                image_size=self.config.input_size, quantization=quantization_config(self.config))
             self._restore(tf.train.Checkpoint(model=source), path, partial=True)
             for target, value in zip(self.model.trainable_variables, source.trainable_variables):
                 target.assign(value)
@@ -240,6 +242,7 @@ class Runner:
             grads = tape.gradient(scaled, trainable)
             if static_scale:
                 grads = [g / static_scale for g in grads]
+            grads = self.distribution.reduce_gradients(grads)  # average over workers (utils/distributed.py)
             scale_before = optimizers.current_loss_scale(optimizer, static_scale)
             optimizer.apply(grads, trainable)
             skipped = tf.less(optimizers.current_loss_scale(optimizer, static_scale), scale_before)
@@ -248,7 +251,10 @@ class Runner:
             return {"cross_entropy": cross_entropy, "l2_loss": l2, "total_loss": total, "learning_rate": lr,
                     "top1_hits": top1, "loss_scale": scale_before, "skipped": skipped}
 
-        compiled = tf.function(replica_step, jit_compile=config.xla or None, reduce_retracing=True)
+        jit = config.xla and self.distribution.jit_in_step
+        if config.xla and not jit:  # collectives in the step: let XLA cluster around them
+            tf.config.optimizer.set_jit("autoclustering")
+        compiled = tf.function(replica_step, jit_compile=jit or None, reduce_retracing=True)
 
         @tf.function
         def train_step(images, labels):
@@ -269,6 +275,7 @@ class Runner:
             optimizer = optimizers.build_optimizer(schedule, config.momentum,
                                                    "dynamic" if self.loss_scaling == "dynamic" else None)
             optimizer.build(self.model.trainable_variables)
+            self.distribution.prepare_optimizer(optimizer)
 
         checkpoint = self._checkpoint(optimizer)
         manager = None
@@ -278,6 +285,7 @@ class Runner:
                 self._restore(checkpoint, manager.latest_checkpoint)
             elif config.finetune_checkpoint:
                 self._finetune_from(config.finetune_checkpoint)
+        self.distribution.broadcast_variables(self.model.variables + optimizer.variables + [self.global_step])
         current_step = int(self.global_step.numpy())
 
         run_iter = config.run_iter
@@ -301,12 +309,17 @@ class Runner:
             log.print("Using {} learning rate schedule".format("cosine" if config.cosine_lr else "step"))
             if config.mixup > 0:
                 log.print("Using mixup training with beta=", config.mixup)
+            if config.quantize:  # SPEC §4.9: the original's two QAT log lines
+                log.log(step="PARAMETER", data={"MODE": "USING SYMMETRIC MODE" if config.symmetric
+                                                else "USING ASSYMETRIC MODE"})
+                log.log(step="PARAMETER", data={"QUANTIZATION AWARE TRAINING ENABLED": True})
         print("Current step: {}".format(current_step), flush=True)
         if run_iter == 0:
             log.print("Model already trained required number of steps. Skipped")
             return
         # With --seed the stream restarts where the restored step left it (exact resume, docs/RELIABILITY.md).
         dataset = self._train_dataset(is_benchmark, start_step=current_step if config.seed is not None else 0)
+        dataset = self.distribution.distribute_dataset(dataset)
         if manager is not None and self.distribution.is_chief and manager.latest_checkpoint is None:
             manager.save(checkpoint_number=current_step, check_interval=False)
             self._copy_labels_file()
@@ -338,8 +351,8 @@ class Runner:
                             for key in ("cross_entropy", "l2_loss", "total_loss", "learning_rate", "loss_scale"):
                                 tf.summary.scalar(key, float(values[key]))
                             tf.summary.scalar("train_imgs_per_sec", meter.last_ips)
-                    if manager is not None:
-                        manager.save(checkpoint_number=step, check_interval=True)
+                    if manager is not None and step % config.checkpoint_interval == 0:
+                        manager.save(checkpoint_number=step, check_interval=False)
                 if progress is not None:
                     progress.update(1)
                 if self.distribution.any_worker_flag(stop.requested):
@@ -348,10 +361,15 @@ class Runner:
         if progress is not None:
             progress.close()
 
-        if manager is not None and self.distribution.is_chief:
-            manager.save(checkpoint_number=int(self.global_step.numpy()), check_interval=False)
+        final_step = int(self.global_step.numpy())
+        if manager is not None and self.distribution.is_chief and \
+                not (manager.latest_checkpoint or "").endswith("-{}".format(final_step)):
+            manager.save(checkpoint_number=final_step, check_interval=False)
         if writer is not None:
             writer.flush()
+        self.distribution.debug_dump_weights(  # test hook, only with RN50_DEBUG_WEIGHTS_DIR (utils/distributed.py)
+            self.model.trainable_variables + optimizer.variables,
+            self.model.non_trainable_variables + [self.global_step], final_step)
         if self.distribution.is_chief:
             log.log(step=(), data=meter.summary("train"))
             if stats.skipped_total:
@@ -446,6 +464,13 @@ class Runner:
         results.update(meter.summary("eval"))
         results.update(meter.latencies())
         log.log(step=(), data=results)
+        if not is_benchmark and self.distribution.is_chief:
+            # TensorBoard beside the training scalars (the Estimator's model_dir/eval), at the evaluated step.
+            writer = tf.summary.create_file_writer(os.path.join(config.model_dir, "eval"))
+            with writer.as_default(step=int(self.global_step.numpy())):
+                for key in ("top1_accuracy", "top5_accuracy", "eval_throughput"):
+                    tf.summary.scalar(key, results[key])
+            writer.close()
         log.print("Model evaluation finished")
         if export_dir:
             self.exported_path = self.export(export_dir)
@@ -577,6 +602,15 @@ class ThroughputMeter:
             "eval_latency_p95": float(np.quantile(times, 0.95)),
             "eval_latency_p99": float(np.quantile(times, 0.99)),
         }
+
+
+def quantization_config(config):
+    """QAT settings for resnet.build_model (None without --quantize); training calls quantise, evaluation,
+    predict and export run the float path (SPEC §4.9)."""
+    if not config.quantize:
+        return None
+    from model.layers.quantization import QuantizationConfig
+    return QuantizationConfig(symmetric=config.symmetric, use_qdq=config.use_qdq, quant_delay=config.quant_delay)
 
 
 def precision_policy(amp):

@@ -1,0 +1,237 @@
+"""End-to-end CLI tests of every mode (SPEC §2.2) on synthetic data and on tiny TFRecords, in subprocesses."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests._data_helpers import write_tfrecord_shards
+from utils.logger import read_log
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NUM_CLASSES = 11  # the helper writes labels 1..10
+SMALL = ["--num_classes", str(NUM_CLASSES), "--image_size", "32", "--weight_init", "fan_in",
+         "--lr_warmup_epochs", "0", "--display_every", "1", "--no_progress"]
+
+
+def run_main(*args, check=True, timeout=600):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    result = subprocess.run([sys.executable, "main.py", *map(str, args)], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError("main.py failed ({}):\n{}\n{}".format(result.returncode, result.stdout[-3000:],
+                                                                   result.stderr[-3000:]))
+    return result
+
+
+def logged(results_dir, key):
+    return [r for r in read_log(os.path.join(results_dir, "log.json")) if r["type"] == "LOG" and key in r["data"]]
+
+
+def checkpoint_steps(model_dir):
+    return sorted(int(p.rsplit("-", 1)[1].split(".")[0]) for p in glob.glob(os.path.join(model_dir, "model.ckpt-*.index")))
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tfrecords")
+    write_tfrecord_shards(str(directory), "train", 2, 24, 40, num_classes=NUM_CLASSES, with_bbox=True)
+    write_tfrecord_shards(str(directory), "validation", 1, 20, 40, num_classes=NUM_CLASSES, seed=1)
+    (directory / "labels.txt").write_text("\n".join("class_%d" % i for i in range(NUM_CLASSES)) + "\n")
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, data_dir):
+    """6 steps of training with a checkpoint every 3 steps, then a resume request that has nothing left to do."""
+    results = str(tmp_path_factory.mktemp("trained"))
+    run_main("--mode", "train", "--data_dir", data_dir, "--batch_size", 8, "--num_iter", 3, "--iter_unit", "batch",
+             "--results_dir", results, "--checkpoint_interval", 3, "--seed", 7, *SMALL)
+    first = checkpoint_steps(results)
+    second = run_main("--mode", "train", "--data_dir", data_dir, "--batch_size", 8, "--num_iter", 6,
+                      "--iter_unit", "batch", "--results_dir", results, "--checkpoint_interval", 3, "--seed", 7,
+                      *SMALL)
+    third = run_main("--mode", "train", "--data_dir", data_dir, "--batch_size", 8, "--num_iter", 6,
+                     "--iter_unit", "batch", "--results_dir", results, "--checkpoint_interval", 3, "--seed", 7,
+                     *SMALL)
+    return {"dir": results, "first_ckpts": first, "second": second, "third": third}
+
+
+def test_training_benchmark_on_synthetic_data(tmp_path):
+    results = str(tmp_path)
+    out = run_main("--mode", "training_benchmark", "--batch_size", 4, "--num_iter", 8, "--iter_unit", "batch",
+                   "--warmup_steps", 2, "--display_every", 2, "--synthetic_data_size", 32, "--num_classes", 11,
+                   "--results_dir", results, "--no_progress").stdout
+    assert "Using Synthetic Data ..." in out
+    ips = logged(results, "total_ips")
+    assert [r["step"] for r in ips] == [[0, 4], [0, 6], [0, 8]]
+    final = logged(results, "train_throughput")[-1]
+    assert final["step"] == [] and final["data"]["train_throughput"] > 0
+    assert final["data"]["train_throughput_total"] > 0
+    parameters = logged(results, "arch")[0]
+    assert parameters["step"] == "PARAMETER" and parameters["data"]["batch_size"] == 4
+    assert not glob.glob(os.path.join(results, "model.ckpt-*")), "benchmarks write no checkpoints"
+
+
+def test_benchmark_with_fewer_steps_than_warmup_still_reports(tmp_path):
+    results = str(tmp_path)
+    run_main("--mode", "training_benchmark", "--batch_size", 2, "--num_iter", 2, "--iter_unit", "batch",
+             "--warmup_steps", 50, "--synthetic_data_size", 32, "--num_classes", 5, "--results_dir", results,
+             "--no_progress")
+    assert logged(results, "train_throughput")[-1]["data"]["train_throughput"] > 0
+
+
+def test_train_checkpoints_resume_and_already_trained(trained):
+    results = trained["dir"]
+    assert trained["first_ckpts"] == [0, 3]
+    assert "Current step: 3" in trained["second"].stdout
+    assert checkpoint_steps(results) == [0, 3, 6]
+    assert "Current step: 6" in trained["third"].stdout
+    assert "Model already trained required number of steps. Skipped" in trained["third"].stdout
+    steps = [r["step"][1] for r in logged(results, "total_loss") if len(r["step"]) == 2]
+    assert steps == [1, 2, 3, 4, 5, 6]  # no step was done twice and the third run did none
+    for record in logged(results, "total_loss"):
+        assert np.isfinite(record["data"]["total_loss"])
+        assert record["data"]["l2_loss"] > 0
+    assert os.path.isfile(os.path.join(results, "labels.txt"))
+
+
+def test_same_seed_gives_bit_identical_losses(tmp_path, data_dir):
+    losses = []
+    for run in ("a", "b"):
+        results = str(tmp_path / run)
+        run_main("--mode", "train", "--data_dir", data_dir, "--batch_size", 8, "--num_iter", 3, "--iter_unit",
+                 "batch", "--results_dir", results, "--seed", 11, "--mixup", 0.2, "--label_smoothing", 0.1, *SMALL)
+        losses.append([r["data"]["total_loss"] for r in logged(results, "total_loss") if len(r["step"]) == 2])
+    assert len(losses[0]) == 3
+    assert losses[0] == losses[1]
+
+
+def test_evaluate_logs_accuracy_and_latency(trained, data_dir):
+    results = trained["dir"]
+    out = run_main("--mode", "evaluate", "--data_dir", data_dir, "--batch_size", 5, "--results_dir", results,
+                   "--warmup_steps", 1, *SMALL).stdout
+    assert "Model evaluation finished" in out and "Evaluation Steps 4" in out
+    final = logged(results, "top1_accuracy")[-1]["data"]
+    assert 0.0 <= final["top1_accuracy"] <= final["top5_accuracy"] <= 1.0
+    for key in ("eval_throughput", "eval_throughput_total", "eval_latency_avg", "eval_latency_p90",
+                "eval_latency_p95", "eval_latency_p99"):
+        assert final[key] > 0, key
+
+
+def test_inference_benchmark_runs_on_fresh_weights(tmp_path):
+    results = str(tmp_path)
+    out = run_main("--mode", "inference_benchmark", "--batch_size", 4, "--num_iter", 5, "--iter_unit", "batch",
+                   "--warmup_steps", 1, "--display_every", 2, "--synthetic_data_size", 32, "--num_classes", 5,
+                   "--results_dir", results, "--no_progress").stdout
+    assert "freshly initialised weights" in out
+    assert [r["step"] for r in logged(results, "total_ips")] == [[0, 3], [0, 5]]
+    assert logged(results, "eval_throughput")[-1]["data"]["eval_latency_p99"] > 0
+
+
+def test_predict_on_directory_prints_top5_with_class_names(trained, tmp_path):
+    from PIL import Image
+    images = tmp_path / "images"
+    images.mkdir()
+    rng = np.random.default_rng(0)
+    for name in ("a.jpg", "b.png"):
+        Image.fromarray(rng.integers(0, 255, (48, 40, 3), dtype=np.uint8)).save(images / name)
+    out = run_main("--mode", "predict", "--to_predict", images, "--batch_size", 1, "--results_dir",
+                   trained["dir"], *SMALL).stdout
+    lines = [line for line in out.splitlines() if line.startswith(str(images))]
+    assert len(lines) == 2
+    for line in lines:
+        entries = line.split(": ", 1)[1].split(", ")
+        assert len(entries) == 5
+        probabilities = [float(entry.rsplit(" ", 1)[1]) for entry in entries]
+        assert probabilities == sorted(probabilities, reverse=True)
+        assert "(class_" in entries[0]
+    assert "Ending Inference ..." in out
+
+
+def test_export_round_trip_matches_in_memory_model(trained, data_dir, tmp_path):
+    export_dir = str(tmp_path / "export")
+    run_main("--mode", "evaluate", "--data_dir", data_dir, "--batch_size", 5, "--results_dir", trained["dir"],
+             "--export_dir", export_dir, *SMALL)
+    (exported,) = glob.glob(os.path.join(export_dir, "*"))
+    assert not os.path.basename(exported).startswith(".tmp")
+    script = """
+import json, sys, numpy as np, tensorflow as tf
+from model import resnet
+model = resnet.build_model("resnet50", num_classes=%d, image_size=32)
+tf.train.Checkpoint(model=model).read(tf.train.latest_checkpoint(%r)).expect_partial()
+images = np.random.default_rng(0).uniform(0, 255, (3, 32, 32, 3)).astype(np.float32)
+loaded = tf.saved_model.load(%r)
+sig = loaded.signatures["serving_default"]
+out = sig(input=tf.constant(images))
+pred = loaded.signatures["predict"](input=tf.constant(images))
+expected = tf.nn.softmax(model(images, training=False)).numpy()
+print(json.dumps({"diff": float(np.abs(out["probabilities"].numpy() - expected).max()),
+                  "dtypes": [out["classes"].dtype.name, out["probabilities"].dtype.name],
+                  "same": bool(np.array_equal(out["classes"].numpy(), pred["classes"].numpy())),
+                  "argmax": bool(np.array_equal(out["classes"].numpy(), expected.argmax(1)))}))
+""" % (NUM_CLASSES, trained["dir"], exported)
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["diff"] < 1e-5
+    assert report["dtypes"] == ["int32", "float32"]
+    assert report["same"] and report["argmax"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--mode", "train", "--batch_size", "4"], "`data_dir` must be specified for training!"),
+    (["--mode", "evaluate", "--batch_size", "4"], "`data_dir` must be specified for evaluation!"),
+    (["--mode", "predict", "--batch_size", "1"], "No data to predict on."),
+    (["--mode", "predict", "--batch_size", "1", "--to_predict", "/nonexistent/x.jpg"], "does not exist"),
+    (["--mode", "train", "--batch_size", "4", "--data_dir", "/nonexistent"], "does not exist"),
+    (["--batch_size", "4", "--bogus"], "Invalid command line arg(s)"),
+    (["--batch_size", "0"], "--batch_size must be a positive integer"),
+])
+def test_bad_input_is_one_clear_line_and_writes_nothing(tmp_path, args, message):
+    model_dir = tmp_path / "model"
+    result = run_main(*args, "--results_dir", tmp_path / "results", "--model_dir", model_dir, check=False)
+    assert result.returncode == 2
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
+    assert error_lines and message in error_lines[-1]
+    assert "Traceback" not in result.stderr
+    assert not model_dir.exists() and not (tmp_path / "results").exists()
+
+
+def test_bad_choice_exits_nonzero(tmp_path):
+    result = run_main("--batch_size", "4", "--arch", "resnet18", check=False)
+    assert result.returncode == 2 and "invalid choice" in result.stderr
+
+
+def test_predict_and_evaluate_without_checkpoint_fail_clearly(tmp_path, data_dir):
+    image = tmp_path / "x.png"
+    from PIL import Image
+    Image.fromarray(np.zeros((40, 40, 3), np.uint8)).save(image)
+    result = run_main("--mode", "predict", "--to_predict", image, "--batch_size", 1, "--results_dir",
+                      tmp_path / "empty", *SMALL, check=False)
+    assert result.returncode == 2 and "no checkpoint in model_dir" in result.stderr
+    result = run_main("--mode", "evaluate", "--data_dir", data_dir, "--batch_size", 4, "--results_dir",
+                      tmp_path / "empty2", *SMALL, check=False)
+    assert result.returncode == 2 and "no checkpoint in model_dir" in result.stderr
+
+
+def test_no_train_files_is_a_clear_error(tmp_path):
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "validation", 1, 4, 32, num_classes=NUM_CLASSES)
+    result = run_main("--mode", "train", "--data_dir", data, "--batch_size", 2, "--results_dir", tmp_path / "r",
+                      *SMALL, check=False)
+    assert result.returncode == 2
+    assert "no train-* files" in result.stderr.splitlines()[-1]
+    assert not glob.glob(str(tmp_path / "r" / "model.ckpt-*"))
+
+
+def test_log_records_are_valid_json_lines(trained):
+    with open(os.path.join(trained["dir"], "log.json")) as handle:
+        for line in handle:
+            assert line.startswith("DLLL ")
+            json.loads(line[5:])

@@ -1,0 +1,157 @@
+"""utils/plot_log.py: curves and CSV from a DLLL log written by utils.logger.DLLogger."""
+
+import csv
+import math
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from utils import plot_log
+from utils.logger import DLLogger
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def write_training_log(path, epochs=3, steps_per_epoch=20, display_every=3, evaluate=True):
+    """A log shaped like Runner.train + Runner.evaluate's: returns the training records as (step, data)."""
+    logger = DLLogger(str(path), stdout=False)
+    logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "train_and_evaluate", "batch_size": 32})
+    logged = []
+    for step in range(1, epochs * steps_per_epoch + 1):
+        epoch = (step - 1) // steps_per_epoch
+        cross_entropy = 6.9 * math.exp(-step / 25.0) + 0.5
+        data = {"imgs_per_sec": 400.0 + step % 7, "cross_entropy": cross_entropy, "l2_loss": 0.25 - step / 1000.0,
+                "total_loss": cross_entropy + 0.25 - step / 1000.0, "learning_rate": 0.1 * min(1.0, step / 20.0)}
+        if (step - 1) % display_every == 0:
+            logger.log(step=(epoch, step), data=data)
+            logged.append(((epoch, step), data))
+        if step % steps_per_epoch == 0:
+            logger.log(step=(epoch,), data={k: data[k] for k in ("cross_entropy", "l2_loss", "total_loss",
+                                                                 "learning_rate")})
+    logger.log(step=(), data={"train_throughput": 403.0, "train_throughput_total": 401.5})
+    if evaluate:
+        logger.log(step=(), data={"top1_accuracy": 0.7523, "top5_accuracy": 0.9268, "eval_throughput": 1200.0,
+                                  "eval_latency_avg": 26.5, "eval_latency_p90": 27.0, "eval_latency_p95": 27.5,
+                                  "eval_latency_p99": 29.0})
+    logger.close()
+    return logged
+
+
+def read_csv(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def png_size(path):
+    with open(path, "rb") as handle:
+        header = handle.read(24)
+    assert header[:8] == PNG_SIGNATURE and header[12:16] == b"IHDR"
+    return struct.unpack(">II", header[16:24])
+
+
+def test_plot_and_csv_match_the_log(tmp_path, capsys):
+    log_path = tmp_path / "log.json"
+    logged = write_training_log(log_path)
+    png, table = tmp_path / "out" / "curves.png", tmp_path / "steps.csv"
+    assert plot_log.main([str(log_path), "-o", str(png), "--csv", str(table)]) == 0
+    assert "wrote" in capsys.readouterr().out
+
+    width, height = png_size(png)
+    assert width >= 800 and height >= 600
+    assert png.stat().st_size > 20_000  # four panels of curves, not an empty canvas
+    from PIL import Image
+    with Image.open(png) as image:
+        image.verify()
+
+    rows = read_csv(table)
+    assert list(rows[0]) == list(plot_log.CSV_COLUMNS)
+    assert len(rows) == len(logged)
+    for row, ((epoch, step), data) in zip(rows, logged, strict=True):
+        assert (int(row["epoch"]), int(row["global_step"])) == (epoch, step)
+        for key, value in data.items():
+            assert float(row[key]) == value  # exact: the CSV keeps every digit
+        assert row["total_ips"] == ""
+
+
+def test_default_output_is_next_to_the_log(tmp_path):
+    log_path = tmp_path / "log.json"
+    write_training_log(log_path, epochs=1, evaluate=False)
+    args = plot_log.parse_args([str(log_path)])
+    assert args.output == str(tmp_path / "curves.png")
+
+
+def test_resumed_log_keeps_the_later_record_of_a_step(tmp_path):
+    log_path = tmp_path / "log.json"
+    logger = DLLogger(str(log_path), stdout=False)
+    for step, loss in ((1, 5.0), (2, 4.0), (3, 3.0), (2, 3.9), (3, 2.9), (4, 2.0)):  # resumed from step 1
+        logger.log(step=(0, step), data={"cross_entropy": loss, "total_loss": loss, "learning_rate": 0.1,
+                                         "l2_loss": 0.0, "imgs_per_sec": 10.0})
+    logger.close()
+    rows = plot_log.step_table(plot_log.load_log(str(log_path))[0])
+    assert [(r["global_step"], r["cross_entropy"]) for r in rows] == [(1, 5.0), (2, 3.9), (3, 2.9), (4, 2.0)]
+
+
+def test_benchmark_log_plots_total_ips(tmp_path):
+    log_path = tmp_path / "log.json"
+    logger = DLLogger(str(log_path), stdout=False)
+    for index in (10, 20, 30):
+        logger.log(step=(0, index), data={"total_ips": 100.0 + index})
+    logger.log(step=(), data={"train_throughput": 120.0})
+    logger.close()
+    table = tmp_path / "bench.csv"
+    rows = plot_log.run(str(log_path), str(tmp_path / "bench.png"), str(table))
+    assert [r["total_ips"] for r in rows] == [110.0, 120.0, 130.0]
+    assert [(r["global_step"], float(r["total_ips"])) for r in read_csv(table)] == \
+        [("10", 110.0), ("20", 120.0), ("30", 130.0)]
+    assert (tmp_path / "bench.png").read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_final_results_follow_the_last_training_step(tmp_path):
+    log_path = tmp_path / "log.json"
+    write_training_log(log_path, epochs=1, steps_per_epoch=10, display_every=4)
+    finals = plot_log.final_results(plot_log.load_log(str(log_path))[0])
+    assert [step for step, _ in finals] == [9, 9]
+    assert finals[1][1]["top1_accuracy"] == 0.7523
+
+
+def _error(argv, capsys):
+    assert plot_log.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ERROR: ") and err.count("\n") == 1
+    return err
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "does not exist"),
+    ("", "no DLLL records"),
+    ("just some text\nDLL 2026-01-01 - () top1_accuracy : 0.5\n", "no DLLL records"),
+    ('DLLL {"type": "LOG", "step": [], "data": {"top1_accuracy": 0.7, "top5_accuracy": 0.9}}\n',
+     "no training steps"),
+])
+def test_errors(tmp_path, capsys, content, message):
+    log_path = tmp_path / "log.json"
+    if content is not None:
+        log_path.write_text(content)
+    output = tmp_path / "curves.png"
+    assert message in _error([str(log_path), "-o", str(output)], capsys)
+    assert not output.exists()
+
+
+def test_directory_is_not_a_log(tmp_path, capsys):
+    assert "not a file" in _error([str(tmp_path)], capsys)
+
+
+def test_command_line(tmp_path):
+    log_path = tmp_path / "log.json"
+    write_training_log(log_path, epochs=1, evaluate=False)
+    done = subprocess.run([sys.executable, "-m", "utils.plot_log", str(log_path), "-o", str(tmp_path / "c.png")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "c.png").read_bytes()[:8] == PNG_SIGNATURE
+    missing = subprocess.run([sys.executable, "-m", "utils.plot_log", str(tmp_path / "none.json")],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and missing.stderr.startswith("ERROR: ")

@@ -1,0 +1,276 @@
+"""Training curves from a DLLL log (the JSON lines written by utils.logger.DLLogger, SPEC §6.3).
+
+    python -m utils.plot_log results/log.json -o curves.png [--csv steps.csv]
+
+Draws four panels, like the original's imgs/train_loss.png: loss (cross_entropy, total_loss), learning rate,
+throughput (imgs_per_sec per logged step, benchmark total_ips, the final train_throughput as a line) and the
+final top-1 / top-5 accuracy as annotated points. `--csv` writes the per-step table.
+
+Records read (by their `step`):
+    [epoch, global_step]   training step: imgs_per_sec, cross_entropy, l2_loss, total_loss, learning_rate
+    [0, i]                 benchmark step (training_benchmark / inference_benchmark): total_ips
+    [epoch]                end of an epoch (not plotted; the per-step records carry the same curves)
+    []                     final results: train_throughput, top1_accuracy, top5_accuracy, eval_throughput, ...
+A resumed run appends to the same log and repeats the steps since its last checkpoint; the later record of a
+step wins.
+"""
+
+import argparse
+import csv
+import itertools
+import math
+import os
+import sys
+
+from utils.errors import UserError
+from utils.logger import read_log
+
+TRAIN_KEYS = ("imgs_per_sec", "cross_entropy", "l2_loss", "total_loss", "learning_rate")
+BENCHMARK_KEY = "total_ips"
+CSV_COLUMNS = ("epoch", "global_step") + TRAIN_KEYS + (BENCHMARK_KEY,)
+FINAL_TEXT_KEYS = (  # (key, label, format) shown in the accuracy panel's summary box when present
+    ("train_throughput", "train throughput", "{:.1f} img/s"),
+    ("eval_throughput", "eval throughput", "{:.1f} img/s"),
+    ("eval_latency_avg", "eval latency avg", "{:.2f} ms"),
+    ("eval_latency_p99", "eval latency p99", "{:.2f} ms"),
+)
+MAX_EPOCH_LINES = 20
+RUN_PARAMETERS = ("arch", "mode", "batch_size", "amp", "xla")  # shown in the title when the log has them
+
+
+def load_log(path):
+    """Reads `path` and returns `(records, parameters)`; UserError if it is missing or holds no DLLL records."""
+    if not os.path.exists(path):
+        raise UserError("log file {} does not exist".format(path))
+    if not os.path.isfile(path):
+        raise UserError("{} is not a file (pass the DLLL log, e.g. results/log.json)".format(path))
+    try:
+        records = read_log(path)
+    except UnicodeDecodeError:
+        raise UserError("{} is not a text DLLL log".format(path)) from None
+    logs = [r for r in records if r.get("type") == "LOG" and isinstance(r.get("data"), dict)]
+    if not logs:
+        raise UserError("{} has no DLLL records (expected lines `DLLL {{json}}` written by main.py)".format(path))
+    parameters = {}
+    for record in logs:
+        if record.get("step") == "PARAMETER":
+            parameters.update(record["data"])
+    return logs, parameters
+
+
+def step_table(records):
+    """One row per logged step, sorted by (kind, step): dicts with the keys of CSV_COLUMNS (None when absent).
+
+    Training rows come from records with step [epoch, global_step] and a training key; benchmark rows from step
+    [0, i] with total_ips (their `global_step` is the benchmark step index)."""
+    rows = {}
+    for record in records:
+        step, data = record.get("step"), record["data"]
+        if not (isinstance(step, list) and len(step) == 2):
+            continue
+        if BENCHMARK_KEY in data:
+            kind = "benchmark"
+        elif any(key in data for key in TRAIN_KEYS):
+            kind = "train"
+        else:
+            continue
+        row = {column: None for column in CSV_COLUMNS}
+        row["epoch"], row["global_step"] = int(step[0]), int(step[1])
+        for key in TRAIN_KEYS + (BENCHMARK_KEY,):
+            if key in data:
+                row[key] = float(data[key])
+        rows[(kind, row["global_step"])] = row  # later record of the same step wins (resume)
+    return [rows[key] for key in sorted(rows, key=lambda k: (k[0] != "train", k[1]))]
+
+
+def final_results(records):
+    """The step-[] records in file order, each paired with the last training step logged before it."""
+    results, last_step = [], 0
+    for record in records:
+        step, data = record.get("step"), record["data"]
+        if isinstance(step, list) and len(step) == 2 and BENCHMARK_KEY not in data:
+            last_step = int(step[1])
+        elif step == []:
+            results.append((last_step, data))
+    return results
+
+
+def write_csv(rows, path):
+    _make_parent(path)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(CSV_COLUMNS)
+        for row in rows:
+            # repr() keeps every float exactly (a reader gets back the logged value).
+            writer.writerow(["" if row[c] is None else repr(row[c]) for c in CSV_COLUMNS])
+
+
+def plot(rows, finals, output, title=""):
+    """Writes the four-panel PNG to `output` with matplotlib's Agg canvas (no display, no pyplot state)."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise UserError("matplotlib is not installed (pip install -r requirements.txt)") from None
+
+    train = [r for r in rows if r[BENCHMARK_KEY] is None]
+    bench = [r for r in rows if r[BENCHMARK_KEY] is not None]
+    figure = Figure(figsize=(13, 8.5), dpi=100, layout="constrained")
+    FigureCanvasAgg(figure)
+    (ax_loss, ax_lr), (ax_ips, ax_acc) = figure.subplots(2, 2)
+    if title:
+        figure.suptitle(title)
+
+    def series(key, source=train):
+        points = [(r["global_step"], r[key]) for r in source if r[key] is not None]
+        return [p[0] for p in points], [p[1] for p in points]
+
+    # A thin line where the epoch changes, so the global-step axis also reads in epochs (not for long runs,
+    # where the lines would hide the curves).
+    epoch_starts = [after["global_step"] for before, after in itertools.pairwise(train)
+                    if after["epoch"] != before["epoch"]]
+
+    def epoch_lines(axis):
+        for step in epoch_starts if len(epoch_starts) <= MAX_EPOCH_LINES else ():
+            axis.axvline(step, color="0.6", linestyle=":", linewidth=0.8, zorder=0)
+
+    for key in ("cross_entropy", "total_loss"):
+        steps, values = series(key)
+        if steps:
+            ax_loss.plot(steps, values, marker="." if len(steps) < 50 else None, label=key)
+    if not train:
+        _no_data(ax_loss, "no training steps (benchmark log)")
+        _no_data(ax_lr, "no training steps (benchmark log)")
+    _finish(ax_loss, "Loss", "global step", "loss")
+    epoch_lines(ax_loss)
+
+    steps, values = series("learning_rate")
+    if steps:
+        ax_lr.plot(steps, values, color="tab:green", marker="." if len(steps) < 50 else None)
+    _finish(ax_lr, "Learning rate", "global step", "learning rate", legend=False)
+    epoch_lines(ax_lr)
+
+    steps, values = series("imgs_per_sec")
+    if steps:
+        ax_ips.plot(steps, values, color="tab:purple", linewidth=0.9, label="imgs_per_sec (per step)")
+    steps, values = series(BENCHMARK_KEY, bench)
+    if steps:
+        ax_ips.plot(steps, values, color="tab:orange", linewidth=0.9, label="total_ips (benchmark step)")
+    for _, data in finals:
+        if "train_throughput" in data:
+            ax_ips.axhline(data["train_throughput"], color="black", linestyle="--", linewidth=1,
+                           label="train_throughput {:.1f} img/s".format(data["train_throughput"]))
+    ax_ips.set_ylim(0, ax_ips.get_ylim()[1] * 1.1)  # headroom so the top of the curve is not on the frame
+    _finish(ax_ips, "Throughput", "global step (benchmark: step index)", "images / s")
+
+    _plot_accuracy(ax_acc, finals, ax_loss.get_xlim() if train else None)
+
+    _make_parent(output)
+    try:
+        figure.savefig(output, format="png")
+    except OSError as error:
+        raise UserError("cannot write {}: {}".format(output, error.strerror or error)) from None
+
+
+def _plot_accuracy(axis, finals, xlim):
+    evaluations = [(step, data) for step, data in finals if "top1_accuracy" in data or "top5_accuracy" in data]
+    for key, color, offset in (("top1_accuracy", "tab:blue", -14), ("top5_accuracy", "tab:red", 8)):
+        points = [(step, 100.0 * data[key]) for step, data in evaluations if key in data]
+        if not points:
+            continue
+        axis.plot([p[0] for p in points], [p[1] for p in points], "o", color=color,
+                  label=key.replace("_accuracy", ""), linestyle="-" if len(points) > 1 else "none")
+        for step, value in points:
+            axis.annotate("{:.2f}%".format(value), (step, value), textcoords="offset points",
+                          xytext=(6, offset), color=color)
+    if evaluations:
+        axis.set_ylim(0, 105)
+        # The training panels' step axis, so an evaluation sits under the step it followed.
+        steps = [step for step, _ in evaluations]
+        low, high = xlim if xlim else (min(steps), max(steps))
+        margin = max(1.0, 0.05 * (high - low))
+        axis.set_xlim(min(low, min(steps) - margin), max(high, max(steps) + 8 * margin))
+    else:
+        _no_data(axis, "no evaluation in this log")
+    summary = []
+    last = {}
+    for _, data in finals:
+        last.update(data)
+    for key, label, fmt in FINAL_TEXT_KEYS:
+        if isinstance(last.get(key), (int, float)) and math.isfinite(last[key]):
+            summary.append("{}: {}".format(label, fmt.format(last[key])))
+    if summary:
+        axis.text(0.02, 0.03, "\n".join(summary), transform=axis.transAxes, va="bottom", fontsize=9,
+                  bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "0.7"})
+    _finish(axis, "Accuracy (end of training)", "global step", "accuracy (%)", legend=bool(evaluations))
+
+
+def _no_data(axis, text):
+    axis.text(0.5, 0.55, text, ha="center", va="center", transform=axis.transAxes, color="0.4")
+
+
+def _finish(axis, title, xlabel, ylabel, legend=True):
+    axis.set_title(title)
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.grid(True, alpha=0.3)
+    if legend and axis.get_legend_handles_labels()[0]:
+        axis.legend(loc="best", fontsize=9)
+
+
+def _make_parent(path):
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as error:
+        raise UserError("cannot create directory {}: {}".format(parent, error.strerror or error)) from None
+
+
+def _title(path, parameters):
+    details = []
+    for key in RUN_PARAMETERS:
+        value = parameters.get(key)
+        if value is None or value is False:
+            continue
+        details.append(key if value is True else "{} {}".format(key, value))
+    return "{}  ({})".format(path, ", ".join(details)) if details else path
+
+
+def run(log_path, output, csv_path=None):
+    """The whole tool as a function: returns the per-step rows it plotted."""
+    records, parameters = load_log(log_path)
+    rows = step_table(records)
+    if not rows:
+        raise UserError("{} has no training steps (no records with step [epoch, global_step] or benchmark "
+                        "[0, i]); an evaluate-only log has nothing to plot".format(log_path))
+    if csv_path:
+        write_csv(rows, csv_path)
+    plot(rows, final_results(records), output, title=_title(log_path, parameters))
+    return rows
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m utils.plot_log", description=__doc__.split("\n\n")[0])
+    parser.add_argument("log", help="DLLL log written by main.py (results_dir/log_filename, e.g. results/log.json)")
+    parser.add_argument("-o", "--output", default=None,
+                        help="PNG to write (default: curves.png next to the log)")
+    parser.add_argument("--csv", default=None, metavar="OUT.csv", help="also write the per-step table as CSV")
+    args = parser.parse_args(argv)
+    if args.output is None:
+        args.output = os.path.join(os.path.dirname(args.log), "curves.png")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        rows = run(args.log, args.output, args.csv)
+    except UserError as error:
+        print("ERROR: {}".format(error), file=sys.stderr, flush=True)
+        return 2
+    print("wrote {} ({} steps){}".format(args.output, len(rows), " and " + args.csv if args.csv else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
