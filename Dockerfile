@@ -28,10 +28,10 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 # Install steps first, the code last: editing the code does not invalidate the (slow) install layers.
-COPY requirements.txt requirements-dev.txt requirements-dali.txt ./
+COPY requirements.txt requirements-dev.txt requirements-dali.txt requirements-horovod.txt ./
 COPY scripts/install.sh scripts/install_horovod.sh scripts/
 ARG SKIP_DALI=0
-RUN USE_SYSTEM_PYTHON=1 SKIP_DALI="${SKIP_DALI}" bash scripts/install.sh
+RUN USE_SYSTEM_PYTHON=1 SKIP_DALI="${SKIP_DALI}" SKIP_HOROVOD=1 bash scripts/install.sh
 # A layer of its own: the Horovod build takes minutes and is cached apart from the requirements.
 # hadolint ignore=DL3059
 RUN USE_SYSTEM_PYTHON=1 bash scripts/install_horovod.sh

@@ -42,7 +42,9 @@ def check_mode_arguments(config):
         raise UserError("--finetune_checkpoint {} does not exist".format(config.finetune_checkpoint))
 
 
-def setup_devices(config):
+def setup_devices(config, engine=None):
+    """One GPU per process (--gpu_id alone; the local rank's under multi-process engines), all visible GPUs
+    under RN50_ENGINE=mirrored, none with --cpu."""
     import tensorflow as tf
     gpus = tf.config.list_physical_devices("GPU")
     if config.cpu or not gpus:
@@ -52,15 +54,22 @@ def setup_devices(config):
             raise UserError("--data_format NCHW needs a GPU (TensorFlow's CPU convolution and pooling kernels "
                             "are NHWC only); use --data_format NHWC")
         return
-    if config.gpu_id >= len(gpus):
-        raise UserError("--gpu_id {} but only {} GPU(s) visible".format(config.gpu_id, len(gpus)))
-    selected = gpus[config.gpu_id]
-    tf.config.set_visible_devices([selected], "GPU")
-    if config.uses_dali:
-        from utils.devices import limit_gpu_memory
-        limit_gpu_memory(selected, config.gpu_memory_fraction)
+    if engine is not None and engine.name == "mirrored":
+        selected_gpus = gpus
+    elif engine is not None and engine.multi_process:
+        # The launchers that pin one GPU per worker leave it alone visible; mpirun leaves all: take local_rank's.
+        selected_gpus = [gpus[engine.local_rank % len(gpus)]]
     else:
-        tf.config.experimental.set_memory_growth(selected, True)
+        if config.gpu_id >= len(gpus):
+            raise UserError("--gpu_id {} but only {} GPU(s) visible".format(config.gpu_id, len(gpus)))
+        selected_gpus = [gpus[config.gpu_id]]
+    tf.config.set_visible_devices(selected_gpus, "GPU")
+    for selected in selected_gpus:
+        if config.uses_dali:
+            from utils.devices import limit_gpu_memory
+            limit_gpu_memory(selected, config.gpu_memory_fraction)
+        else:
+            tf.config.experimental.set_memory_growth(selected, True)
 
 
 def run(argv=None):
@@ -76,9 +85,12 @@ def run(argv=None):
     from utils import distributed
     from utils.logger import DLLogger
 
-    setup_devices(config)
-    distribution = distributed.single_process()
-    if distribution.size > 1 and config.mode in ("inference_benchmark", "predict"):
+    engine = distributed.init_engine(distributed.detect_engine())
+    if engine.size > 1 and config.mode in ("inference_benchmark", "predict"):
+        raise UserError("Only single GPU inference is implemented.")
+    setup_devices(config, engine)
+    distribution = distributed.create(engine)
+    if distribution.num_replicas > 1 and config.mode in ("inference_benchmark", "predict"):
         raise UserError("Only single GPU inference is implemented.")
     if distribution.is_chief:
         os.makedirs(config.results_dir, exist_ok=True)

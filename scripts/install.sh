@@ -5,6 +5,7 @@
 #   requirements-dev.txt   tests
 #   requirements-dali.txt  NVIDIA DALI and its TensorFlow plugin (the plugin compiles against the installed TF);
 #                          skip with SKIP_DALI=1
+#   scripts/install_horovod.sh  Horovod 0.28.1 built from source with one fix (several minutes); SKIP_HOROVOD=1
 # USE_SYSTEM_PYTHON=1 installs into the current interpreter instead of a venv (the Docker image does this).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,5 +24,8 @@ if [ "${SKIP_DALI:-0}" != "1" ]; then
   # build isolation (a single `pip install -r requirements-dali.txt` fails; see that file).
   "$PY" -m pip install --quiet "$(grep -E '^nvidia-dali-cuda' requirements-dali.txt)"
   "$PY" -m pip install --quiet --no-build-isolation -r requirements-dali.txt
+fi
+if [ "${SKIP_HOROVOD:-0}" != "1" ]; then
+  PY="$PY" bash scripts/install_horovod.sh
 fi
 echo "install.sh: done ($("$PY" -c 'import sys; print(sys.prefix)'))"

@@ -1,12 +1,44 @@
 """One small interface over the distribution engines (DESIGN: tf.distribute first, Horovod second).
 
-The runner only asks: which rank am I, how many workers, am I the chief, which strategy scopes the model, and
-"did any worker get a stop signal?". `single_process()` is the engine for one process on one device.
+The runner asks: which rank am I, how many workers, am I the chief, which strategy scopes the model, how do I
+feed it data, how are gradients averaged, and "did any worker get a stop signal?". Engines:
+
+- ``single``        one process, one device (``tf.distribute.get_strategy()``, the default strategy).
+- ``mirrored``      one process, every visible GPU (``MirroredStrategy``); opt in with ``RN50_ENGINE=mirrored``.
+- ``multi_worker``  one process per GPU and/or node (``MultiWorkerMirroredStrategy``): the cluster comes from
+                    ``TF_CONFIG`` (``python -m runtime.launch`` writes it) or from SLURM (``srun``).
+- ``horovod``       one process per GPU started by ``horovodrun``/``mpirun`` with ``horovod.tensorflow``
+                    importable (``scripts/install_horovod.sh``).
+
+Gradient aggregation (both engines; docs/SCALING.md). Each worker computes the gradient of its own mean loss
+over its own batch of ``--batch_size``; ``reduce_gradients`` replaces it with the AVERAGE over all replicas
+(Horovod's ``DistributedOptimizer`` default). Keras 3's optimizer (TF backend) would otherwise SUM the gradients
+across the replicas of a tf.distribute strategy inside ``optimizer.apply`` (``_all_reduce_sum_gradients``);
+``prepare_optimizer`` turns that second reduction off, so there is exactly one all-reduce per step. We average
+ourselves instead of scaling by 1/replicas and letting Keras sum because Keras' ``LossScaleOptimizer`` decides
+"finite or not" on the gradients it is given: on local gradients different replicas could decide differently
+(one skips the step, one all-reduces: a hang); on the averaged gradients every replica decides the same.
+``tests/test_distributed.py`` proves the average against a single-process computation.
+
+Dataset sharding: the input pipeline reads the file shard ``rank`` of ``size`` (the original's per-rank files);
+tf.distribute's auto-sharding is never applied on top (``distribute_dataset``).
 """
 
 import dataclasses
+import hashlib
+import json
+import os
 
 import tensorflow as tf
+
+from utils.errors import UserError
+
+# How often (in steps) the workers agree on a stop request (the original's TrainingPartitionHook sync_freq).
+SIGNAL_SYNC_EVERY = 10
+
+# Environment variables that mean "this process was started by mpirun / horovodrun" (Open MPI, MPICH/PMI,
+# Intel MPI, PMIx, Horovod's Gloo launcher).
+MPI_SIZE_VARIABLES = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
 
 
 @dataclasses.dataclass
@@ -16,6 +48,7 @@ class Distribution:
     size: int = 1
     local_rank: int = 0
     backend: str = "single"
+    _flag_calls: int = dataclasses.field(default=0, repr=False)
 
     @property
     def is_chief(self):
@@ -26,12 +59,252 @@ class Distribution:
         """Replicas whose batches make one global batch (workers x devices per worker)."""
         return self.strategy.num_replicas_in_sync
 
+    @property
+    def jit_in_step(self):
+        """Whether the per-replica train step may be `jit_compile`d: not when it holds collectives (XLA has no
+        kernels for them here); the engines that all-reduce use XLA auto-clustering around them instead."""
+        return self.num_replicas == 1 and self.size == 1
+
+    # ---------------------------------------------------------------- hooks the runner calls
+    def distribute_dataset(self, dataset):
+        """The per-worker dataset (already file-sharded by rank) as the strategy wants it. One replica per
+        process: the dataset itself (plain tensors go to `strategy.run`). Several local replicas
+        (MirroredStrategy): each replica pulls its own batch of --batch_size; no auto-sharding."""
+        if self.num_replicas // self.size <= 1:
+            return dataset
+        return self.strategy.distribute_datasets_from_function(lambda _context: dataset)
+
+    def prepare_optimizer(self, optimizer):
+        """Turns off Keras' own cross-replica SUM of gradients in `apply` (we average in `reduce_gradients`)."""
+        if self.num_replicas > 1:
+            inner = getattr(optimizer, "inner_optimizer", optimizer)
+            inner._all_reduce_sum_gradients = _no_cross_replica_reduction  # noqa: SLF001 - see module doc
+        return optimizer
+
+    def reduce_gradients(self, grads):
+        """In replica context: the average of `grads` over all replicas (identity for one replica)."""
+        if self.num_replicas == 1:
+            return grads
+        context = tf.distribute.get_replica_context()
+        return context.all_reduce(tf.distribute.ReduceOp.MEAN, list(grads))
+
+    def broadcast_variables(self, variables):
+        """Makes every worker hold rank 0's values. tf.distribute already broadcasts initial values when it
+        creates variables, and all workers restore the same checkpoint, so this is Horovod's business."""
+
     def any_worker_flag(self, flag):
-        """True on every worker when `flag` is True on any (used for preemption agreement)."""
-        return bool(flag)
+        """True on every worker when `flag` is True on any (preemption agreement, SPEC §4.13). Called every
+        step; with several workers the collective runs every SIGNAL_SYNC_EVERY-th call, at the same step on all
+        workers, and returns False in between."""
+        if self.size == 1:
+            return bool(flag)
+        self._flag_calls += 1
+        if self._flag_calls % SIGNAL_SYNC_EVERY:
+            return False
+        return self._sum_over_workers(1.0 if flag else 0.0) > 0
 
     def barrier(self):
-        pass
+        """Waits for every worker (the original's MPI barrier after rank 0's evaluation)."""
+        if self.size > 1:
+            self._sum_over_workers(0.0)
+
+    def _sum_over_workers(self, value):
+        return float(_strategy_sum(self.strategy, value))
+
+    def debug_dump_weights(self, trainable, others, step):
+        """Test hook: with RN50_DEBUG_WEIGHTS_DIR set, every worker writes weights-rank<R>.json with sha256 sums
+        of its trainable+optimizer variables (identical on all workers after a correct step) and of the other
+        variables (BN moving statistics: each worker's own batches, as in the original; rank 0's are saved)."""
+        directory = os.environ.get("RN50_DEBUG_WEIGHTS_DIR")
+        if not directory:
+            return None
+        os.makedirs(directory, exist_ok=True)
+        record = {"rank": self.rank, "size": self.size, "backend": self.backend, "step": int(step),
+                  "num_replicas": self.num_replicas, "trainable_sha256": _checksum(trainable),
+                  "other_sha256": _checksum(others)}
+        path = os.path.join(directory, "weights-rank{}.json".format(self.rank))
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(record, handle)
+        return path
+
+
+def _checksum(variables):
+    digest = hashlib.sha256()
+    for variable in variables:
+        digest.update(tf.convert_to_tensor(variable).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _no_cross_replica_reduction(grads_and_vars):
+    return list(grads_and_vars)
+
+
+def _strategy_sum(strategy, value):
+    """Sum of a host scalar over all replicas of `strategy` (a tiny collective; each local replica adds the
+    value once per worker, so it is divided back by the local replica count)."""
+    local_replicas = max(1, len(strategy.extended.worker_devices))
+
+    @tf.function
+    def reduce():
+        def replica_fn():
+            context = tf.distribute.get_replica_context()
+            return context.all_reduce(tf.distribute.ReduceOp.SUM, tf.constant(value, tf.float32))
+        result = strategy.run(replica_fn)
+        return strategy.experimental_local_results(result)[0]
+
+    return reduce().numpy() / local_replicas
+
+
+@dataclasses.dataclass
+class HorovodDistribution(Distribution):
+    """Horovod: averaged all-reduce of the gradients (hvd.grouped_allreduce, op Average), broadcast of rank 0's
+    variables before training, per-rank files. The strategy is the default one (one replica per process)."""
+
+    hvd: object = None
+
+    @property
+    def num_replicas(self):
+        return self.size
+
+    @property
+    def jit_in_step(self):
+        return False  # Horovod's XLA ops are the part install_horovod.sh leaves out
+
+    def distribute_dataset(self, dataset):
+        return dataset
+
+    def prepare_optimizer(self, optimizer):
+        return optimizer  # one replica per process: Keras' cross-replica sum is an identity
+
+    def reduce_gradients(self, grads):
+        grads = list(grads)
+        return self.hvd.grouped_allreduce(grads, op=self.hvd.Average)
+
+    def broadcast_variables(self, variables):
+        # One by one, eagerly: hvd.broadcast_variables expects tf.Variables, Keras 3 variables are not.
+        for index, variable in enumerate(variables):
+            value = self.hvd.broadcast(tf.convert_to_tensor(variable), root_rank=0,
+                                       name="broadcast_variable_{}".format(index))
+            variable.assign(value)
+
+    def _sum_over_workers(self, value):
+        total = self.hvd.allreduce(tf.constant(value, tf.float32), op=self.hvd.Sum, name="signal_handler_all_reduce")
+        return float(total.numpy())
+
+
+# -------------------------------------------------------------------------------------------- engine selection
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    """What the environment asks for, known before TensorFlow touches a device."""
+
+    name: str
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def multi_process(self):
+        return self.name in ("multi_worker", "horovod") and self.size > 1
+
+
+def _int_env(*names, default=None, environ=None):
+    environ = os.environ if environ is None else environ
+    for name in names:
+        value = environ.get(name)
+        if value not in (None, ""):
+            try:
+                return int(value)
+            except ValueError:
+                continue
+    return default
+
+
+def _tf_config_workers(environ):
+    raw = environ.get("TF_CONFIG")
+    if not raw:
+        return None
+    try:
+        config = json.loads(raw)
+        cluster = config.get("cluster", {})
+        workers = len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+        task = config["task"]
+        rank = int(task["index"]) + (len(cluster.get("chief", [])) if task["type"] == "worker" else 0)
+    except (ValueError, KeyError, TypeError) as error:
+        raise UserError("TF_CONFIG is not valid: {}".format(error)) from None
+    return workers, rank
+
+
+def detect_engine(environ=None):
+    """The engine the environment asks for (no TensorFlow device is touched).
+
+    RN50_ENGINE={single,mirrored,multi_worker,horovod} forces one. Otherwise: started by mpirun/horovodrun with
+    more than one process -> horovod; TF_CONFIG with more than one worker -> multi_worker; inside an `srun` job
+    step with more than one task -> multi_worker (SLURM); else single.
+    """
+    environ = os.environ if environ is None else environ
+    forced = environ.get("RN50_ENGINE", "").strip().lower()
+    if forced and forced not in ("single", "mirrored", "multi_worker", "horovod"):
+        raise UserError("RN50_ENGINE={} is not one of single, mirrored, multi_worker, horovod".format(forced))
+    mpi_size = _int_env(*MPI_SIZE_VARIABLES, default=1, environ=environ)
+    if forced == "horovod" or (not forced and mpi_size > 1):
+        return Engine("horovod", size=mpi_size)  # rank/size are Horovod's own after hvd.init()
+    if forced in ("single", "mirrored"):
+        return Engine(forced)
+    tf_config = _tf_config_workers(environ)
+    if tf_config is not None and (forced == "multi_worker" or tf_config[0] > 1):
+        workers, rank = tf_config
+        return Engine("multi_worker", rank=rank, size=workers,
+                      local_rank=_int_env("RN50_LOCAL_RANK", "LOCAL_RANK", default=0, environ=environ))
+    slurm_tasks = _int_env("SLURM_STEP_NUM_TASKS", default=1, environ=environ)
+    if slurm_tasks > 1 or (forced == "multi_worker" and "SLURM_PROCID" in environ):
+        return Engine("multi_worker", rank=_int_env("SLURM_PROCID", default=0, environ=environ), size=slurm_tasks,
+                      local_rank=_int_env("SLURM_LOCALID", default=0, environ=environ))
+    if forced == "multi_worker":
+        raise UserError("RN50_ENGINE=multi_worker needs TF_CONFIG (python -m runtime.launch writes it) or SLURM")
+    return Engine("single")
+
+
+def init_engine(engine):
+    """Initialises what must exist before devices are configured (Horovod: hvd.init()); returns the Engine with
+    the real rank/size/local_rank."""
+    if engine.name != "horovod":
+        return engine
+    hvd = import_horovod()
+    hvd.init()
+    return Engine("horovod", rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank())
+
+
+def import_horovod():
+    try:
+        import horovod.tensorflow as hvd
+    except ImportError as error:
+        raise UserError("this process was started by mpirun/horovodrun (or RN50_ENGINE=horovod) but "
+                        "horovod.tensorflow cannot be imported ({}); install it with scripts/install_horovod.sh "
+                        "or launch with `python -m runtime.launch --nproc N main.py ...`".format(error)) from None
+    return hvd
+
+
+def create(engine):
+    """The Distribution for an initialised engine. Call after the devices are configured."""
+    if engine.name == "single":
+        return single_process()
+    if engine.name == "mirrored":
+        strategy = tf.distribute.MirroredStrategy()
+        return Distribution(strategy=strategy, backend="mirrored")
+    if engine.name == "horovod":
+        hvd = import_horovod()
+        return HorovodDistribution(strategy=tf.distribute.get_strategy(), rank=hvd.rank(), size=hvd.size(),
+                                   local_rank=hvd.local_rank(), backend="horovod", hvd=hvd)
+    if "TF_CONFIG" in os.environ:
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    else:
+        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
+            port_base=_int_env("RN50_SLURM_PORT_BASE", default=8888), auto_set_gpu=False)
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.AUTO)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+    return Distribution(strategy=strategy, rank=engine.rank, size=engine.size, local_rank=engine.local_rank,
+                        backend="multi_worker")
 
 
 def single_process():

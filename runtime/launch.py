@@ -1,0 +1,192 @@
+"""Starts N workers on this machine, what `mpiexec -np N` did for the original (docs/SCALING.md).
+
+    python -m runtime.launch --nproc N main.py --mode train_and_evaluate --batch_size 256 ...
+
+Each worker is `python <script> <args>` with
+- TF_CONFIG naming all N workers on free loopback ports (127.0.0.1 only) and its own index, so `main.py` runs
+  MultiWorkerMirroredStrategy with rank = index (rank 0 is the chief: it alone logs, checkpoints, evaluates);
+- RN50_LOCAL_RANK = its index, and CUDA_VISIBLE_DEVICES = one GPU (the index-th of the GPUs visible to the
+  launcher) when there are GPUs.
+Output: rank 0's lines pass through unchanged (logs and benchmark parsers see what one process prints); the
+other workers' lines are prefixed with `[worker R] ` (or dropped with --quiet_workers).
+Signals: SIGINT/SIGTERM/SIGUSR1 to the launcher are forwarded once to every worker (they run in their own
+sessions, so a terminal's Ctrl-C reaches them only through here): each finishes its step, the workers agree,
+checkpoint and stop. A second signal is forwarded again (workers then exit at once).
+Failure: when a worker exits with a non-zero status, the launcher names it (rank, pid, exit code or signal),
+terminates the others (SIGTERM, then SIGKILL after --grace seconds) and exits non-zero.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+
+def free_ports(count, host="127.0.0.1"):
+    """`count` distinct ports the OS reports free on `host` (sockets kept open until all are chosen)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def visible_gpus(environ=None):
+    """GPU ids the launcher may hand out: CUDA_VISIBLE_DEVICES if set (empty = none), else `nvidia-smi -L`."""
+    environ = os.environ if environ is None else environ
+    if "CUDA_VISIBLE_DEVICES" in environ:
+        value = environ["CUDA_VISIBLE_DEVICES"].strip()
+        return [gpu for gpu in value.split(",") if gpu.strip() and gpu.strip() != "-1"]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(index) for index, line in enumerate(l for l in listing.splitlines() if l.startswith("GPU "))]
+
+
+def worker_environments(nproc, ports, base_env, gpus, host="127.0.0.1"):
+    workers = ["{}:{}".format(host, port) for port in ports]
+    envs = []
+    for rank in range(nproc):
+        env = dict(base_env)
+        env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}})
+        env["RN50_LOCAL_RANK"] = str(rank)
+        env.pop("RN50_ENGINE", None)
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = gpus[rank % len(gpus)]
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        envs.append(env)
+    return envs
+
+
+def _pump(stream, rank, quiet, lock):
+    prefix = "" if rank == 0 else "[worker {}] ".format(rank)
+    for line in iter(stream.readline, b""):
+        if rank != 0 and quiet:
+            continue
+        with lock:
+            sys.stdout.buffer.write(prefix.encode() + line)
+            sys.stdout.buffer.flush()
+    stream.close()
+
+
+def describe_exit(code):
+    if code < 0:
+        try:
+            return "was killed by signal {}".format(signal.Signals(-code).name)
+        except ValueError:
+            return "was killed by signal {}".format(-code)
+    return "exited with code {}".format(code)
+
+
+class Launcher:
+    def __init__(self, command, nproc, quiet_workers=False, grace=10.0):
+        self.command = command
+        self.nproc = nproc
+        self.quiet_workers = quiet_workers
+        self.grace = grace
+        self.processes = []
+        self.threads = []
+        self._lock = threading.Lock()
+
+    def start(self):
+        gpus = visible_gpus()
+        if gpus and len(gpus) < self.nproc:
+            print("runtime.launch: {} workers share {} GPU(s)".format(self.nproc, len(gpus)), file=sys.stderr)
+        envs = worker_environments(self.nproc, free_ports(self.nproc), os.environ, gpus)
+        for rank, env in enumerate(envs):
+            process = subprocess.Popen(self.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+            self.processes.append(process)
+            thread = threading.Thread(target=_pump, args=(process.stdout, rank, self.quiet_workers, self._lock),
+                                      daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def forward(self, signum, _frame=None):
+        for process in self.processes:
+            if process.poll() is None:
+                try:
+                    process.send_signal(signum)
+                except ProcessLookupError:
+                    pass
+
+    def terminate_all(self):
+        self.forward(signal.SIGTERM)
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline and any(p.poll() is None for p in self.processes):
+            time.sleep(0.1)
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+        for process in self.processes:
+            process.wait()
+
+    def wait(self):
+        """Exit status of the job: 0 when every worker exited 0; else non-zero after stopping the others."""
+        while True:
+            codes = [process.poll() for process in self.processes]
+            failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+            if failed:
+                rank, code = failed[0]
+                message = "runtime.launch: worker {} (rank {}, pid {}) {}; terminating the other workers".format(
+                    rank, rank, self.processes[rank].pid, describe_exit(code))
+                with self._lock:
+                    print(message, file=sys.stderr, flush=True)
+                self.terminate_all()
+                self._join_output()
+                with self._lock:
+                    print("runtime.launch: job failed: worker {} {}".format(rank, describe_exit(code)),
+                          file=sys.stderr, flush=True)
+                return code if code > 0 else 128 - code
+            if all(code == 0 for code in codes):
+                self._join_output()
+                return 0
+            time.sleep(0.2)
+
+    def _join_output(self):
+        for thread in self.threads:
+            thread.join(timeout=5)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m runtime.launch",
+        description="Run N training workers on this machine (MultiWorkerMirroredStrategy over loopback).")
+    parser.add_argument("--nproc", "-np", type=int, required=True, help="number of workers (one per GPU)")
+    parser.add_argument("--quiet_workers", action="store_true", help="drop the output of workers other than rank 0")
+    parser.add_argument("--grace", type=float, default=10.0,
+                        help="seconds the other workers get to stop after one failed, before SIGKILL")
+    parser.add_argument("script", help="the Python script every worker runs (main.py)")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
+    args = parser.parse_args(argv)
+    if args.nproc < 1:
+        parser.error("--nproc must be at least 1")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    launcher = Launcher([sys.executable, "-u", args.script, *args.script_args], args.nproc,
+                        quiet_workers=args.quiet_workers, grace=args.grace)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(signum, launcher.forward)
+    launcher.start()
+    return launcher.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

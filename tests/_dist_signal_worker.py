@@ -1,0 +1,31 @@
+"""Worker for the launcher tests of tests/test_distributed.py (no TensorFlow, starts in milliseconds).
+
+    python tests/_dist_signal_worker.py OUT_DIR MODE
+MODE "die":  rank 1 kills itself with SIGKILL after 1 s; rank 0 sleeps (the launcher must stop it).
+MODE "wait": every rank writes ready-<rank> and waits for SIGTERM, then writes got-<rank>-<SIGNAME> and exits 0.
+"""
+import json
+import os
+import signal
+import sys
+import time
+
+out_dir, mode = sys.argv[1], sys.argv[2]
+rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+os.makedirs(out_dir, exist_ok=True)
+print("worker {} started, local rank {}".format(rank, os.environ.get("RN50_LOCAL_RANK")), flush=True)
+if mode == "die":
+    if rank == 1:
+        time.sleep(1)
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(120)
+    open(os.path.join(out_dir, "survived-{}".format(rank)), "w").close()
+elif mode == "wait":
+    received = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signal.Signals(signum).name))
+    open(os.path.join(out_dir, "ready-{}".format(rank)), "w").close()
+    deadline = time.time() + 60
+    while not received and time.time() < deadline:
+        time.sleep(0.05)
+    open(os.path.join(out_dir, "got-{}-{}".format(rank, "-".join(received) or "nothing")), "w").close()
+    sys.exit(0 if received else 1)

@@ -1,0 +1,108 @@
+"""Every launch script of training/ in DRY_RUN=1 mode: it prints the command(s) it would run, and the main.py
+arguments in them parse with utils.cmdline_helper.parse_cmdline (SPEC §7.1-7.2, script bugs of §13 fixed)."""
+
+import glob
+import os
+import shlex
+import subprocess
+
+import pytest
+
+from utils.cmdline_helper import parse_cmdline
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "training", "*", "*.sh")))
+RECIPES = [path for path in SCRIPTS if os.path.basename(path).startswith(("DGX1_", "DGX2_", "DGXA100_"))]
+
+
+def dry_run(script, *args, **env):
+    environ = dict(os.environ, DRY_RUN="1", NUM_GPUS=env.pop("NUM_GPUS", "8"), **env)
+    environ.pop("LAUNCHER", None) if "LAUNCHER" not in env else None
+    result = subprocess.run(["bash", script, *args], capture_output=True, text=True, env=environ, timeout=60)
+    assert result.returncode == 0, result.stderr
+    commands = [shlex.split(line) for line in result.stdout.splitlines() if line.strip()]
+    assert commands, "no command printed by " + script
+    return commands
+
+
+def split(command):
+    """(launcher words, main.py arguments)."""
+    index = next(i for i, word in enumerate(command) if word.endswith("main.py"))
+    return command[:index + 1], command[index + 1:]
+
+
+def test_all_scripts_are_there():
+    names = {os.path.relpath(path, os.path.join(ROOT, "training")) for path in SCRIPTS}
+    assert len(RECIPES) == 30
+    for model in ("resnet50v1.5", "resnext101-32x4d", "se-resnext101-32x4d"):
+        assert model + "/training_perf.sh" in names and model + "/inference_benchmark.sh" in names
+    assert "resnet50v1.5/GPU1_RN50_QAT.sh" in names
+    assert os.path.isfile(os.path.join(ROOT, "training", "slurm_example.sbatch"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: os.path.relpath(path, ROOT))
+def test_dry_run_prints_commands_whose_flags_parse(script):
+    args = ["/ckpt"] if script.endswith("QAT.sh") else []
+    for command in dry_run(script, *args):
+        _, main_args = split(command)
+        parse_cmdline(main_args)
+
+
+@pytest.mark.parametrize("script", RECIPES, ids=lambda path: os.path.basename(path))
+def test_recipe_matches_the_table(script):
+    name = os.path.basename(script)
+    (command,) = dry_run(script, "/ws", "/dd", "--xla")
+    launcher, main_args = split(command)
+    args = parse_cmdline(main_args)
+    parts = name[:-len(".sh")].split("_")
+    system, precision, epochs = parts[0], parts[-2], parts[-1]
+    expected_np = 16 if system == "DGX2" else 8  # the original's DGX2 250E scripts launched 8: fixed
+    assert launcher[launcher.index("--nproc") + 1] == str(expected_np)
+    assert launcher[1].endswith("runtime/launch.py")
+    model_dir = os.path.basename(os.path.dirname(script))
+    assert args.arch == {"resnet50v1.5": "resnet50"}.get(model_dir, model_dir)  # SE DGX2 AMP 250E: fixed
+    assert args.num_iter == int(epochs[:-1]) and args.iter_unit == "epoch"
+    assert args.mixup == (0.2 if epochs == "250E" else 0.0)
+    assert args.amp == (precision == "AMP")
+    assert args.cosine_lr and args.label_smoothing == 0.1 and args.lr_init == 0.256 and args.lr_warmup_epochs == 8
+    assert args.momentum == 0.875 and args.warmup_steps == 100 and args.weight_init == "fan_in"
+    assert args.weight_decay == (3.0517578125e-05 if model_dir == "resnet50v1.5" else 6.103515625e-05)
+    assert args.data_dir == "/dd/tfrecords" and args.data_idx_dir == "/dd/dali_idx" and args.results_dir == "/ws/results"
+    assert args.xla and args.mode == "train_and_evaluate"
+
+
+def test_dgx2_se_amp_250e_trains_se_resnext_with_16_gpus():
+    script = os.path.join(ROOT, "training", "se-resnext101-32x4d", "DGX2_SE-RNxt101-32x4d_AMP_250E.sh")
+    (command,) = dry_run(script)
+    launcher, main_args = split(command)
+    assert parse_cmdline(main_args).arch == "se-resnext101-32x4d"
+    assert launcher[launcher.index("--nproc") + 1] == "16"
+    assert parse_cmdline(main_args).results_dir == "/workspace/rn50v15_tf/results"
+
+
+def test_horovod_and_mpirun_launchers():
+    script = os.path.join(ROOT, "training", "resnet50v1.5", "DGX1_RN50_AMP_90E.sh")
+    (command,) = dry_run(script, LAUNCHER="horovod", HOROVOD_HOSTS="node1:8,node2:8")
+    assert command[:5] == ["horovodrun", "-np", "8", "-H", "node1:8,node2:8"]
+    (command,) = dry_run(script, LAUNCHER="mpirun", BIND_TO_SOCKET="1")
+    assert command[:6] == ["mpirun", "--allow-run-as-root", "--bind-to", "socket", "-np", "8"]
+
+
+def test_training_perf_runs_one_gpu_then_all_and_se_has_no_g3_typo():
+    for model, fp32, amp in (("resnet50v1.5", 128, 256), ("se-resnext101-32x4d", 64, 96)):
+        script = os.path.join(ROOT, "training", model, "training_perf.sh")
+        commands = dry_run(script, NUM_GPUS="8")
+        assert len(commands) == 8  # {amp, fp32} x {xla, no xla} x {1 GPU, 8 GPUs}
+        single = [c for c in commands if "--nproc" not in c]
+        assert len(single) == 4 and all(c[1].endswith("main.py") for c in single)  # 1 GPU: plain python
+        sizes = sorted({parse_cmdline(split(c)[1]).batch_size for c in commands})
+        assert sizes == sorted({fp32, amp})
+        assert len(dry_run(script, NUM_GPUS="1")) == 4
+
+
+def test_inference_benchmark_configurations():
+    script = os.path.join(ROOT, "training", "resnet50v1.5", "inference_benchmark.sh")
+    commands = dry_run(script, "/x", "/idx")
+    assert len(commands) == 9 * 5  # batch sizes 1..256, 5 configurations with DALI
+    assert all("--nproc" not in c for c in commands)
+    assert len(dry_run(os.path.join(ROOT, "training", "resnext101-32x4d", "inference_benchmark.sh"))) == 8 * 4

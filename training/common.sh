@@ -1,0 +1,140 @@
+# Shared by every launch script in training/ (sourced, not run). The scripts are 3-5 lines: they call one of
+#   run_recipe NP ARCH BATCH EPOCHS MIXUP PRECISION WEIGHT_DECAY [WORKSPACE] [DATA_DIR] [extra main.py flags]
+#   run_qat ARCH [CHECKPOINT] [DATA_DIR] [RESULTS_DIR] [extra flags]
+#   run_training_perf ARCH [MAX_FP32_BS] [MAX_AMP_BS]       (defaults given by the script)
+#   run_inference_benchmark ARCH BATCH_SIZES [DATA_DIR] [DALI_IDX_DIR]
+# PRECISION: amp (static loss scale 128, as the original) | amp_dynamic | fp32 | tf32 (same flags as fp32; TF32 is
+# what Ampere GPUs use for float32 by default).
+#
+# Environment:
+#   LAUNCHER=tf (default)  python -m runtime.launch --nproc NP  (MultiWorkerMirroredStrategy, one process per GPU)
+#   LAUNCHER=horovod       horovodrun -np NP [-H $HOROVOD_HOSTS]  (Horovod backend; scripts/install_horovod.sh)
+#   LAUNCHER=mpirun        mpirun --allow-run-as-root [--bind-to socket] -np NP  (Horovod backend, as the original)
+#   BIND_TO_SOCKET=any     adds --bind-to socket with LAUNCHER=mpirun (the original's variable)
+#   PYTHON=python3         the interpreter
+#   DRY_RUN=1              print the command(s) instead of running them
+#   NUM_GPUS=N             GPUs for training_perf.sh's multi-GPU runs (default: nvidia-smi -L count)
+# Several nodes: see training/slurm_example.sbatch and docs/SCALING.md.
+
+TRAINING_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON=${PYTHON:-python3}
+
+# Prints (DRY_RUN=1) or runs a command.
+_run_or_print() {
+  if [ "${DRY_RUN:-0}" = "1" ]; then
+    printf '%q ' "$@"
+    printf '\n'
+  else
+    "$@"
+  fi
+}
+
+# The words that start N workers of main.py (N = 1: plain python, as the original's 1-GPU scripts).
+launch_words() {
+  local np=$1
+  if [ "$np" -le 1 ]; then
+    LAUNCH=("$PYTHON" "$TRAINING_ROOT/main.py")
+    return
+  fi
+  case "${LAUNCHER:-tf}" in
+    tf) LAUNCH=("$PYTHON" "$TRAINING_ROOT/runtime/launch.py" --nproc "$np" "$TRAINING_ROOT/main.py") ;;
+    horovod) LAUNCH=(horovodrun -np "$np")
+             [ -n "${HOROVOD_HOSTS:-}" ] && LAUNCH+=(-H "$HOROVOD_HOSTS")
+             LAUNCH+=("$PYTHON" "$TRAINING_ROOT/main.py") ;;
+    mpirun) LAUNCH=(mpirun --allow-run-as-root)
+            [ -n "${BIND_TO_SOCKET:-}" ] && LAUNCH+=(--bind-to socket)
+            LAUNCH+=(-np "$np" "$PYTHON" "$TRAINING_ROOT/main.py") ;;
+    *) echo "LAUNCHER must be tf, horovod or mpirun (got ${LAUNCHER})" >&2; return 2 ;;
+  esac
+}
+
+precision_flags() {
+  case "$1" in
+    amp) PRECISION_FLAGS=(--amp --static_loss_scale 128) ;;
+    amp_dynamic) PRECISION_FLAGS=(--amp) ;;
+    fp32|tf32) PRECISION_FLAGS=() ;;
+    *) echo "precision must be amp, amp_dynamic, fp32 or tf32 (got $1)" >&2; return 2 ;;
+  esac
+}
+
+# The recipes of SPEC §7.1: train_and_evaluate with cosine LR, 8 warmup epochs, label smoothing 0.1.
+run_recipe() {
+  local np=$1 arch=$2 batch=$3 epochs=$4 mixup=$5 precision=$6 wd=$7
+  shift 7
+  local workspace=${1:-/workspace/rn50v15_tf}
+  local data_dir=${2:-/data}
+  shift 2 2>/dev/null || shift $#
+  launch_words "$np" || return
+  precision_flags "$precision" || return
+  local mixup_flags=()
+  [ "$mixup" != "0" ] && mixup_flags=(--mixup="$mixup")
+  _run_or_print "${LAUNCH[@]}" --arch="$arch" \
+    --mode=train_and_evaluate --iter_unit=epoch --num_iter="$epochs" "${mixup_flags[@]}" \
+    --batch_size="$batch" --warmup_steps=100 --cosine_lr --label_smoothing 0.1 \
+    --lr_init=0.256 --lr_warmup_epochs=8 --momentum=0.875 --weight_decay="$wd" \
+    "${PRECISION_FLAGS[@]}" \
+    --data_dir="$data_dir/tfrecords" --data_idx_dir="$data_dir/dali_idx" \
+    --results_dir="$workspace/results" --weight_init=fan_in "$@"
+}
+
+# GPU1_RN50_QAT.sh: QAT fine-tuning of a converged FP32 checkpoint on one GPU (SPEC §4.9).
+run_qat() {
+  local arch=$1 checkpoint=${2:-} data_dir=${3:-/data/tfrecords} results_dir=${4:-/workspace/rn50v15_tf/results}
+  shift 4 2>/dev/null || shift $#
+  _run_or_print "$PYTHON" "$TRAINING_ROOT/main.py" --arch="$arch" --mode=train_and_evaluate --batch_size=32 \
+    --lr_warmup_epochs=1 --quantize --symmetric --use_qdq --label_smoothing 0.1 --lr_init=0.00005 \
+    --momentum=0.875 --weight_decay=3.0517578125e-05 --finetune_checkpoint="$checkpoint" \
+    --data_dir="$data_dir" --results_dir="$results_dir" --num_iter 10 --data_format NHWC "$@"
+}
+
+_gpu_count() {
+  if [ -n "${NUM_GPUS:-}" ]; then echo "$NUM_GPUS"; return; fi
+  if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi -L 2>/dev/null | grep -c '^GPU '; else echo 0; fi
+}
+
+# training_perf.sh (SPEC §7.2): AMP and FP32, without and with XLA, on 1 GPU then on all GPUs; the final
+# train_throughput record goes to ./training_benchmark.txt.
+run_training_perf() {
+  local arch=$1 fp32_bs=$2 amp_bs=$3
+  local gpus
+  gpus=$(_gpu_count)
+  local precision xla np bs flags result
+  for precision in amp fp32; do
+    for xla in 0 1; do
+      if [ "$precision" = amp ]; then bs=$amp_bs; flags=(--amp --static_loss_scale 128); else bs=$fp32_bs; flags=(); fi
+      [ "$xla" = 1 ] && flags+=(--xla)
+      local counts=(1)
+      [ "$gpus" -gt 1 ] && counts+=("$gpus")
+      for np in "${counts[@]}"; do
+        launch_words "$np" || return
+        if [ "$np" -gt 1 ] && [ "${LAUNCHER:-tf}" = mpirun ]; then BIND_TO_SOCKET=1 launch_words "$np"; fi
+        local command=("${LAUNCH[@]}" --arch="$arch" --mode=training_benchmark --warmup_steps 200 --num_iter 500
+                       --iter_unit batch --batch_size "$bs" "${flags[@]}" --data_dir=/data/tfrecords/
+                       --results_dir=/tmp/result)
+        if [ "${DRY_RUN:-0}" = "1" ]; then _run_or_print "${command[@]}"; continue; fi
+        result=$("${command[@]}" | grep 'train_throughput' | tail -n 1 | sed -e 's/^DLL .* - () //')
+        echo "BS=$bs,$precision,XLA=$xla,GPUs=$np $result" | tee -a ./training_benchmark.txt
+      done
+    done
+  done
+}
+
+# inference_benchmark.sh (SPEC §7.2): single GPU, FP32/FP16 x XLA, plus FP16 DALI XLA when an index dir is given.
+run_inference_benchmark() {
+  local arch=$1 batch_sizes=$2 data_dir=${3:-/data/tfrecords} dali_idx_dir=${4:-}
+  local bs name result
+  local configs=("FP32 nodali noxla|" "FP32 nodali xla|--xla" "FP16 nodali noxla|--amp" "FP16 nodali xla|--amp --xla")
+  [ -n "$dali_idx_dir" ] && configs+=("FP16 dali xla|--amp --xla --dali --data_idx_dir $dali_idx_dir")
+  for bs in $batch_sizes; do
+    for config in "${configs[@]}"; do
+      name=${config%%|*}
+      read -r -a flags <<< "${config#*|}"
+      local command=("$PYTHON" "$TRAINING_ROOT/main.py" --arch="$arch" --mode=inference_benchmark --warmup_steps 50
+                     --num_iter 400 --iter_unit batch --batch_size "$bs" --data_dir="$data_dir"
+                     --results_dir=/tmp/results "${flags[@]}")
+      if [ "${DRY_RUN:-0}" = "1" ]; then _run_or_print "${command[@]}"; continue; fi
+      result=$("${command[@]}" | grep 'eval_throughput' | tail -n 1 | sed -e 's/^DLL .* - () //')
+      echo "Results for BS=$bs $name: $result"
+    done
+  done
+}

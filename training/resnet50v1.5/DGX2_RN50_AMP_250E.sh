@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# ResNet-50 v1.5, DGX-2 (16 GPUs), AMP (static loss scale 128), 250 epochs, mixup 0.2.
+# Usage: $0 [WORKSPACE=/workspace/rn50v15_tf] [DATA_DIR=/data] [extra main.py flags]; env: see training/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+run_recipe 16 resnet50 256 250 0.2 amp 3.0517578125e-05 "$@"

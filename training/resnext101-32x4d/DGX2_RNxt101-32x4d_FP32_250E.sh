@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# ResNeXt101-32x4d, DGX-2 (16 GPUs), FP32, 250 epochs, mixup 0.2.
+# Usage: $0 [WORKSPACE=/workspace/rn50v15_tf] [DATA_DIR=/data] [extra main.py flags]; env: see training/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+run_recipe 16 resnext101-32x4d 64 250 0.2 fp32 6.103515625e-05 "$@"

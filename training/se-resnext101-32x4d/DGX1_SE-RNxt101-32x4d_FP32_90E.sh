@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# SE-ResNeXt101-32x4d, DGX-1 (8 GPUs), FP32, 90 epochs.
+# Usage: $0 [WORKSPACE=/workspace/rn50v15_tf] [DATA_DIR=/data] [extra main.py flags]; env: see training/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+run_recipe 8 se-resnext101-32x4d 64 90 0 fp32 6.103515625e-05 "$@"

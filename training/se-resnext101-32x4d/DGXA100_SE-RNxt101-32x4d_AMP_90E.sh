@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# SE-ResNeXt101-32x4d, DGX A100 (8 GPUs), AMP (dynamic loss scaling), 90 epochs.
+# Usage: $0 [WORKSPACE=/workspace/rn50v15_tf] [DATA_DIR=/data] [extra main.py flags]; env: see training/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+run_recipe 8 se-resnext101-32x4d 256 90 0 amp_dynamic 6.103515625e-05 "$@"
