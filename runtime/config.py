@@ -62,8 +62,9 @@ class RunConfig:
 
     @property
     def input_size(self):
-        """H = W of the images: --image_size for real data, --synthetic_data_size for synthetic data."""
-        return self.image_size if self.data_dir else self.synthetic_data_size
+        """H = W of the images: --synthetic_data_size for the benchmarks on synthetic data, else --image_size."""
+        synthetic = self.data_dir is None and self.mode in ("training_benchmark", "inference_benchmark")
+        return self.synthetic_data_size if synthetic else self.image_size
 
     @property
     def log_path(self):
