@@ -37,6 +37,9 @@ def check_mode_arguments(config):
         raise UserError("`data_dir` must be specified for evaluation!")
     if config.data_dir is not None and not os.path.isdir(config.data_dir):
         raise UserError("--data_dir {} does not exist or is not a directory".format(config.data_dir))
+    for flag, path in (("--results_dir", config.results_dir), ("--model_dir", config.model_dir)):
+        if path and os.path.exists(path) and not os.path.isdir(path):
+            raise UserError("{} {} exists and is not a directory".format(flag, path))
     if config.finetune_checkpoint and not (os.path.exists(config.finetune_checkpoint)
                                            or os.path.exists(config.finetune_checkpoint + ".index")):
         raise UserError("--finetune_checkpoint {} does not exist".format(config.finetune_checkpoint))
@@ -73,6 +76,9 @@ def setup_devices(config, engine=None):
 
 
 def run(argv=None):
+    # Files and directories we create are never group/world-writable, whatever the caller's umask (a stricter
+    # umask is kept). TensorFlow and Python create files with mode 0666 & ~umask.
+    os.umask(os.umask(0o022) | 0o022)
     args = parse_cmdline(argv)
     for key, value in RUNTIME_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
@@ -92,9 +98,12 @@ def run(argv=None):
     distribution = distributed.create(engine)
     if distribution.num_replicas > 1 and config.mode in ("inference_benchmark", "predict"):
         raise UserError("Only single GPU inference is implemented.")
-    if distribution.is_chief:
-        os.makedirs(config.results_dir, exist_ok=True)
-    logger = DLLogger(config.log_path if distribution.is_chief else None, enabled=distribution.is_chief)
+    try:
+        if distribution.is_chief:
+            os.makedirs(config.results_dir, exist_ok=True)
+        logger = DLLogger(config.log_path if distribution.is_chief else None, enabled=distribution.is_chief)
+    except OSError as error:
+        raise UserError("cannot write the log in --results_dir {}: {}".format(config.results_dir, error)) from None
     logger.log(step="PARAMETER", data={key: getattr(args, key) for key in ORIGINAL_FLAG_DESTS}
                | {"num_classes": args.num_classes, "image_size": args.image_size})
     runner_module.set_seeds(config.seed, distribution.rank)

@@ -189,6 +189,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
+    os.umask(os.umask(0o022) | 0o022)  # outputs never group/world-writable, whatever the umask (RELIABILITY.md)
     args = parse_args(argv)
     try:
         convert(args.out, args.source, args.image_size, args.train_count, args.val_count, args.train_shards,

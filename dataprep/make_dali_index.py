@@ -52,6 +52,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
+    os.umask(os.umask(0o022) | 0o022)  # outputs never group/world-writable, whatever the umask (RELIABILITY.md)
     args = parse_args(argv)
     try:
         counts = make_dali_indexes(args.tfrecord_dir, args.idx_dir, progress_enabled(args.no_progress))

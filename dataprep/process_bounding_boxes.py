@@ -119,6 +119,7 @@ def read_synsets(path: str) -> list[str]:
 
 
 def main(argv=None) -> int:
+    os.umask(os.umask(0o022) | 0o022)  # outputs never group/world-writable, whatever the umask (RELIABILITY.md)
     parser = argparse.ArgumentParser(prog="python -m dataprep.process_bounding_boxes",
                                      description="Convert ImageNet bounding-box XMLs to the CSV used by "
                                                  "build_tfrecords --bounding_box_file.")

@@ -165,9 +165,27 @@ class Runner:
             raise UserError("checkpoint {} does not fit this model (--arch {}, --num_classes {}, "
                             "--use_final_conv {}): {}".format(path, self.config.arch, self.config.num_classes,
                                                               self.config.use_final_conv, first[:300])) from None
-        except tf.errors.DataLossError as error:
+        except (tf.errors.DataLossError, IndexError) as error:  # IndexError: TF's "Read less bytes than requested"
             raise UserError("checkpoint {} is corrupt or truncated: {}".format(
                 path, str(error).splitlines()[0][:300])) from None
+
+    def _save_checkpoint(self, manager, step):
+        """manager.save, with a full disk or an unwritable model_dir as a UserError naming the directory.
+
+        TF writes the shards under `<prefix>_temp/`, renames them into place, then replaces the `checkpoint` state
+        file atomically (temp + rename): a failed or killed save leaves the previous checkpoint the latest one
+        (docs/RELIABILITY.md). The debris of a failed save is removed so that it does not fill the disk further."""
+        try:
+            return manager.save(checkpoint_number=step, check_interval=False)
+        except (OSError, tf.errors.OpError) as error:
+            prefix = os.path.join(self.config.model_dir, "{}-{}".format(CHECKPOINT_PREFIX, step))
+            shutil.rmtree(prefix + "_temp", ignore_errors=True)
+            if not (manager.latest_checkpoint or "").endswith("-{}".format(step)):
+                for path in tf.io.gfile.glob(prefix + ".*"):
+                    tf.io.gfile.remove(path)
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise UserError("cannot write checkpoint {} ({}); the last complete checkpoint is kept: {}".format(
+                prefix, first[:300], manager.latest_checkpoint)) from None
 
     def latest_checkpoint(self):
         return tf.train.latest_checkpoint(self.config.model_dir) if os.path.isdir(self.config.model_dir) else None
@@ -320,8 +338,12 @@ class Runner:
         # With --seed the stream restarts where the restored step left it (exact resume, docs/RELIABILITY.md).
         dataset = self._train_dataset(is_benchmark, start_step=current_step if config.seed is not None else 0)
         dataset = self.distribution.distribute_dataset(dataset)
+        if manager is not None and self.distribution.is_chief:
+            # A save killed midway leaves `<prefix>-N_temp/` (never read, but large): clear it before going on.
+            for debris in tf.io.gfile.glob(os.path.join(config.model_dir, CHECKPOINT_PREFIX + "-*_temp")):
+                shutil.rmtree(debris, ignore_errors=True)
         if manager is not None and self.distribution.is_chief and manager.latest_checkpoint is None:
-            manager.save(checkpoint_number=current_step, check_interval=False)
+            self._save_checkpoint(manager, current_step)
             self._copy_labels_file()
         mixup_seed = tf.constant(config.seed if config.seed is not None else np.random.randint(2 ** 31 - 1),
                                  tf.int64)
@@ -352,7 +374,7 @@ class Runner:
                                 tf.summary.scalar(key, float(values[key]))
                             tf.summary.scalar("train_imgs_per_sec", meter.last_ips)
                     if manager is not None and step % config.checkpoint_interval == 0:
-                        manager.save(checkpoint_number=step, check_interval=False)
+                        self._save_checkpoint(manager, step)
                 if progress is not None:
                     progress.update(1)
                 if self.distribution.any_worker_flag(stop.requested):
@@ -364,7 +386,7 @@ class Runner:
         final_step = int(self.global_step.numpy())
         if manager is not None and self.distribution.is_chief and \
                 not (manager.latest_checkpoint or "").endswith("-{}".format(final_step)):
-            manager.save(checkpoint_number=final_step, check_interval=False)
+            self._save_checkpoint(manager, final_step)
         if writer is not None:
             writer.flush()
         self.distribution.debug_dump_weights(  # test hook, only with RN50_DEBUG_WEIGHTS_DIR (utils/distributed.py)
@@ -528,8 +550,13 @@ class Runner:
             final = os.path.join(export_dir, stamp)
         temporary = os.path.join(export_dir, ".tmp-" + stamp)
         shutil.rmtree(temporary, ignore_errors=True)
-        tf.saved_model.save(module, temporary, signatures={"serving_default": serve, "predict": serve})
-        os.replace(temporary, final)
+        try:
+            tf.saved_model.save(module, temporary, signatures={"serving_default": serve, "predict": serve})
+            os.replace(temporary, final)
+        except (OSError, tf.errors.OpError) as error:
+            shutil.rmtree(temporary, ignore_errors=True)
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise UserError("cannot write the SavedModel under {}: {}".format(export_dir, first[:300])) from None
         return final
 
 

@@ -46,13 +46,19 @@ class DLLogger:
             os.makedirs(directory, exist_ok=True)
             # Append: a resumed run continues the same log, as dllogger's JSONStreamBackend(append) would.
             self._file = open(json_path, "a", encoding="utf-8")
+            if _ends_with_torn_line(json_path):
+                self._file.write("\n")  # a killed run's half line stays alone: read_log skips just that one
         for metric, meta in DEFAULT_METADATA.items():
             self.metadata(metric, meta)
 
     def _write_json(self, record):
         if self._file is not None:
-            self._file.write("DLLL " + json.dumps(record) + "\n")
-            self._file.flush()
+            try:
+                self._file.write("DLLL " + json.dumps(record) + "\n")
+                self._file.flush()
+            except OSError as error:  # disk full, quota: one clear line instead of a traceback
+                from utils.errors import UserError
+                raise UserError("cannot write the log {}: {}".format(self._file.name, error)) from None
 
     def _record(self, kind):
         now = datetime.datetime.now()
@@ -99,6 +105,16 @@ class DLLogger:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _ends_with_torn_line(path):
+    """True when the file is non-empty and its last byte is not a newline (a writer was killed mid-line)."""
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() == 0:
+            return False
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) != b"\n"
 
 
 def null_logger():

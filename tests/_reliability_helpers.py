@@ -1,0 +1,119 @@
+"""Shared pieces of the reliability tests (tests/test_reliability_*.py): run main.py in subprocesses, watch them,
+signal or kill them at chosen moments, and compare checkpoints tensor by tensor."""
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NUM_CLASSES = 11  # tests/_data_helpers.py writes labels 1..10
+SMALL = ["--num_classes", str(NUM_CLASSES), "--image_size", "32", "--weight_init", "fan_in",
+         "--lr_warmup_epochs", "0", "--display_every", "1", "--no_progress"]
+
+
+def env(**extra):
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", **extra)
+
+
+def run(args, check=True, timeout=900, umask=None, script="main.py"):
+    """Runs `python <script> args` (script may be "-m package.module") to completion; `umask` is applied in the
+    child before exec."""
+    preexec = (lambda: os.umask(umask)) if umask is not None else None
+    result = subprocess.run([sys.executable, *script.split(), *map(str, args)], cwd=ROOT, env=env(), capture_output=True,
+                            text=True, timeout=timeout, preexec_fn=preexec)
+    if check and result.returncode != 0:
+        raise AssertionError("{} failed ({}):\n{}\n{}".format(script, result.returncode, result.stdout[-3000:],
+                                                             result.stderr[-3000:]))
+    return result
+
+
+class Process:
+    """main.py (or another command) in the background with stdout/stderr going to files we can poll."""
+
+    def __init__(self, args, workdir, name, command=None):
+        self.out_path = os.path.join(str(workdir), name + ".out")
+        self.err_path = os.path.join(str(workdir), name + ".err")
+        self._out = open(self.out_path, "w")
+        self._err = open(self.err_path, "w")
+        command = command or [sys.executable, "main.py"]
+        self.popen = subprocess.Popen([*command, *map(str, args)], cwd=ROOT, env=env(), stdout=self._out,
+                                      stderr=self._err)
+
+    def stdout(self):
+        with open(self.out_path) as handle:
+            return handle.read()
+
+    def stderr(self):
+        with open(self.err_path) as handle:
+            return handle.read()
+
+    def wait_for(self, predicate, timeout=600, poll=0.01, what="condition"):
+        """Polls `predicate()` until true; fails if the process ends first or on timeout."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if self.popen.poll() is not None:
+                raise AssertionError("process ended ({}) before {}:\n{}\n{}".format(
+                    self.popen.returncode, what, self.stdout()[-3000:], self.stderr()[-3000:]))
+            if time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError("timeout waiting for {}".format(what))
+            time.sleep(poll)
+
+    def signal(self, signum):
+        self.popen.send_signal(signum)
+
+    def kill(self):
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait()
+
+    def finish(self, timeout=600):
+        try:
+            self.popen.wait(timeout=timeout)
+        finally:
+            self.kill()
+            self._out.close()
+            self._err.close()
+        return self.popen.returncode
+
+
+def checkpoint_steps(model_dir):
+    return sorted(int(p.rsplit("-", 1)[1].split(".")[0])
+                  for p in glob.glob(os.path.join(str(model_dir), "model.ckpt-*.index")))
+
+
+def latest_checkpoint(model_dir):
+    import tensorflow as tf
+    return tf.train.latest_checkpoint(str(model_dir))
+
+
+def read_all_tensors(path):
+    """Every tensor of a checkpoint (raises if any file is missing, truncated or fails its checksum), except
+    `save_counter`: the number of saves, bookkeeping that differs between a resumed and an uninterrupted run."""
+    import tensorflow as tf
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if name != "_CHECKPOINTABLE_OBJECT_GRAPH" and not name.startswith("save_counter/")}
+
+
+def assert_checkpoints_identical(path_a, path_b):
+    a, b = read_all_tensors(path_a), read_all_tensors(path_b)
+    assert sorted(a) == sorted(b)
+    different = [name for name in a if not np.array_equal(a[name], b[name])]
+    assert not different, "{} of {} tensors differ, e.g. {}".format(len(different), len(a), different[:5])
+    return len(a)
+
+
+def run_cases(cases, timeout=900):
+    """Runs several `main.main(argv)` calls in ONE subprocess (one TensorFlow import for all) through
+    tests/_reliability_cases.py; returns [{"rc", "out", "err"}] in order."""
+    result = subprocess.run([sys.executable, "tests/_reliability_cases.py", json.dumps(
+        [[str(a) for a in case] for case in cases])], cwd=ROOT, env=env(), capture_output=True, text=True,
+        timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

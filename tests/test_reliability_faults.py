@@ -1,0 +1,283 @@
+"""Faults (docs/RELIABILITY.md): kill -9 mid-run and mid-checkpoint, SIGTERM/SIGINT preemption (one and two
+workers), exact resume, non-finite losses, a full disk, files created under a permissive umask, torn log lines.
+
+Every end-to-end test runs main.py in a subprocess on tiny TFRecords (32 px, 11 classes, batch 4) and compares
+the final checkpoint of interrupted-and-resumed runs tensor by tensor with one uninterrupted run (`reference`).
+"""
+import errno
+import os
+import signal
+import stat
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from tests._data_helpers import write_tfrecord_shards
+from tests._reliability_helpers import (ROOT, SMALL, NUM_CLASSES, Process, assert_checkpoints_identical,
+                                        checkpoint_steps, latest_checkpoint, read_all_tensors, run)
+from utils.errors import UserError
+from utils.logger import DLLogger, read_log
+
+NUM_STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tfrecords")
+    write_tfrecord_shards(str(directory), "train", 2, 24, 40, num_classes=NUM_CLASSES, with_bbox=True)
+    write_tfrecord_shards(str(directory), "validation", 1, 8, 40, num_classes=NUM_CLASSES, seed=1)
+    return str(directory)
+
+
+def train_args(data_dir, results_dir, *extra):
+    """The run every resume is compared with: seeded, with mixup and label smoothing (stateless mixup RNG)."""
+    return ["--mode", "train", "--data_dir", data_dir, "--batch_size", 4, "--num_iter", NUM_STEPS,
+            "--iter_unit", "batch", "--results_dir", results_dir, "--seed", 5, "--mixup", 0.2,
+            "--label_smoothing", 0.1, *SMALL, *extra]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, data_dir):
+    """One uninterrupted 6-step run (train_and_evaluate + export) under umask 000."""
+    results = tmp_path_factory.mktemp("reference")
+    export = results / "export"
+    args = train_args(data_dir, results, "--export_dir", export)
+    args[args.index("train")] = "train_and_evaluate"
+    run(args, umask=0)
+    assert checkpoint_steps(results) == [0, NUM_STEPS]
+    return {"dir": str(results), "export": str(export), "ckpt": latest_checkpoint(results)}
+
+
+def step_logged(process, step):
+    return lambda: "- (0, {}) imgs_per_sec".format(step) in process.stdout()
+
+
+def logged_steps(results_dir):
+    return [r["step"][1] for r in read_log(os.path.join(results_dir, "log.json"))
+            if r["type"] == "LOG" and "total_loss" in r["data"] and len(r["step"]) == 2]
+
+
+# ------------------------------------------------------------------------------------------ preemption
+@pytest.mark.slow
+def test_sigterm_checkpoints_exits_0_and_resume_is_bit_identical(tmp_path, data_dir, reference):
+    results = tmp_path / "results"
+    process = Process(train_args(data_dir, results), tmp_path, "first")
+    process.wait_for(step_logged(process, 1), what="step 1")
+    process.signal(signal.SIGTERM)
+    assert process.finish() == 0, process.stderr()[-3000:]
+    out = process.stdout()
+    assert "Received signal SIGTERM: stopping after the current step" in out
+    stopped = int(out.split("training stopped by a signal at step ")[1].split(";")[0])
+    assert 1 <= stopped < NUM_STEPS
+    assert checkpoint_steps(results)[-1] == stopped
+    read_all_tensors(latest_checkpoint(results))
+
+    resumed = run(train_args(data_dir, results))
+    assert "Current step: {}".format(stopped) in resumed.stdout
+    assert logged_steps(results) == list(range(1, NUM_STEPS + 1))  # no step lost or done twice
+    count = assert_checkpoints_identical(latest_checkpoint(results), reference["ckpt"])
+    assert count > 300  # model, BN statistics, momentum slots, global step
+
+
+@pytest.mark.slow
+def test_kill_9_mid_checkpoint_then_double_sigint_then_resume_is_bit_identical(tmp_path, data_dir, reference):
+    """kill -9 while checkpoint 2 is being written; then a resumed run gets SIGINT twice (the second one exits at
+    once, maybe in the middle of its checkpoint); a third run finishes. Never a half checkpoint in use."""
+    results = tmp_path / "results"
+    process = Process(train_args(data_dir, results, "--checkpoint_interval", 1), tmp_path, "killed")
+    in_flight = [results / "model.ckpt-2_temp", results / "model.ckpt-2.index"]
+    process.wait_for(lambda: any(p.exists() for p in in_flight), poll=0.002, what="checkpoint 2 being written")
+    process.kill()
+    with open(results / "checkpoint") as state:
+        assert 'model_checkpoint_path: "model.ckpt-' in state.read()
+    survivor = latest_checkpoint(results)
+    assert survivor.endswith(("-1", "-2"))
+    read_all_tensors(survivor)  # complete and checksummed
+
+    process = Process(train_args(data_dir, results, "--checkpoint_interval", 1), tmp_path, "interrupted")
+    restored = int(survivor.rsplit("-", 1)[1])
+    process.wait_for(step_logged(process, restored + 1), what="a step after the restored one")
+    process.signal(signal.SIGINT)
+    process.wait_for(lambda: "Received signal SIGINT" in process.stdout(), poll=0.005, what="first SIGINT")
+    process.signal(signal.SIGINT)
+    returncode = process.finish(timeout=120)
+    assert returncode != 0, "the second signal must exit at once, non-zero"
+    read_all_tensors(latest_checkpoint(results))
+
+    final = run(train_args(data_dir, results))
+    assert "Current step: " in final.stdout
+    assert checkpoint_steps(results)[-1] == NUM_STEPS
+    assert_checkpoints_identical(latest_checkpoint(results), reference["ckpt"])
+    # The killed save's model.ckpt-N_temp/ debris is cleared when training starts again.
+    assert "_temp" not in (results / "checkpoint").read_text()
+    assert not list(results.glob("model.ckpt-*_temp"))
+    with open(results / "log.json") as handle:  # every line one record: a resumed run never glues two
+        for line in handle:
+            assert line.count("DLLL ") <= 1
+    assert set(logged_steps(results)) == set(range(1, NUM_STEPS + 1))
+
+
+@pytest.mark.slow
+def test_two_workers_sigterm_to_launcher_all_agree_checkpoint_and_exit_0(tmp_path, data_dir):
+    results = tmp_path / "results"
+    args = ["--nproc", 2, "main.py", "--mode", "train", "--data_dir", data_dir, "--batch_size", 2, "--num_iter",
+            100, "--iter_unit", "batch", "--results_dir", results, *SMALL]
+    process = Process(args, tmp_path, "launch", command=[sys.executable, "-m", "runtime.launch"])
+    process.wait_for(step_logged(process, 1), timeout=900, what="step 1 on rank 0")
+    process.signal(signal.SIGTERM)
+    assert process.finish(timeout=900) == 0, process.stderr()[-3000:]
+    out = process.stdout()
+    # Workers agree every 10 steps (SPEC §4.13): both stop at the same multiple of 10.
+    assert out.count("training stopped by a signal at step 10;") == 2, out[-3000:]
+    assert checkpoint_steps(results) == [0, 10]
+    read_all_tensors(latest_checkpoint(results))
+
+
+# ------------------------------------------------------------------------------------------ non-finite loss
+@pytest.mark.slow
+def test_non_finite_loss_in_fp32_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path, data_dir):
+    results = tmp_path / "results"
+    result = run(["--mode", "train", "--data_dir", data_dir, "--batch_size", 4, "--num_iter", NUM_STEPS,
+                  "--iter_unit", "batch", "--results_dir", results, "--lr_init", "1e30", *SMALL], check=False)
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1 and "the loss became" in errors[0] and "at step 2" in errors[0], result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert checkpoint_steps(results) == [0]
+    tensors = read_all_tensors(latest_checkpoint(results))
+    assert all(np.isfinite(value).all() for value in tensors.values() if value.dtype.kind == "f")
+
+
+def test_train_stats_counts_skipped_steps_and_stops_after_too_many_in_a_row():
+    from runtime.runner import TrainStats
+    stats = TrainStats()
+    pattern = [True, True, False, True, True, True]
+    for step, skipped in enumerate(pattern[:-1], start=1):
+        stats.check({"skipped": np.bool_(skipped), "total_loss": np.float32("nan")}, step, "dynamic", 3)
+    assert stats.skipped_total == 4 and stats.skipped_in_a_row == 2
+    with pytest.raises(UserError, match="3 training steps in a row had non-finite gradients .last at step 6"):
+        stats.check({"skipped": np.bool_(True), "total_loss": np.float32(1.0)}, 6, "dynamic", 3)
+    for loss in ("inf", "-inf", "nan"):
+        with pytest.raises(UserError, match="the loss became .* at step 7"):
+            TrainStats().check({"skipped": np.bool_(False), "total_loss": np.float32(loss)}, 7, None, 3)
+    TrainStats().check({"skipped": np.bool_(False), "total_loss": np.float32(2.5)}, 8, "static", 3)
+
+
+# ------------------------------------------------------------------------------------------ full disk
+def _mount_tmpfs(path, size):
+    try:
+        result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size={}".format(size), "tmpfs", str(path)],
+                                capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return result.returncode == 0
+
+
+def test_full_disk_while_checkpointing_is_one_error_line_and_keeps_the_previous_checkpoint(tmp_path, data_dir):
+    """model_dir on a 200 MB tmpfs: checkpoint 0 (~189 MB) fits, checkpoint 1 does not."""
+    model_dir = tmp_path / "small_disk"
+    model_dir.mkdir()
+    if not _mount_tmpfs(model_dir, "200m"):
+        pytest.skip("cannot mount a tmpfs here (not root / no CAP_SYS_ADMIN); the in-process test covers it")
+    try:
+        result = run(["--mode", "train", "--data_dir", data_dir, "--batch_size", 4, "--num_iter", 3,
+                      "--iter_unit", "batch", "--results_dir", tmp_path / "results", "--model_dir", model_dir,
+                      "--checkpoint_interval", 1, *SMALL], check=False)
+        assert result.returncode == 2, result.stderr[-2000:]
+        errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
+        assert len(errors) == 1 and "cannot write checkpoint {}".format(model_dir / "model.ckpt-1") in errors[0]
+        assert "Traceback" not in result.stderr
+        assert checkpoint_steps(model_dir) == [0]
+        assert not list(model_dir.glob("model.ckpt-1*")), "the failed save's debris is removed"
+        read_all_tensors(latest_checkpoint(model_dir))
+    finally:
+        subprocess.run(["umount", str(model_dir)], capture_output=True, timeout=60)
+
+
+@pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"),
+                                   "resource_exhausted", PermissionError(errno.EACCES, "Permission denied")])
+def test_checkpoint_write_errors_become_user_errors_and_clean_up(tmp_path, error):
+    import tensorflow as tf
+    from runtime.runner import Runner
+    if error == "resource_exhausted":
+        error = tf.errors.ResourceExhaustedError(None, None, "model.ckpt-5_temp; No space left on device")
+    (tmp_path / "model.ckpt-5_temp").mkdir()
+    (tmp_path / "model.ckpt-5.data-00000-of-00001").write_bytes(b"half")
+    (tmp_path / "model.ckpt-4.index").write_bytes(b"previous")
+
+    def failing_save(**_):
+        raise error
+
+    manager = types.SimpleNamespace(save=failing_save, latest_checkpoint=str(tmp_path / "model.ckpt-4"))
+    runner = types.SimpleNamespace(config=types.SimpleNamespace(model_dir=str(tmp_path)))
+    with pytest.raises(UserError, match="cannot write checkpoint .*model.ckpt-5 .*kept: .*model.ckpt-4"):
+        Runner._save_checkpoint(runner, manager, 5)
+    assert sorted(os.listdir(tmp_path)) == ["model.ckpt-4.index"]
+
+
+def test_results_or_model_dir_that_is_a_file_is_a_clear_error(tmp_path, data_dir):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    for flag in ("--results_dir", "--model_dir"):
+        result = run(["--mode", "train", "--data_dir", data_dir, "--batch_size", 4, flag, blocker, *SMALL],
+                     check=False)
+        assert result.returncode == 2
+        assert result.stderr.strip().splitlines()[-1] == "ERROR: {} {} exists and is not a directory".format(
+            flag, blocker)
+        assert blocker.read_text() == "x"
+
+
+# ------------------------------------------------------------------------------------------ logs and modes
+def test_resumed_log_starts_on_a_new_line_after_a_torn_one(tmp_path):
+    path = tmp_path / "log.json"
+    logger = DLLogger(str(path), stdout=False)
+    logger.log(step=(0, 1), data={"total_loss": 1.0})
+    logger.close()
+    with open(path, "a") as handle:
+        handle.write('DLLL {"type": "LOG", "step": [0, 2], "da')  # killed mid-line
+    logger = DLLogger(str(path), stdout=False)
+    logger.log(step=(0, 3), data={"total_loss": 3.0})
+    logger.close()
+    steps = [r["step"] for r in read_log(str(path)) if r["type"] == "LOG"]
+    assert steps == [[0, 1], [0, 3]]
+    assert path.read_text().endswith("\n")
+
+
+def test_log_write_error_is_a_user_error(tmp_path):
+    logger = DLLogger(str(tmp_path / "log.json"), stdout=False)
+    logger._file.close()
+    logger._file = open("/dev/full", "w")
+    with pytest.raises(UserError, match="cannot write the log /dev/full"):
+        logger.log(step=(), data={"x": 1})
+    logger._file = None
+
+
+def _group_or_world_writable(root):
+    found = []
+    for directory, dirs, files in os.walk(root):
+        for name in [directory] + [os.path.join(directory, n) for n in dirs + files]:
+            if os.stat(name).st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                found.append(name)
+    return found
+
+
+def test_files_created_under_umask_000_are_not_world_writable(reference):
+    assert os.path.isdir(reference["export"]) and os.listdir(reference["export"])
+    files = sum(len(f) for _, _, f in os.walk(reference["dir"]))
+    assert files > 8  # checkpoints, state file, log, events, SavedModel
+    assert _group_or_world_writable(reference["dir"]) == []
+
+
+def test_dataprep_shards_under_umask_000_are_not_world_writable(tmp_path):
+    from tests._dataprep_helpers import make_folder_tree
+    make_folder_tree(str(tmp_path / "jpegs"))
+    out = tmp_path / "tfrecords"
+    run(["--train_directory", tmp_path / "jpegs" / "train", "--validation_directory", tmp_path / "jpegs" / "val",
+         "--output_directory", out, "--train_shards", 2, "--validation_shards", 1, "--num_workers", 1,
+         "--no_progress"], umask=0, script="-m dataprep.build_tfrecords")
+    run([out, tmp_path / "idx", "--no_progress"], umask=0, script="-m dataprep.make_dali_index")
+    assert len(os.listdir(out)) >= 3 and len(os.listdir(tmp_path / "idx")) >= 3
+    assert _group_or_world_writable(out) == [] and _group_or_world_writable(tmp_path / "idx") == []
