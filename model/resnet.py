@@ -18,6 +18,8 @@ from model.layers.initializers import Initializers
 from model.layers.layout import KERAS_DATA_FORMATS, ToChannelsFirst
 from model.layers.normalization import InputNormalization
 from model.layers.pooling import MaxPool2D
+from model.layers.qat_layers import QuantizedClassifier
+from model.layers.quantization import QuantizationConfig, QuantizationState
 from utils.errors import UserError
 
 
@@ -81,17 +83,22 @@ def _dtype_policy(dtype_policy):
 
 def build_model(arch, num_classes=1001, compute_format="NHWC", dtype_policy=None, weight_init="fan_out",
                 use_final_conv=False, input_normalized=False, image_size=None, seed=None, *,
-                allow_nchw_on_cpu=False, grouped_implementation="auto"):
+                allow_nchw_on_cpu=False, grouped_implementation="auto", quantization=None):
     """Build the Keras model: NHWC float32 images -> float32 logits [B, num_classes].
 
     `allow_nchw_on_cpu` builds an NCHW model without a GPU; it then only runs under
     `tf.function(jit_compile=True)` (XLA compiles NCHW conv/pool on CPU), which is how the tests use it.
     `grouped_implementation` selects the grouped-conv formulation (see model/layers/grouped_conv.py).
+    `quantization`: a `QuantizationConfig` for QAT (model/layers/quantization.py), None for the float model; it adds
+    only non-trainable variables (`quant` in their paths) and leaves the float variables' names and order alone.
     """
     spec = get_arch(arch)
     data_format = _data_format(compute_format, allow_nchw_on_cpu)
     policy = _dtype_policy(dtype_policy)
     init = Initializers(weight_init, seed)
+    if quantization is not None and not isinstance(quantization, QuantizationConfig):
+        raise TypeError(f"quantization must be a QuantizationConfig or None, got {type(quantization).__name__}")
+    qat = QuantizationState(quantization) if quantization is not None else None
 
     images = keras.Input(shape=(image_size, image_size, 3), dtype="float32", name="input")
     x = images
@@ -100,7 +107,8 @@ def build_model(arch, num_classes=1001, compute_format="NHWC", dtype_policy=None
     if data_format == "channels_first":
         x = ToChannelsFirst(name="input_reshape", dtype=policy)(x)
     x = Conv2DBlock(STEM_FILTERS, STEM_KERNEL, 2, use_relu=True, data_format=data_format,
-                    kernel_initializer=init.conv(), name="conv2d", dtype=policy)(x)
+                    kernel_initializer=init.conv(), name="conv2d", dtype=policy, quantization=qat,
+                    owns_quant_step=qat is not None)(x)
     x = MaxPool2D(3, 2, data_format=data_format, name="max_pooling2d", dtype=policy)(x)
     in_channels = STEM_FILTERS
     for stage, num_blocks in enumerate(spec.layers):
@@ -109,11 +117,12 @@ def build_model(arch, num_classes=1001, compute_format="NHWC", dtype_policy=None
                 in_channels, spec.widths[stage], spec.expansions, strides=block_strides(stage, index),
                 cardinality=spec.cardinality, use_se=spec.use_se, se_ratio=spec.se_ratio, data_format=data_format,
                 initializers=init, grouped_implementation=grouped_implementation, name=block_name(stage, index),
-                dtype=policy)
+                dtype=policy, quantization=qat)
             x = block(x)
             in_channels = block.out_channels
-    logits = Classifier(num_classes, use_final_conv=use_final_conv, data_format=data_format,
-                        kernel_initializer=init.conv(), name="output", dtype=policy)(x)
+    head, head_kwargs = (Classifier, {}) if qat is None else (QuantizedClassifier, {"state": qat})
+    logits = head(num_classes, use_final_conv=use_final_conv, data_format=data_format,
+                  kernel_initializer=init.conv(), name="output", dtype=policy, **head_kwargs)(x)
     return keras.Model(images, logits, name=arch)
 
 

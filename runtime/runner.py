@@ -338,6 +338,7 @@ class Runner:
         # With --seed the stream restarts where the restored step left it (exact resume, docs/RELIABILITY.md).
         dataset = self._train_dataset(is_benchmark, start_step=current_step if config.seed is not None else 0)
         dataset = self.distribution.distribute_dataset(dataset)
+        dataset = prefetch_to_accelerator(dataset, config.uses_dali)
         if manager is not None and self.distribution.is_chief:
             # A save killed midway leaves `<prefix>-N_temp/` (never read, but large): clear it before going on.
             for debris in tf.io.gfile.glob(os.path.join(config.model_dir, CHECKPOINT_PREFIX + "-*_temp")):
@@ -629,6 +630,19 @@ class ThroughputMeter:
             "eval_latency_p95": float(np.quantile(times, 0.95)),
             "eval_latency_p99": float(np.quantile(times, 0.99)),
         }
+
+
+def prefetch_to_accelerator(dataset, uses_dali):
+    """GPU, one replica in this process, tf.data input: keep the next 2 batches already on the GPU (the
+    original's host + device StagingAreas, SPEC §4.14), so the step never waits for a host-to-device copy.
+    No-op on CPU, for DALI (its batches are produced on the GPU) and for distributed datasets (MirroredStrategy
+    prefetches to each replica's device itself)."""
+    if uses_dali or not isinstance(dataset, tf.data.Dataset):
+        return dataset
+    gpus = tf.config.list_logical_devices("GPU")
+    if not gpus:
+        return dataset
+    return dataset.apply(tf.data.experimental.prefetch_to_device(gpus[0].name, buffer_size=2))
 
 
 def quantization_config(config):

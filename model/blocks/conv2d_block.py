@@ -10,11 +10,16 @@ from model.layers.batch_norm import BatchNorm
 from model.layers.conv import Conv2D
 from model.layers.grouped_conv import GroupedConv2D
 from model.layers.layout import channel_axis
+from model.layers.qat_layers import folded_conv_bn
+from model.layers.quantization import ActivationQuantizer
 
 
 class Conv2DBlock(keras.layers.Layer):
     def __init__(self, filters, kernel_size, strides=1, use_relu=True, cardinality=1, data_format="channels_last",
-                 kernel_initializer=None, grouped_implementation="auto", **kwargs):
+                 kernel_initializer=None, grouped_implementation="auto", quantization=None, owns_quant_step=False,
+                 **kwargs):
+        """`quantization`: a model.layers.quantization.QuantizationState for QAT (None = float block);
+        `owns_quant_step`: this block (the stem) holds and increments the QAT step counter."""
         super().__init__(**kwargs)
         self.filters = filters
         self.use_relu = use_relu
@@ -30,7 +35,26 @@ class Conv2DBlock(keras.layers.Layer):
                                             kernel_initializer=kernel_initializer or "glorot_uniform",
                                             name="conv2d", dtype=self.dtype_policy)
         self.bn = BatchNorm(axis=channel_axis(data_format), name="BatchNorm", dtype=self.dtype_policy)
+        self._quantization = quantization
+        self.owns_quant_step = owns_quant_step
+        if quantization is not None:
+            if owns_quant_step:
+                self.quant_step = quantization.create_step(self)
+            self.act_quant = ActivationQuantizer(quantization, name="act_quant")
 
     def call(self, inputs, training=None):
+        if self._quantization is not None and self._quantization.quantizes(training):
+            return self._quantized_call(inputs, training)
         outputs = self.bn(self.conv(inputs), training=training)
-        return ops.relu(outputs) if self.use_relu else outputs
+        outputs = ops.relu(outputs) if self.use_relu else outputs
+        if self._quantization is not None:
+            outputs = self.act_quant(outputs, training=training)  # identity here; builds its range variables
+        return outputs
+
+    def _quantized_call(self, inputs, training):
+        if training and self.owns_quant_step:
+            self.quant_step.assign_add(1)
+        outputs = folded_conv_bn(self, inputs, training, self._quantization)
+        if self.use_relu:
+            outputs = ops.relu(outputs)
+        return ops.cast(self.act_quant(outputs, training=training), self.compute_dtype)

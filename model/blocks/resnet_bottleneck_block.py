@@ -8,13 +8,17 @@ import keras
 from keras import ops
 
 from model.blocks.conv2d_block import Conv2DBlock
+from model.layers.qat_layers import QuantizedSqueezeExcitation
+from model.layers.quantization import ActivationQuantizer
 from model.layers.squeeze_excitation import SqueezeExcitation
 
 
 class BottleneckBlock(keras.layers.Layer):
     def __init__(self, in_channels, width, expansion, strides=1, cardinality=1, use_se=False, se_ratio=16,
-                 data_format="channels_last", initializers=None, grouped_implementation="auto", **kwargs):
+                 data_format="channels_last", initializers=None, grouped_implementation="auto", quantization=None,
+                 **kwargs):
         super().__init__(**kwargs)
+        self._quantization = quantization  # QAT state (model/layers/quantization.py) or None
         self.in_channels = in_channels
         self.out_channels = width * expansion
         self.strides = strides
@@ -25,27 +29,37 @@ class BottleneckBlock(keras.layers.Layer):
             return init.conv() if init else None
 
         self.bottleneck_1 = Conv2DBlock(width, 1, 1, use_relu=True, data_format=data_format,
-                                        kernel_initializer=conv_init(), name="bottleneck_1", dtype=policy)
+                                        kernel_initializer=conv_init(), name="bottleneck_1", dtype=policy,
+                                        quantization=quantization)
         self.bottleneck_2 = Conv2DBlock(
             width, 3, strides, use_relu=True, cardinality=cardinality, data_format=data_format,
             kernel_initializer=(init.grouped_filter() if cardinality > 1 else init.conv()) if init else None,
-            grouped_implementation=grouped_implementation, name="bottleneck_2", dtype=policy)
+            grouped_implementation=grouped_implementation, name="bottleneck_2", dtype=policy,
+            quantization=quantization)
         self.bottleneck_3 = Conv2DBlock(self.out_channels, 1, 1, use_relu=False, data_format=data_format,
-                                        kernel_initializer=conv_init(), name="bottleneck_3", dtype=policy)
+                                        kernel_initializer=conv_init(), name="bottleneck_3", dtype=policy,
+                                        quantization=quantization)
         self.se = None
         if use_se:
             se_inits = (init.se_dense(), init.se_dense()) if init else None
-            self.se = SqueezeExcitation(self.out_channels, se_ratio, data_format=data_format,
-                                        kernel_initializers=se_inits, name="bottleneck_se_layer", dtype=policy)
+            se_class, se_kwargs = SqueezeExcitation, {}
+            if quantization is not None:
+                se_class, se_kwargs = QuantizedSqueezeExcitation, {"state": quantization}
+            self.se = se_class(self.out_channels, se_ratio, data_format=data_format, kernel_initializers=se_inits,
+                               name="bottleneck_se_layer", dtype=policy, **se_kwargs)
         self.shortcut = None
         self.shortcut_pool = None
         if in_channels != self.out_channels:
             self.shortcut = Conv2DBlock(self.out_channels, 1, strides, use_relu=False, data_format=data_format,
-                                        kernel_initializer=conv_init(), name="shortcut", dtype=policy)
+                                        kernel_initializer=conv_init(), name="shortcut", dtype=policy,
+                                        quantization=quantization)
         elif strides != 1:
             # Unreachable with the three architectures (SPEC §3.2); a 1x1 average pool is plain subsampling.
             self.shortcut_pool = keras.layers.AveragePooling2D(1, strides, padding="same", data_format=data_format,
                                                                name="shortcut_pool", dtype=policy)
+        if quantization is not None:
+            # contrib.quantize quantised the residual add's output after its ReLU.
+            self.act_quant = ActivationQuantizer(quantization, name="act_quant")
 
     @property
     def has_projection(self):
@@ -63,4 +77,7 @@ class BottleneckBlock(keras.layers.Layer):
             shortcut = self.shortcut_pool(inputs)
         else:
             shortcut = inputs
-        return ops.relu(shortcut + residual)
+        outputs = ops.relu(shortcut + residual)
+        if self._quantization is not None:
+            outputs = ops.cast(self.act_quant(outputs, training=training), self.compute_dtype)
+        return outputs

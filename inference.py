@@ -1,0 +1,314 @@
+"""Serving benchmark (SPEC §2.3 / §8.1): a SavedModel, its ONNX conversion, or a TensorRT engine.
+
+    python inference.py --model EXPORT_DIR/1700000000 --data-dir DATA --batch-size 64          # TF SavedModel
+    python inference.py --architecture resnet50 --batch-size 8 --backend onnxruntime --num-iter 100
+    python inference.py --model model.onnx --backend tensorrt --amp                             # GPU + tensorrt
+
+Model: --model (a SavedModel directory with a `serving_default` signature, input `input`, output
+`probabilities`; for --backend onnxruntime/tensorrt also an .onnx file) or --architecture (random weights, exported
+first through Runner.export into a temporary directory, as the original). Data: one epoch of the validation TFRecords
+of --data-dir (eval preprocessing), or --num-iter batches of one fixed random batch of pixels in 0..255 (the
+original fed standard-normal values, which the in-graph normalisation would turn into near-constant images).
+Logs (dllogger format): per-100-step throughput with step (0, i); at the end throughput = images / seconds over
+all steps after --warmup-steps (the original divided by the time of its last periodic log and crashed under 101
+steps), latency avg/p90/p95/p99 in ms per batch, and accuracy with real data.
+
+Backends:
+- tf (default): the SavedModel's serving_default. --amp: with --architecture the model is built and exported under
+  Keras' mixed precision (mixed_float16 on GPU, mixed_bfloat16 on CPU); a given SavedModel runs in the precision it
+  was exported in (the original's AMP graph-rewrite variable does not exist in TF 2), which is said on stdout.
+- --tf-trt: TF-TRT conversion (FP16 with --amp) when this TensorFlow has TensorRT; TF 2.21 pip builds do not,
+  and the tool then stops with a one-line message naming --backend onnxruntime and --backend tensorrt.
+- onnxruntime: the SavedModel converted with tf2onnx (export_onnx.py), or a given .onnx; CUDA provider if present.
+- tensorrt: an engine built from the ONNX model with the `tensorrt` Python API (FP32; FP16 with --amp; INT8 when
+  the ONNX graph carries Q/DQ nodes from a QAT frozen graph); needs the tensorrt package and a GPU.
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+import types
+
+import numpy as np
+
+from utils.errors import UserError
+
+ARCHITECTURES = ("resnet50", "resnext101-32x4d", "se-resnext101-32x4d")
+BACKENDS = ("tf", "onnxruntime", "tensorrt")
+LOG_EVERY = 100
+NO_TF_TRT = ("Tensorflow has not been built with TensorRT support (TF-TRT is absent from TF 2.18+ pip builds); "
+             "use --backend onnxruntime, or --backend tensorrt (TensorRT engine from ONNX, needs a GPU)")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", default=None, help="SavedModel directory (or .onnx for onnxruntime/tensorrt)")
+    source.add_argument("--architecture", choices=ARCHITECTURES, help="build this model with random weights")
+    parser.add_argument("--log-path", default="./log.json")
+    parser.add_argument("--tf-trt", action="store_true", help="convert the SavedModel with TF-TRT first")
+    parser.add_argument("--amp", action="store_true", help="reduced precision (see --help text above)")
+    parser.add_argument("--data-dir", default=None, help="validation TFRecords; random inputs if absent")
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--backend", choices=BACKENDS, default="tf")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--num-classes", type=int, default=1001, help="classes of the --architecture model")
+    parser.add_argument("--num-iter", type=int, default=None,
+                        help="steps on random inputs (default 60000 // batch size, as the original)")
+    parser.add_argument("--warmup-steps", type=int, default=20, help="steps left out of the final statistics")
+    args = parser.parse_args(argv)
+    if args.batch_size < 1:
+        parser.error("--batch-size must be >= 1")
+    if args.num_iter is not None and args.num_iter < 1:
+        parser.error("--num-iter must be >= 1")
+    if args.warmup_steps < 0:
+        parser.error("--warmup-steps must be >= 0")
+    if args.tf_trt and args.backend != "tf":
+        parser.error("--tf-trt applies to --backend tf only")
+    return args
+
+
+# ------------------------------------------------------------------ model sources
+
+def export_random_model(args, directory):
+    """Runner.export of a freshly built model (random weights), as the original's inference.py did."""
+    from export_frozen_graph import use_native_convolutions
+    from runtime.config import RunConfig
+    from runtime.runner import Runner
+    import tensorflow as tf
+    config = RunConfig(arch=args.architecture, num_classes=args.num_classes, image_size=args.image_size,
+                       synthetic_data_size=args.image_size, amp=args.amp, model_dir=directory, results_dir=directory,
+                       no_progress=True)
+    distribution = types.SimpleNamespace(strategy=tf.distribute.get_strategy(), num_replicas=1, rank=0, size=1,
+                                         is_chief=True)
+    runner = Runner(config, logger=None, distribution=distribution)
+    use_native_convolutions(runner.model)  # plain Conv2D ops: what converters and engines expect
+    return runner.export(directory)
+
+
+def tf_trt_available():
+    try:
+        from tensorflow.python.compiler.tensorrt.trt_convert import _pywrap_py_utils
+        return bool(_pywrap_py_utils.is_tensorrt_enabled())
+    except (ImportError, AttributeError):
+        return False
+
+
+def convert_tf_trt(saved_model_dir, amp, directory):
+    from tensorflow.python.compiler.tensorrt import trt_convert as trt
+    converter = trt.TrtGraphConverterV2(input_saved_model_dir=saved_model_dir,
+                                        precision_mode="FP16" if amp else "FP32")
+    converter.convert()
+    converter.save(directory)
+    return directory
+
+
+class TFRunner:
+    def __init__(self, saved_model_dir):
+        from export_onnx import load_serving_signature
+        self._loaded, self.signature = load_serving_signature(saved_model_dir)
+        spec = self.signature.structured_input_signature[1]
+        if "input" not in spec:
+            raise UserError(f"SavedModel {saved_model_dir}: serving_default has no input named `input` "
+                            f"(inputs: {', '.join(spec)})")
+        if "probabilities" not in self.signature.structured_outputs:
+            raise UserError(f"SavedModel {saved_model_dir}: serving_default has no `probabilities` output")
+
+    def __call__(self, images):
+        return self.signature(input=images)["probabilities"].numpy()
+
+
+class ONNXRuntimeRunner:
+    def __init__(self, onnx_path):
+        import onnxruntime
+        available = onnxruntime.get_available_providers()
+        providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+        self.session = onnxruntime.InferenceSession(onnx_path, providers=providers)
+        self.providers = self.session.get_providers()
+
+    def __call__(self, images):
+        return self.session.run(["probabilities"], {"input": images})[0]
+
+
+class TensorRTRunner:
+    """TensorRT engine from an ONNX model (TensorRT 8.6/10 Python API; not exercised on the CPU-only machine)."""
+
+    def __init__(self, onnx_path, batch_size, image_size, amp):
+        try:
+            import tensorrt as trt
+        except ImportError:
+            raise UserError("--backend tensorrt needs the `tensorrt` Python package and an NVIDIA GPU "
+                            "(pip install tensorrt); use --backend onnxruntime on this machine") from None
+        try:
+            import pycuda.autoinit  # noqa: F401 - creates the CUDA context
+            import pycuda.driver as cuda
+        except Exception:  # noqa: BLE001 - ImportError, or a CUDA error without a GPU
+            raise UserError("--backend tensorrt needs a CUDA GPU and pycuda; use --backend onnxruntime") from None
+        logger = trt.Logger(trt.Logger.WARNING)
+        builder = trt.Builder(logger)
+        network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH))
+        parser = trt.OnnxParser(network, logger)
+        with open(onnx_path, "rb") as handle:
+            if not parser.parse(handle.read()):
+                errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+                raise UserError(f"TensorRT cannot parse {onnx_path}: {errors[:300]}")
+        config = builder.create_builder_config()
+        if amp:
+            config.set_flag(trt.BuilderFlag.FP16)
+        if any(network.get_layer(i).type == trt.LayerType.QUANTIZE for i in range(network.num_layers)):
+            config.set_flag(trt.BuilderFlag.INT8)  # explicit quantisation: scales come from the Q/DQ nodes
+        profile = builder.create_optimization_profile()
+        shape = (batch_size, image_size, image_size, 3)
+        profile.set_shape("input", shape, shape, shape)
+        config.add_optimization_profile(profile)
+        serialized = builder.build_serialized_network(network, config)
+        if serialized is None:
+            raise UserError("TensorRT failed to build an engine (see the TensorRT log above)")
+        self.engine = trt.Runtime(logger).deserialize_cuda_engine(serialized)
+        self.context = self.engine.create_execution_context()
+        self.context.set_input_shape("input", shape)
+        self.cuda = cuda
+        self.output_shape = tuple(self.context.get_tensor_shape("probabilities"))
+        self.output = np.empty(self.output_shape, np.float32)
+        self.device_input = cuda.mem_alloc(int(np.prod(shape)) * 4)
+        self.device_output = cuda.mem_alloc(self.output.nbytes)
+        self.context.set_tensor_address("input", int(self.device_input))
+        self.context.set_tensor_address("probabilities", int(self.device_output))
+        self.stream = cuda.Stream()
+
+    def __call__(self, images):
+        self.cuda.memcpy_htod_async(self.device_input, np.ascontiguousarray(images, np.float32), self.stream)
+        self.context.execute_async_v3(self.stream.handle)
+        self.cuda.memcpy_dtoh_async(self.output, self.device_output, self.stream)
+        self.stream.synchronize()
+        return self.output
+
+
+def make_runner(args, saved_model_dir, onnx_path, workdir):
+    if args.backend == "tf":
+        if args.tf_trt:
+            if not tf_trt_available():
+                raise UserError(NO_TF_TRT)
+            saved_model_dir = convert_tf_trt(saved_model_dir, args.amp, os.path.join(workdir, "tftrt-converted"))
+        return TFRunner(saved_model_dir)
+    if onnx_path is None:
+        import export_onnx
+        onnx_path = os.path.join(workdir, "model.onnx")
+        export_onnx.convert(saved_model_dir, onnx_path)
+    if args.backend == "onnxruntime":
+        try:
+            return ONNXRuntimeRunner(onnx_path)
+        except Exception as error:  # noqa: BLE001 - onnxruntime raises its own Fail/InvalidGraph types
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise UserError(
+                f"ONNX Runtime cannot load {onnx_path}: {first[:200]} (a SavedModel exported by main.py on CPU "
+                "computes small convs as matmul/patches, which tf2onnx mis-converts; export a frozen graph with "
+                "export_frozen_graph.py and pass its export_onnx.py output as --model)") from None
+    return TensorRTRunner(onnx_path, args.batch_size, args.image_size, args.amp)
+
+
+# ------------------------------------------------------------------ data
+
+def batches(args):
+    """(iterator of (images [B,S,S,3] float32 0..255, labels [B] or None), number of steps)."""
+    if args.data_dir:
+        from runtime import runner_utils
+        from utils import data_utils
+        filenames = runner_utils.list_filenames_in_dataset(args.data_dir, "validation")
+        data_utils.check_tfrecord_files(filenames)
+        num_samples = sum(runner_utils.count_records(name) for name in filenames)
+        steps = num_samples // args.batch_size
+        if steps == 0:
+            raise UserError(f"--data-dir {args.data_dir} has {num_samples} validation images, fewer than "
+                            f"--batch-size {args.batch_size}")
+        dataset = data_utils.get_tfrecords_input_fn(filenames, args.batch_size, args.image_size, args.image_size,
+                                                    training=False, num_threads=1, deterministic=True)
+        return ((images.numpy(), labels.numpy()) for images, labels in dataset.take(steps)), steps
+    steps = args.num_iter if args.num_iter is not None else max(1, 60000 // args.batch_size)
+    images = np.random.RandomState(0).uniform(0, 255, (args.batch_size, args.image_size, args.image_size, 3))
+    images = images.astype(np.float32)
+    return ((images, None) for _ in range(steps)), steps
+
+
+# ------------------------------------------------------------------ benchmark
+
+def benchmark(run, data, steps, batch_size, warmup_steps, logger):
+    times, correct, counted = [], 0, 0
+    last_log = None
+    for index, (images, labels) in enumerate(data):
+        start = time.perf_counter()
+        probabilities = run(images)
+        now = time.perf_counter()
+        times.append(now - start)
+        if labels is not None:
+            correct += int(np.sum(np.argmax(probabilities, axis=1) == labels))
+            counted += len(labels)
+        if index > 0 and index % LOG_EVERY == 0:
+            window = now - last_log if last_log is not None else sum(times[-LOG_EVERY:])
+            logger.log(step=(0, index), data={"throughput": LOG_EVERY * batch_size / window})
+        if index % LOG_EVERY == 0:
+            last_log = now
+    measured = times[warmup_steps:] if len(times) > warmup_steps else times
+    latencies = np.array(measured) * 1000.0
+    results = {
+        "throughput": batch_size * len(measured) / max(sum(measured), 1e-9),
+        "latency_avg": float(np.mean(latencies)),
+        "latency_p90": float(np.quantile(latencies, 0.9)),
+        "latency_p95": float(np.quantile(latencies, 0.95)),
+        "latency_p99": float(np.quantile(latencies, 0.99)),
+    }
+    if counted:
+        results["accuracy"] = correct / counted
+    logger.log(step=(), data=results)
+    return results
+
+
+def run(args):
+    from utils.logger import DLLogger
+    logger = DLLogger(args.log_path)
+    logger.log(step="PARAMETER", data={key: value for key, value in vars(args).items()})
+    logger.metadata("throughput", {"unit": "images/s"})
+    logger.metadata("accuracy", {"unit": None})
+    for name in ("latency_avg", "latency_p90", "latency_p95", "latency_p99"):
+        logger.metadata(name, {"unit": "ms"})
+    try:
+        with tempfile.TemporaryDirectory(prefix="inference-") as workdir:
+            onnx_path = saved_model_dir = None
+            if args.architecture:
+                if args.tf_trt and not tf_trt_available():
+                    raise UserError(NO_TF_TRT)  # before the (slow) export
+                saved_model_dir = export_random_model(args, os.path.join(workdir, "savedmodel"))
+            elif args.model.endswith(".onnx"):
+                if args.backend == "tf":
+                    raise UserError(f"--model {args.model} is an ONNX file: use --backend onnxruntime or tensorrt")
+                if not os.path.isfile(args.model):
+                    raise UserError(f"--model {args.model} does not exist")
+                onnx_path = args.model
+            else:
+                saved_model_dir = args.model
+                if not os.path.isdir(saved_model_dir):
+                    raise UserError(f"--model {saved_model_dir} is not a directory (expected a SavedModel: the "
+                                    "timestamped subdirectory of main.py's --export_dir)")
+            if args.amp and args.backend == "tf" and not args.tf_trt and args.model:
+                logger.print("--amp: a given SavedModel runs in the precision it was exported in")
+            runner = make_runner(args, saved_model_dir, onnx_path, workdir)
+            data, steps = batches(args)
+            logger.print(f"Running {steps} steps of batch {args.batch_size} with backend {args.backend}")
+            return benchmark(runner, data, steps, args.batch_size, args.warmup_steps, logger)
+    finally:
+        logger.close()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        run(args)
+    except UserError as error:
+        print(f"ERROR: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""export_frozen_graph.py and export_onnx.py: frozen graphs and ONNX models equal the Keras model."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import export_frozen_graph
+import export_onnx
+from model import resnet
+from model.layers.quantization import QuantizationConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIZE = 32
+NUM_CLASSES = 7
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def run_cli(script, *args):
+    return subprocess.run([sys.executable, script, *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                          timeout=600)
+
+
+def images(batch=2, seed=0):
+    return np.random.RandomState(seed).uniform(0, 255, (batch, SIZE, SIZE, 3)).astype("float32")
+
+
+def export_args(arch, output_file, *extra):
+    return export_frozen_graph.parse_args(["--model_name", arch, "--image_size", str(SIZE), "--num_classes",
+                                           str(NUM_CLASSES), "--input_format", "NHWC", "--compute_format", "NHWC",
+                                           "--output_file", str(output_file), *extra])
+
+
+def run_graph_def(graph_def, inputs, output="resnet50/output/softmax"):
+    def imported(x):
+        return tf.graph_util.import_graph_def(graph_def, input_map={"input:0": x}, return_elements=[output + ":0"])
+
+    function = tf.compat.v1.wrap_function(imported, [tf.TensorSpec([None, SIZE, SIZE, 3], tf.float32)])
+    return function(tf.constant(inputs))[0].numpy()
+
+
+def load_graph_def(path):
+    graph_def = tf.compat.v1.GraphDef()
+    with open(path, "rb") as handle:
+        graph_def.ParseFromString(handle.read())
+    return graph_def
+
+
+def onnx_probabilities(path, inputs):
+    import onnxruntime
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(["probabilities"], {"input": inputs})[0]
+
+
+def keras_probabilities(model, inputs):
+    return tf.nn.softmax(model(inputs, training=False)).numpy()
+
+
+def save_checkpoint(model, directory):
+    return tf.train.Checkpoint(model=model, global_step=tf.Variable(7, dtype=tf.int64)).write(
+        os.path.join(directory, "model.ckpt-7"))
+
+
+def randomise_bn(model, seed=1):
+    """Non-trivial BN statistics so folding and restore errors show."""
+    rng = np.random.RandomState(seed)
+    for variable in model.variables:
+        if "moving_variance" in variable.path:
+            variable.assign(rng.uniform(0.5, 2.0, variable.shape).astype("float32"))
+        elif "moving_mean" in variable.path or "beta" in variable.path:
+            variable.assign(rng.normal(0, 0.2, variable.shape).astype("float32"))
+
+
+@pytest.mark.parametrize("arch", ["resnet50",
+                                  pytest.param("resnext101-32x4d", marks=pytest.mark.slow),
+                                  pytest.param("se-resnext101-32x4d", marks=pytest.mark.slow)])
+def test_frozen_graph_and_onnx_equal_keras(arch, tmp_path):
+    model = resnet.build_model(arch, num_classes=NUM_CLASSES, image_size=SIZE, seed=3)
+    randomise_bn(model)
+    prefix = save_checkpoint(model, tmp_path)
+    x = images()
+    expected = keras_probabilities(model, x)
+    output = tmp_path / "frozen.pb"
+    graph_def = export_frozen_graph.export(export_args(arch, output, "--checkpoint", prefix), log=lambda *_: None)
+    assert not [n for n in graph_def.node if n.op in ("VarHandleOp", "VariableV2", "ReadVariableOp")]
+    reloaded = load_graph_def(output)
+    got = run_graph_def(reloaded, x, output=f"{arch}/output/softmax")
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    onnx_path = tmp_path / "frozen.onnx"
+    export_onnx.convert(str(output), str(onnx_path))
+    np.testing.assert_allclose(onnx_probabilities(onnx_path, x), expected, atol=1e-4)
+
+
+def test_nchw_input_text_graphdef_final_conv_and_no_normalization(tmp_path):
+    model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE, seed=4, use_final_conv=True,
+                               input_normalized=True)
+    prefix = save_checkpoint(model, tmp_path)
+    output = tmp_path / "frozen.pbtxt"
+    export_frozen_graph.export(export_frozen_graph.parse_args([
+        "--image_size", str(SIZE), "--num_classes", str(NUM_CLASSES), "--input_format", "NCHW", "--compute_format",
+        "NHWC", "--use_final_conv", "--no_normalization", "--write_text_graphdef", "--checkpoint", prefix,
+        "--output_file", str(output)]), log=lambda *_: None)
+    from google.protobuf import text_format
+    graph_def = text_format.Parse(output.read_text(), tf.compat.v1.GraphDef())
+    x = images(seed=5) / 100.0
+    got = tf.compat.v1.wrap_function(
+        lambda t: tf.graph_util.import_graph_def(graph_def, input_map={"input:0": t},
+                                                 return_elements=["resnet50/output/softmax:0"]),
+        [tf.TensorSpec([None, 3, SIZE, SIZE], tf.float32)])(tf.constant(x.transpose(0, 3, 1, 2)))[0].numpy()
+    np.testing.assert_allclose(got, keras_probabilities(model, x), atol=1e-5)
+
+
+def test_quantized_eval_graph_matches_quantized_keras_and_has_qdq_in_onnx(tmp_path):
+    config = QuantizationConfig(symmetric=True, use_qdq=True)
+    trained = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE, seed=6, quantization=config)
+    randomise_bn(trained)
+    step = tf.function(lambda t: trained(t, training=True))
+    for seed in range(3):  # moves the EMA ranges away from their initial values
+        step(tf.constant(images(seed=seed)))
+    prefix = save_checkpoint(trained, tmp_path)
+    output = tmp_path / "qat.pb"
+    export_frozen_graph.export(export_args("resnet50", output, "--checkpoint", prefix, "--quantize", "--symmetric",
+                                           "--use_qdq"), log=lambda *_: None)
+    graph_def = load_graph_def(output)
+    assert sum(n.op == "QuantizeAndDequantizeV4" for n in graph_def.node) > 50
+    evaluator = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE,
+                                   quantization=QuantizationConfig(symmetric=True, use_qdq=True,
+                                                                   quantized_inference=True))
+    tf.train.Checkpoint(model=evaluator).read(prefix).assert_existing_objects_matched().expect_partial()
+    x = images(seed=9)
+    expected = keras_probabilities(evaluator, x)
+    np.testing.assert_allclose(run_graph_def(graph_def, x), expected, atol=1e-5)
+    # The quantised graph differs from the float one (the quantisation is really there).
+    assert np.abs(expected - keras_probabilities(trained, x)).max() > 1e-6
+    onnx_path = tmp_path / "qat.onnx"
+    proto = export_onnx.convert(str(output), str(onnx_path))
+    op_types = [node.op_type for node in proto.graph.node]
+    assert op_types.count("QuantizeLinear") > 50 and op_types.count("DequantizeLinear") > 50
+    # Rounding at a quantisation boundary may differ by one step between TF and ORT: compare loosely.
+    np.testing.assert_allclose(onnx_probabilities(onnx_path, x), expected, atol=2e-2)
+
+
+def test_saved_model_to_onnx(tmp_path):
+    model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE, seed=8)
+
+    module = tf.Module()
+    module.model = model
+
+    @tf.function(input_signature=[tf.TensorSpec([None, SIZE, SIZE, 3], tf.float32, name="input")])
+    def serve(input):  # noqa: A002
+        logits = model(input, training=False)
+        return {"classes": tf.argmax(logits, axis=1, output_type=tf.int32), "probabilities": tf.nn.softmax(logits)}
+
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures={"serving_default": serve})
+    onnx_path = tmp_path / "sm.onnx"
+    export_onnx.convert(str(tmp_path / "sm"), str(onnx_path))
+    x = images(seed=2)
+    np.testing.assert_allclose(onnx_probabilities(onnx_path, x), keras_probabilities(model, x), atol=1e-4)
+
+
+def test_cli_errors(tmp_path):
+    missing = run_cli("export_frozen_graph.py", "--image_size", "32", "--num_classes", "7", "--compute_format",
+                      "NHWC", "--checkpoint", str(tmp_path / "nope"), "--output_file", str(tmp_path / "x.pb"))
+    assert missing.returncode == 2 and "ERROR: --checkpoint" in missing.stderr
+    no_output = run_cli("export_frozen_graph.py", "--image_size", "32")
+    assert no_output.returncode != 0 and "--output_file is required" in no_output.stderr
+    (tmp_path / "garbage.pb").write_bytes(b"\x00\x01not a graph")
+    bad = run_cli("export_onnx.py", "--input", str(tmp_path / "garbage.pb"), "--output", str(tmp_path / "o.onnx"))
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("ERROR:")
+
+
+def test_wrong_architecture_for_checkpoint(tmp_path):
+    model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE)
+    prefix = save_checkpoint(model, tmp_path)
+    result = run_cli("export_frozen_graph.py", "--model_name", "resnet50", "--image_size", "32", "--num_classes",
+                     "9", "--compute_format", "NHWC", "--checkpoint", prefix, "--output_file",
+                     str(tmp_path / "x.pb"))
+    assert result.returncode == 2
+    assert "does not fit --model_name resnet50 --num_classes 9" in result.stderr
+    assert len(result.stderr.strip().splitlines()[-1]) < 600

@@ -1,0 +1,108 @@
+"""inference.py end to end (subprocess, small): tf and onnxruntime backends, random inputs and TFRecords, errors."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests._data_helpers import write_tfrecord_shards
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+SMALL = ["--image-size", "32", "--num-classes", "11", "--batch-size", "2", "--warmup-steps", "1"]
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "inference.py", *args], cwd=ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=900)
+
+
+def final_record(log_path):
+    records = [json.loads(line[5:]) for line in open(log_path, encoding="utf-8") if line.startswith("DLLL ")]
+    finals = [r for r in records if r["type"] == "LOG" and r["step"] == []]
+    assert len(finals) == 1
+    return finals[0]["data"]
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    """A SavedModel exported by Runner.export (the same path main.py --export_dir uses)."""
+    import types
+
+    import tensorflow as tf
+
+    from runtime.config import RunConfig
+    from runtime.runner import Runner
+    directory = str(tmp_path_factory.mktemp("export"))
+    config = RunConfig(arch="resnet50", num_classes=11, image_size=32, synthetic_data_size=32, model_dir=directory,
+                       results_dir=directory)
+    distribution = types.SimpleNamespace(strategy=tf.distribute.get_strategy(), num_replicas=1, rank=0, size=1,
+                                         is_chief=True)
+    runner = Runner(config, None, distribution)
+    from export_frozen_graph import use_native_convolutions
+    use_native_convolutions(runner.model)  # as inference.py --architecture does; see export_frozen_graph.py
+    return runner.export(directory)
+
+
+def test_tf_backend_on_tfrecords(saved_model, tmp_path):
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "validation", 1, 6, 40, num_classes=11)
+    log = tmp_path / "log.json"
+    result = run("--model", saved_model, "--data-dir", str(data), "--log-path", str(log), *SMALL)
+    assert result.returncode == 0, result.stderr
+    final = final_record(log)
+    assert 0.0 <= final["accuracy"] <= 1.0
+    assert final["throughput"] > 0 and final["latency_p99"] >= final["latency_avg"] * 0 > -1
+
+
+def test_onnxruntime_backend_random_inputs_with_periodic_logs(saved_model, tmp_path):
+    log = tmp_path / "log.json"
+    result = run("--model", saved_model, "--backend", "onnxruntime", "--num-iter", "102", "--log-path", str(log),
+                 *SMALL)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line[5:]) for line in open(log, encoding="utf-8") if line.startswith("DLLL ")]
+    assert [r["step"] for r in records if r["type"] == "LOG" and r["step"] not in ([], "PARAMETER")] == [[0, 100]]
+    final = final_record(log)
+    assert "accuracy" not in final and final["throughput"] > 0
+    assert set(final) >= {"latency_avg", "latency_p90", "latency_p95", "latency_p99"}
+
+
+def test_architecture_with_few_steps(tmp_path):
+    """Fewer than 101 steps (the original divided by zero) from a freshly built model."""
+    log = tmp_path / "log.json"
+    result = run("--architecture", "resnet50", "--num-iter", "5", "--log-path", str(log), *SMALL)
+    assert result.returncode == 0, result.stderr
+    assert final_record(log)["throughput"] > 0
+
+
+def test_tf_trt_message():
+    result = run("--architecture", "resnet50", "--tf-trt", *SMALL)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == ("ERROR: Tensorflow has not been built with TensorRT support (TF-TRT is absent "
+                                     "from TF 2.18+ pip builds); use --backend onnxruntime, or --backend tensorrt "
+                                     "(TensorRT engine from ONNX, needs a GPU)")
+
+
+def test_tensorrt_backend_message(tmp_path):
+    (tmp_path / "m.onnx").write_bytes(b"")
+    result = run("--model", str(tmp_path / "m.onnx"), "--backend", "tensorrt", *SMALL)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("ERROR: --backend tensorrt needs")
+
+
+def test_bad_inputs(tmp_path):
+    neither = run(*SMALL)
+    assert neither.returncode == 2 and "one of the arguments --model --architecture is required" in neither.stderr
+    both = run("--model", "x", "--architecture", "resnet50", *SMALL)
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    missing = run("--model", str(tmp_path / "nope"), *SMALL)
+    assert missing.returncode == 2 and "ERROR: --model" in missing.stderr
+    import tensorflow as tf
+    module = tf.Module()
+    module.f = tf.function(lambda x: x, input_signature=[tf.TensorSpec([None], tf.float32)])
+    tf.saved_model.save(module, str(tmp_path / "nosig"), signatures={"other": module.f})
+    no_signature = run("--model", str(tmp_path / "nosig"), *SMALL)
+    assert no_signature.returncode == 2 and "has no serving_default signature" in no_signature.stderr
+    assert [line for line in no_signature.stderr.splitlines() if "ERROR" in line or "Traceback" in line] == \
+        [no_signature.stderr.strip().splitlines()[-1]]

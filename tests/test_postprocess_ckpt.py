@@ -1,0 +1,105 @@
+"""postprocess_ckpt.py: dense -> 1x1 conv classifier, for our checkpoints and the original's TF1 checkpoints."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from model import resnet
+from model.layers.quantization import QuantizationConfig
+from tests.test_checkpoint_names import random_values, write_tf1_checkpoint
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+NUM_CLASSES = 5
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "postprocess_ckpt.py", *args], cwd=ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=600)
+
+
+def images():
+    return np.random.RandomState(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+
+
+@pytest.fixture(scope="module")
+def qat_checkpoint(tmp_path_factory):
+    """A QAT-trained resnet50 checkpoint written as the runner does (model + optimizer-less + global_step)."""
+    directory = tmp_path_factory.mktemp("ours")
+    model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32, seed=1,
+                               quantization=QuantizationConfig())
+    tf.function(lambda x: model(x, training=True))(tf.constant(images()))
+    import keras
+    optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+    optimizer.build(model.trainable_variables)  # as the runner: it then holds the trainables' checkpoint keys
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, global_step=tf.Variable(42, dtype=tf.int64))
+    manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=5, checkpoint_name="model.ckpt")
+    manager.save(checkpoint_number=42)
+    return directory, model
+
+
+def test_ours_round_trip(qat_checkpoint, tmp_path):
+    directory, model = qat_checkpoint
+    output = tmp_path / "out"
+    result = run("--input", str(directory), "--output", str(output))  # a model_dir is accepted
+    assert result.returncode == 0, result.stderr
+    assert "Rewriting checkpoint completed" in result.stdout
+    latest = tf.train.latest_checkpoint(str(output))
+    assert latest.endswith("model.ckpt-42")
+    assert tf.train.load_checkpoint(latest).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 42
+    converted = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32, use_final_conv=True,
+                                   quantization=QuantizationConfig())
+    tf.train.Checkpoint(model=converted).read(latest).assert_existing_objects_matched().expect_partial()
+    assert converted.get_layer("output").dense.kernel.shape == (1, 1, 2048, NUM_CLASSES)
+    np.testing.assert_allclose(converted(images(), training=False), model(images(), training=False), atol=1e-4)
+    # QAT ranges came along too.
+    ranges = {v.path: v.numpy() for v in model.variables if "act_quant" in v.path}
+    for variable in converted.variables:
+        if variable.path in ranges:
+            np.testing.assert_array_equal(variable.numpy(), ranges[variable.path])
+
+
+def test_existing_output_is_refused_unless_overwrite(qat_checkpoint, tmp_path):
+    directory, _ = qat_checkpoint
+    (tmp_path / "out").mkdir()
+    result = run("--input", str(directory), "--output", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert "ERROR: --output" in result.stderr and "already exists" in result.stderr and "--overwrite" in result.stderr
+    assert run("--input", str(directory), "--output", str(tmp_path / "out"), "--overwrite").returncode == 0
+
+
+def test_missing_checkpoint(tmp_path):
+    result = run("--input", str(tmp_path / "model.ckpt-1"), "--output", str(tmp_path / "out"))
+    assert result.returncode == 2 and "ERROR: --input" in result.stderr and "no such checkpoint" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_tf1_round_trip(tmp_path):
+    from model.checkpoint_names import load_tf1_checkpoint
+    rng = np.random.RandomState(3)
+    values = random_values("resnet50", rng)
+    values["global_step"] = np.array(1234, dtype=np.int64)
+    values["resnet50/output/dense/kernel/Momentum"] = rng.normal(size=(2048, NUM_CLASSES)).astype("f4")
+    prefix = write_tf1_checkpoint(str(tmp_path), values)
+    output = tmp_path / "out"
+    result = run("--input", prefix, "--output", str(output))
+    assert result.returncode == 0, result.stderr
+    assert "Rewriting checkpoint completed" in result.stdout
+    new = str(output / "new.ckpt")
+    assert tf.train.latest_checkpoint(str(output)) == new
+    reader = tf.train.load_checkpoint(new)
+    assert reader.get_variable_to_shape_map()["resnet50/output/dense/kernel"] == [1, 1, 2048, NUM_CLASSES]
+    assert reader.get_tensor("global_step") == 1234
+    np.testing.assert_array_equal(reader.get_tensor("resnet50/output/dense/kernel/Momentum"),
+                                  values["resnet50/output/dense/kernel/Momentum"])
+    dense = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32)
+    load_tf1_checkpoint(dense, prefix, "resnet50")
+    conv = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32, use_final_conv=True)
+    load_tf1_checkpoint(conv, new, "resnet50")
+    np.testing.assert_allclose(conv(images(), training=False), dense(images(), training=False), rtol=1e-4,
+                               atol=1e-3)
+    wrong = run("--input", prefix, "--output", str(tmp_path / "out2"), "--dense_layer", "resnet50/nope/kernel")
+    assert wrong.returncode == 2 and "--dense_layer resnet50/nope/kernel is not in" in wrong.stderr
