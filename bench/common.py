@@ -1,0 +1,155 @@
+"""Shared pieces of the benchmarks: our Runner's steps, the keras.applications peer, interleaved timing, FLOPs.
+
+Every benchmark here times its variants *interleaved* (A B C A B C ...) in one process and reports medians, so
+that the load other processes put on the machine hits all variants alike; the load average is recorded with
+every result.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# ResNet-50 v1.5 at 224: 4.09 G multiply-adds forward per image (python -m model.resnet --arch resnet50).
+RESNET50_FORWARD_GFLOP = 2 * 4.09
+# Training = forward + two backward matmuls (input and weight gradients) ~ 3x forward.
+TRAIN_FLOP_FACTOR = 3
+
+
+def machine_info():
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    flags = line.split(":", 1)[1].split()
+                    break
+    except OSError:
+        model = platform.processor()
+    import tensorflow as tf
+    return {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "simd": sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "f16c"))),
+        "tensorflow": tf.__version__,
+        "onednn_opts": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on)"),
+        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def interleaved(variants, rounds, warmup=1, log=print):
+    """Runs `variants` ({name: callable doing one step and fetching its result}) `warmup` times each, then
+    `rounds` times each in the order A B C A B C ...; returns {name: [seconds, ...]} of the measured runs."""
+    for name, step in variants.items():
+        for index in range(warmup):
+            start = time.perf_counter()
+            step()
+            log(f"  warmup {name} #{index}: {time.perf_counter() - start:.2f} s")
+    times = {name: [] for name in variants}
+    for index in range(rounds):
+        for name, step in variants.items():
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+            log(f"  round {index} {name}: {times[name][-1]:.3f} s  load {os.getloadavg()[0]:.1f}")
+    return times
+
+
+def median(values):
+    return statistics.median(values)
+
+
+def our_runner(arch="resnet50", batch_size=32, image_size=224, xla=False, amp=False, num_classes=1001, **extra):
+    """A Runner exactly as main.py --mode training_benchmark builds it (single process, synthetic size)."""
+    from runtime.config import RunConfig
+    from runtime.runner import Runner
+    from utils import distributed
+    config = RunConfig(arch=arch, mode="training_benchmark", batch_size=batch_size, image_size=image_size,
+                       synthetic_data_size=image_size, xla=xla, amp=amp, num_classes=num_classes,
+                       model_dir="/tmp/rn50_bench_unused", results_dir="/tmp/rn50_bench_unused", **extra)
+    return Runner(config, None, distributed.single_process())
+
+
+def our_train_step(runner):
+    """The train step of `Runner.train` (same optimizer set-up), returning a callable(images, labels) -> dict."""
+    import numpy as np
+    import tensorflow as tf
+    from utils import learning_rate, optimizers
+    config = runner.config
+    num_steps = 1000
+    with runner.strategy.scope():
+        schedule = lambda: learning_rate.learning_rate_schedule(  # noqa: E731 - as Runner.train
+            runner.global_step, config.lr_init, runner.global_batch_size, float(num_steps),
+            config.lr_warmup_epochs, num_steps, config.cosine_lr)
+        optimizer = optimizers.build_optimizer(schedule, config.momentum,
+                                               "dynamic" if runner.loss_scaling == "dynamic" else None)
+        optimizer.build(runner.model.trainable_variables)
+    return runner._make_train_step(optimizer, schedule, tf.constant(np.int64(0)))
+
+
+def our_eval_step(runner, xla=None):
+    """The forward of `Runner.evaluate`'s eval_step (logits only)."""
+    import tensorflow as tf
+    model = runner.model
+
+    @tf.function(jit_compile=(runner.config.xla if xla is None else xla) or None)
+    def eval_step(images):
+        return model(images, training=False)
+    return eval_step
+
+
+def keras_resnet50(num_classes=1001, image_size=224):
+    import keras
+    return keras.applications.ResNet50(weights=None, classes=num_classes, input_shape=(image_size, image_size, 3))
+
+
+def keras_train_step(model, jit_compile=False):
+    """A plain tf.function step for a Keras model: SGD momentum 0.9, softmax cross-entropy."""
+    import keras
+    import tensorflow as tf
+    optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
+    optimizer.build(model.trainable_variables)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=False)
+
+    @tf.function(jit_compile=jit_compile or None)
+    def step(images, labels):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(images, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply(grads, model.trainable_variables)
+        return loss
+    return step
+
+
+def synthetic_batch(batch_size, image_size, num_classes=1001, seed=0):
+    import tensorflow as tf
+    generator = tf.random.Generator.from_seed(seed)
+    images = generator.uniform([batch_size, image_size, image_size, 3], 0, 255)
+    labels = generator.uniform([batch_size], 0, num_classes, dtype=tf.int32)
+    return images, labels
+
+
+def fetch(value):
+    """Brings a step's outputs to the host (what main.py's loop does every step)."""
+    import tensorflow as tf
+    return tf.nest.map_structure(lambda t: t.numpy(), value)
+
+
+def write_json(path, payload):
+    if not path:
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as handle:
+        json.dump(payload, handle, indent=1)

@@ -1,0 +1,129 @@
+"""Inference throughput at batch 1 and 32: our eval step, our SavedModel, our frozen graph, our ONNX model under
+ONNX Runtime, against keras.applications.ResNet50 - all interleaved in one process.
+
+    .venv/bin/python -m bench.inference [--batches 1,32] [--size 224] [--warmup 3] [--rounds 10] \
+        [--variants ours,ours_xla,ours_amp,savedmodel,frozen,onnx,keras] [--json FILE]
+
+Variants:
+  ours        the forward of Runner.evaluate's eval_step (main.py --mode inference_benchmark), fp32
+  ours_xla    ... with --xla;  ours_amp ... with --amp (mixed_bfloat16)
+  savedmodel  Runner.export (main.py --export_dir) loaded back, serving_default signature
+  frozen      the frozen GraphDef of export_frozen_graph.py (NHWC, native convs) run by TF
+  onnx        export_onnx.py's SavedModel -> ONNX (native convs, as export_frozen_graph.use_native_convolutions),
+              run by ONNX Runtime's CPU provider
+  keras       keras.applications.ResNet50(weights=None) in a tf.function, training=False
+Fresh random weights everywhere (throughput does not depend on the values).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import common  # noqa: E402
+
+
+def _native_runner(args):
+    from export_frozen_graph import use_native_convolutions
+    runner = common.our_runner(args.arch, 1, args.size)
+    use_native_convolutions(runner.model)
+    return runner
+
+
+def build_variants(names, args, workdir, log):
+    import numpy as np
+    import tensorflow as tf
+    makers = {}
+    for name in names:
+        log(f"building {name}")
+        if name in ("ours", "ours_xla", "ours_amp"):
+            runner = common.our_runner(args.arch, 1, args.size, xla=name == "ours_xla", amp=name == "ours_amp")
+            step = common.our_eval_step(runner)
+            makers[name] = lambda images, step=step: step(images).numpy()
+        elif name == "savedmodel":
+            runner = common.our_runner(args.arch, 1, args.size)
+            path = runner.export(os.path.join(workdir, "savedmodel"))
+            serve = tf.saved_model.load(path).signatures["serving_default"]
+            makers[name] = lambda images, serve=serve: serve(input=images)["probabilities"].numpy()
+        elif name == "frozen":
+            from export_frozen_graph import freeze, probabilities_function
+            runner = _native_runner(args)
+            function = probabilities_function(runner.model, args.arch, args.size, "NHWC")
+            graph_def = freeze(function.get_concrete_function(), "output")
+
+            def _import():
+                tf.compat.v1.import_graph_def(graph_def, name="")
+            wrapped = tf.compat.v1.wrap_function(_import, [])
+            pruned = wrapped.prune(wrapped.graph.get_tensor_by_name("input:0"),
+                                   wrapped.graph.get_tensor_by_name("output:0"))
+            makers[name] = lambda images, pruned=pruned: pruned(images).numpy()
+        elif name == "onnx":
+            import onnxruntime
+            from export_onnx import saved_model_to_onnx
+            runner = _native_runner(args)
+            saved = runner.export(os.path.join(workdir, "onnx_savedmodel"))
+            onnx_path = os.path.join(workdir, "model.onnx")
+            saved_model_to_onnx(saved, onnx_path)
+            session = onnxruntime.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+            makers[name] = lambda images, session=session: session.run(["probabilities"],
+                                                                       {"input": images.numpy()})[0]
+        elif name == "keras":
+            model = common.keras_resnet50(1001, args.size)
+
+            @tf.function
+            def keras_step(images, model=model):
+                return model(images, training=False)
+            makers[name] = lambda images, step=keras_step: step(images).numpy()
+        else:
+            raise SystemExit(f"unknown variant {name}")
+    del np
+    return makers
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", default="ours,savedmodel,frozen,onnx,keras")
+    parser.add_argument("--arch", default="resnet50")
+    parser.add_argument("--batches", default="1,32")
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+
+    info = common.machine_info()
+    log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    with tempfile.TemporaryDirectory() as workdir:
+        makers = build_variants(args.variants.split(","), args, workdir, log)
+        batches = [int(b) for b in args.batches.split(",")]
+        variants = {}
+        for batch in batches:
+            images = common.synthetic_batch(batch, args.size)[0]
+            for name, run in makers.items():
+                variants[f"{name}_b{batch}"] = lambda run=run, images=images: run(images)
+        times = common.interleaved(variants, args.rounds, args.warmup, log=log)
+    results = {}
+    for batch in batches:
+        base = times.get(f"keras_b{batch}")
+        for name in makers:
+            key = f"{name}_b{batch}"
+            seconds = common.median(times[key])
+            row = {"batch": batch, "ms_per_batch": round(seconds * 1e3, 1), "img_per_s": round(batch / seconds, 2)}
+            if base:
+                row["speedup_vs_keras"] = round(common.median(base) / seconds, 3)
+            if args.arch == "resnet50" and args.size == 224:
+                row["model_gflop_per_s"] = round(common.RESNET50_FORWARD_GFLOP * batch / seconds, 1)
+            results[key] = row
+    payload = {"benchmark": "inference", "arch": args.arch, "size": args.size, "warmup": args.warmup,
+               "rounds": args.rounds, "machine": info, "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+               "results": results}
+    print(common.json.dumps(payload))
+    common.write_json(args.json, payload)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Training step throughput: our Runner's train step (as `main.py --mode training_benchmark` runs it) against
+keras.applications.ResNet50 trained by a plain tf.function step, interleaved in one process.
+
+    .venv/bin/python -m bench.train_step [--variants ours,keras,ours_xla,ours_amp] [--batch 32] [--size 224] \
+        [--warmup 2] [--rounds 5] [--arch resnet50] [--json docs/bench_results/train_step.json]
+
+Variants:
+  ours            Runner train step, fp32 (the default path: fused BN, CPU conv formulations)
+  ours_xla        ... with --xla (jit_compile=True)
+  ours_amp        ... with --amp (mixed_bfloat16 on CPU)
+  ours_ref_bn     ours with the reference (unfused) batch norm, to show what the fused BN buys
+  ours_native     ours with every conv a plain tf.nn.conv2d (the CPU conv formulations switched off)
+  keras           keras.applications.ResNet50(weights=None), SGD momentum, CE loss, tf.function
+  keras_xla       ... with jit_compile=True
+The same synthetic batch (already in memory) feeds every variant: this measures the step, not the input pipeline
+(bench/input_pipeline.py measures that). Each timed step includes fetching its outputs to the host, as main.py.
+Prints one JSON line with medians (s/step, img/s), ratios to `keras`, achieved TFLOP/s and the matmul ceiling.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import common  # noqa: E402
+
+
+def build_variant(name, args, images, labels):
+    if name.startswith("ours"):
+        xla = name == "ours_xla"
+        amp = name == "ours_amp"
+        runner = common.our_runner(args.arch, args.batch, args.size, xla=xla, amp=amp)
+        if name == "ours_ref_bn":
+            from model.layers import batch_norm
+            batch_norm.set_implementation(runner.model, "reference")
+        if name == "ours_native":
+            from export_frozen_graph import use_native_convolutions
+            use_native_convolutions(runner.model)
+        step = common.our_train_step(runner)
+        return lambda: common.fetch(step(images, labels))
+    if name.startswith("keras"):
+        if args.arch != "resnet50":
+            raise SystemExit("the keras.applications peer exists for resnet50 only")
+        model = common.keras_resnet50(1001, args.size)
+        step = common.keras_train_step(model, jit_compile=name == "keras_xla")
+        return lambda: common.fetch(step(images, labels))
+    raise SystemExit(f"unknown variant {name}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", default="ours,keras,ours_xla,ours_amp")
+    parser.add_argument("--arch", default="resnet50")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--no_ceiling", action="store_true", help="skip the matmul ceiling measurement")
+    parser.add_argument("--json", default=None, help="also write the result to this file")
+    args = parser.parse_args(argv)
+
+    info = common.machine_info()
+    log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    images, labels = common.synthetic_batch(args.batch, args.size)
+    variants = {}
+    for name in args.variants.split(","):
+        log(f"building {name}")
+        variants[name] = build_variant(name, args, images, labels)
+    times = common.interleaved(variants, args.rounds, args.warmup, log=log)
+    ceiling = None
+    if not args.no_ceiling:
+        from bench.matmul_ceiling import matmul_gflops
+        gc.collect()
+        ceiling = {"float32": matmul_gflops("float32")["median"], "bfloat16": matmul_gflops("bfloat16")["median"]}
+    flop_per_image = common.RESNET50_FORWARD_GFLOP * common.TRAIN_FLOP_FACTOR
+    if args.arch != "resnet50" or args.size != 224:
+        flop_per_image = None
+    results = {}
+    base = common.median(times["keras"]) if "keras" in times else None
+    for name, values in times.items():
+        seconds = common.median(values)
+        row = {"s_per_step": round(seconds, 3), "img_per_s": round(args.batch / seconds, 2),
+               "all_s": [round(v, 3) for v in values]}
+        if base:
+            row["speedup_vs_keras"] = round(base / seconds, 3)
+        if flop_per_image:
+            gflops = flop_per_image * args.batch / seconds
+            row["model_gflop_per_s"] = round(gflops, 1)
+            if ceiling:
+                key = "bfloat16" if name == "ours_amp" else "float32"
+                row["fraction_of_matmul_ceiling"] = round(gflops / ceiling[key], 3)
+        results[name] = row
+    payload = {"benchmark": "train_step", "arch": args.arch, "batch": args.batch, "size": args.size,
+               "warmup": args.warmup, "rounds": args.rounds, "machine": info,
+               "loadavg_end": [round(x, 2) for x in os.getloadavg()], "matmul_ceiling_gflops": ceiling,
+               "results": results}
+    print(common.json.dumps(payload))
+    common.write_json(args.json, payload)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
