@@ -17,7 +17,7 @@ import argparse
 import os
 import sys
 
-from utils.errors import UserError
+from utils.errors import command
 
 FORMATS = ("NCHW", "NHWC")
 
@@ -190,14 +190,9 @@ def export(args, log=print):
     return graph_def
 
 
+@command
 def main(argv=None):
-    args = parse_args(argv)
-    try:
-        export(args)
-    except UserError as error:
-        print(f"ERROR: {error}", file=sys.stderr)
-        return 2
-    return 0
+    export(parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from utils.errors import UserError
+from utils.errors import UserError, command
 
 DEFAULT_OPSET = 17
 
@@ -127,21 +127,17 @@ def convert(input_path, output_path, opset=DEFAULT_OPSET):
     return frozen_graph_to_onnx(input_path, output_path, opset)
 
 
+@command
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--input", required=True, help="SavedModel directory or frozen GraphDef (.pb/.pbtxt)")
     parser.add_argument("--output", required=True, help="ONNX file to write")
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET)
     args = parser.parse_args(argv)
-    try:
-        model_proto = convert(args.input, args.output, args.opset)
-    except UserError as error:
-        print(f"ERROR: {error}", file=sys.stderr)
-        return 2
+    model_proto = convert(args.input, args.output, args.opset)
     quantize_nodes = sum(node.op_type == "QuantizeLinear" for node in model_proto.graph.node)
     print(f"Wrote {args.output} (opset {args.opset}, {len(model_proto.graph.node)} nodes, "
           f"{quantize_nodes} QuantizeLinear)")
-    return 0
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import types
 
 import numpy as np
 
-from utils.errors import UserError
+from utils.errors import UserError, command
 
 ARCHITECTURES = ("resnet50", "resnext101-32x4d", "se-resnext101-32x4d")
 BACKENDS = ("tf", "onnxruntime", "tensorrt")
@@ -300,14 +300,9 @@ def run(args):
         logger.close()
 
 
+@command
 def main(argv=None):
-    args = parse_args(argv)
-    try:
-        run(args)
-    except UserError as error:
-        print(f"ERROR: {error}", file=sys.stderr)
-        return 2
-    return 0
+    run(parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import os
 import sys
 
 from utils.cmdline_helper import ORIGINAL_FLAG_DESTS, parse_cmdline
-from utils.errors import UserError
+from utils.errors import UserError, command, restrict_umask
 
 # The original's environment (SPEC §4.14), where the variables still mean something in TF 2.21.
 RUNTIME_ENVIRONMENT = {
@@ -76,9 +76,7 @@ def setup_devices(config, engine=None):
 
 
 def run(argv=None):
-    # Files and directories we create are never group/world-writable, whatever the caller's umask (a stricter
-    # umask is kept). TensorFlow and Python create files with mode 0666 & ~umask.
-    os.umask(os.umask(0o022) | 0o022)
+    restrict_umask()
     args = parse_cmdline(argv)
     for key, value in RUNTIME_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
@@ -133,12 +131,9 @@ def run(argv=None):
     return 0
 
 
+@command
 def main(argv=None):
-    try:
-        return run(argv)
-    except UserError as error:
-        print("ERROR: {}".format(error), file=sys.stderr, flush=True)
-        return 2
+    return run(argv)
 
 
 if __name__ == "__main__":

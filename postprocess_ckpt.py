@@ -20,7 +20,7 @@ import os
 import re
 import sys
 
-from utils.errors import UserError
+from utils.errors import UserError, command
 
 OPERATION_KEY = re.compile(r"^model/_operations/(\d+)/")
 
@@ -168,16 +168,11 @@ def convert(args):
     return convert_tf1(path, args.dense_layer, args.output)
 
 
+@command
 def main(argv=None):
-    args = parse_args(argv)
-    try:
-        written = convert(args)
-    except UserError as error:
-        print(f"ERROR: {error}", file=sys.stderr)
-        return 2
+    written = convert(parse_args(argv))
     print(f"Wrote {written}")
     print("Rewriting checkpoint completed")
-    return 0
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -41,7 +40,7 @@ def shifted_patches(inputs, k, s):
 def batched_slices(inputs, kernel, s, groups):
     k, _, cg, o = kernel.shape
     p = shifted_patches(inputs, k, s)                      # [B,H,W,k*k,C]
-    b, oh, ow = tf.shape(p)[0], p.shape[1], p.shape[2]
+    oh, ow = p.shape[1], p.shape[2]
     p = tf.reshape(p, [-1, oh, ow, k * k, groups, cg])
     kern = tf.reshape(kernel, [k * k, cg, groups, o // groups])
     y = tf.einsum("bhwkgc,kcgo->bhwgo", p, kern)

@@ -72,7 +72,7 @@ def main(argv=None):
     totals = op_type_times(newest)
     grand = sum(total for total, _ in totals.values()) or 1
     print(f"load {os.getloadavg()}  trace {newest}")
-    print(f"| op type | share of op time | ms per step | calls per step |")
+    print("| op type | share of op time | ms per step | calls per step |")
     print("|---|---|---|---|")
     for op_type, (total, count) in sorted(totals.items(), key=lambda item: -item[1][0])[:args.top]:
         print(f"| {op_type} | {100 * total / grand:.1f}% | {total / 1e9 / args.steps:.0f} | {count // args.steps} |")

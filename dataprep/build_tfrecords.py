@@ -22,7 +22,7 @@ import sys
 
 from dataprep import records
 from dataprep.process_bounding_boxes import process_bounding_boxes, read_bounding_box_csv, read_synsets
-from utils.errors import UserError
+from utils.errors import UserError, command
 
 SHUFFLE_SEED = 12345  # the original's random.seed(12345) before sharding
 IMAGENET_SHARDS = {"train": 1024, "validation": 128}
@@ -325,15 +325,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
-    os.umask(os.umask(0o022) | 0o022)  # outputs never group/world-writable, whatever the umask (RELIABILITY.md)
-    args = parse_args(argv)
-    try:
-        build(args)
-    except UserError as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
-        return 2
-    return 0
+@command
+def main(argv=None):
+    build(parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import numpy as np
 
 from dataprep import records
 from dataprep.build_tfrecords import default_shards, shuffled
-from utils.errors import UserError
+from utils.errors import UserError, command
 
 CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
@@ -188,17 +188,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
-    os.umask(os.umask(0o022) | 0o022)  # outputs never group/world-writable, whatever the umask (RELIABILITY.md)
+@command
+def main(argv=None):
     args = parse_args(argv)
-    try:
-        convert(args.out, args.source, args.image_size, args.train_count, args.val_count, args.train_shards,
-                args.validation_shards, args.num_workers, args.resume, args.overwrite,
-                records.progress_enabled(args.no_progress))
-    except UserError as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    convert(args.out, args.source, args.image_size, args.train_count, args.val_count, args.train_shards,
+            args.validation_shards, args.num_workers, args.resume, args.overwrite,
+            records.progress_enabled(args.no_progress))
 
 
 if __name__ == "__main__":

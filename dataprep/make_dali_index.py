@@ -12,7 +12,7 @@ import sys
 
 from dataprep.dali_index import write_dali_index
 from dataprep.records import progress_enabled
-from utils.errors import UserError
+from utils.errors import UserError, command
 
 SPLIT_PREFIXES = ("train-", "validation-")
 
@@ -51,16 +51,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
-    os.umask(os.umask(0o022) | 0o022)  # outputs never group/world-writable, whatever the umask (RELIABILITY.md)
+@command
+def main(argv=None):
     args = parse_args(argv)
-    try:
-        counts = make_dali_indexes(args.tfrecord_dir, args.idx_dir, progress_enabled(args.no_progress))
-    except UserError as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
-        return 2
+    counts = make_dali_indexes(args.tfrecord_dir, args.idx_dir, progress_enabled(args.no_progress))
     print(f"wrote {len(counts)} index file(s) ({sum(counts.values())} records) to {args.idx_dir}")
-    return 0
 
 
 if __name__ == "__main__":

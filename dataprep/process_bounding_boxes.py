@@ -15,7 +15,7 @@ import os
 import sys
 import xml.etree.ElementTree as ElementTree
 
-from utils.errors import UserError
+from utils.errors import UserError, command
 
 
 def _text(node, path: str) -> str:
@@ -118,8 +118,8 @@ def read_synsets(path: str) -> list[str]:
     return synsets
 
 
-def main(argv=None) -> int:
-    os.umask(os.umask(0o022) | 0o022)  # outputs never group/world-writable, whatever the umask (RELIABILITY.md)
+@command
+def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m dataprep.process_bounding_boxes",
                                      description="Convert ImageNet bounding-box XMLs to the CSV used by "
                                                  "build_tfrecords --bounding_box_file.")
@@ -127,12 +127,8 @@ def main(argv=None) -> int:
     parser.add_argument("synsets_file", nargs="?", help="optional WNID list; boxes of other synsets are dropped")
     parser.add_argument("--output", help="CSV file to write (default: stdout)")
     args = parser.parse_args(argv)
-    try:
-        synsets = set(read_synsets(args.synsets_file)) if args.synsets_file else None
-        lines, stats = process_bounding_boxes(args.xml_dir, synsets)
-    except UserError as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
-        return 2
+    synsets = set(read_synsets(args.synsets_file)) if args.synsets_file else None
+    lines, stats = process_bounding_boxes(args.xml_dir, synsets)
     text = "".join(line + "\n" for line in lines)
     if args.output:
         with open(args.output, "w") as f:
@@ -142,7 +138,6 @@ def main(argv=None) -> int:
     print(f"{stats['boxes']} boxes from {stats['files']} files; skipped {stats['skipped_boxes']} boxes and "
           f"{stats['skipped_files']} files; {stats['label_mismatch']} boxes labelled with another synset",
           file=sys.stderr)
-    return 0
 
 
 if __name__ == "__main__":

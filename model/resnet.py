@@ -12,7 +12,6 @@ import tensorflow as tf
 
 from model.blocks.conv2d_block import Conv2DBlock
 from model.blocks.resnet_bottleneck_block import BottleneckBlock
-from model.layers.batch_norm import BatchNorm
 from model.layers.classifier import Classifier
 from model.layers.initializers import Initializers
 from model.layers.layout import KERAS_DATA_FORMATS, ToChannelsFirst

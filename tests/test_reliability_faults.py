@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests._data_helpers import write_tfrecord_shards
-from tests._reliability_helpers import (ROOT, SMALL, NUM_CLASSES, Process, assert_checkpoints_identical,
+from tests._reliability_helpers import (SMALL, NUM_CLASSES, Process, assert_checkpoints_identical,
                                         checkpoint_steps, latest_checkpoint, read_all_tensors, run)
 from utils.errors import UserError
 from utils.logger import DLLogger, read_log

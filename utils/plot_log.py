@@ -22,7 +22,7 @@ import math
 import os
 import sys
 
-from utils.errors import UserError
+from utils.errors import UserError, command
 from utils.logger import read_log
 
 TRAIN_KEYS = ("imgs_per_sec", "cross_entropy", "l2_loss", "total_loss", "learning_rate")
@@ -261,15 +261,11 @@ def parse_args(argv=None):
     return args
 
 
+@command
 def main(argv=None):
     args = parse_args(argv)
-    try:
-        rows = run(args.log, args.output, args.csv)
-    except UserError as error:
-        print("ERROR: {}".format(error), file=sys.stderr, flush=True)
-        return 2
+    rows = run(args.log, args.output, args.csv)
     print("wrote {} ({} steps){}".format(args.output, len(rows), " and " + args.csv if args.csv else ""))
-    return 0
 
 
 if __name__ == "__main__":
