@@ -1,24 +1,29 @@
-"""QAT accuracy on the embedded Fashion-MNIST subset: FP32 training, QAT fine-tuning, quantised eval graph.
+"""QAT accuracy on Fashion-MNIST: FP32 model -> QAT fine-tuning -> quantised eval graph, all on one eval path.
 
-    python -m bench.qat_accuracy --work_dir /tmp/qat_bench [--fp32_epochs 3] [--qat_epochs 1]
+    python -m bench.qat_accuracy --work_dir /tmp/qat_bench [--fp32_epochs 3] [--qat_iter 1 --qat_iter_unit epoch]
+    python -m bench.qat_accuracy --work_dir /tmp/qat_bench --data DIR --fp32_dir DIR   # reuse a converged FP32 run
 
-The original's workflow end to end (SPEC §4.9): main.py trains an FP32 ResNet-50 (32 px, 10 classes); main.py
---quantize --symmetric --use_qdq --finetune_checkpoint fine-tunes it with QAT; postprocess_ckpt.py turns the
-classifier into a 1x1 conv; export_frozen_graph.py --quantize --use_final_conv --use_qdq --symmetric writes the
-quantised eval graph, which is run over the validation set here. Prints the FP32 accuracy, the QAT model's float
-accuracy (main.py's evaluation) and the quantised frozen graph's accuracy.
+The original's workflow end to end (SPEC §4.9): main.py trains an FP32 ResNet-50 (32 px, 10 classes) - or
+--fp32_dir names one already trained, e.g. the results of `python -m bench.convergence` with --data its data dir;
+main.py --quantize --symmetric --use_qdq --finetune_checkpoint fine-tunes it with QAT (the original's
+GPU1_RN50_QAT.sh recipe: lr_init 5e-5, label smoothing 0.1, momentum 0.875; length and batch are options);
+postprocess_ckpt.py turns the classifier into a 1x1 conv; export_frozen_graph.py --quantize --use_final_conv
+--use_qdq --symmetric writes the quantised eval graph. The FP32 checkpoint is exported the same way without
+--quantize, and both frozen graphs are evaluated here over the whole validation split with the same preprocessing,
+so the two accuracies differ only by the model. Prints JSON with both (plus main.py's own float evaluations) and
+the difference in points.
 """
 import argparse
 import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMMON = ["--arch", "resnet50", "--num_classes", "10", "--image_size", "32", "--weight_init", "fan_in",
-          "--batch_size", "32", "--iter_unit", "epoch", "--no_progress"]
+COMMON = ["--arch", "resnet50", "--num_classes", "10", "--weight_init", "fan_in", "--no_progress", "--seed", "1"]
 
 
 def run(args):
@@ -37,7 +42,7 @@ def final_top1(log_path):
     return top1
 
 
-def frozen_graph_accuracy(graph_path, data_dir, batch_size=100):
+def frozen_graph_accuracy(graph_path, data_dir, image_size, batch_size=100):
     import tensorflow as tf
     from runtime import runner_utils
     from utils import data_utils
@@ -47,47 +52,75 @@ def frozen_graph_accuracy(graph_path, data_dir, batch_size=100):
     probabilities = tf.compat.v1.wrap_function(
         lambda x: tf.graph_util.import_graph_def(graph_def, input_map={"input:0": x},
                                                  return_elements=["resnet50/output/softmax:0"])[0],
-        [tf.TensorSpec([None, 32, 32, 3], tf.float32)])
+        [tf.TensorSpec([None, image_size, image_size, 3], tf.float32)])
     filenames = runner_utils.list_filenames_in_dataset(data_dir, "validation")
     total = sum(runner_utils.count_records(name) for name in filenames)
-    dataset = data_utils.get_tfrecords_input_fn(filenames, batch_size, 32, 32, training=False, num_threads=2,
-                                                deterministic=True, num_classes=10)
+    dataset = data_utils.get_tfrecords_input_fn(filenames, batch_size, image_size, image_size, training=False,
+                                                num_threads=2, deterministic=True, num_classes=10)
     correct = seen = 0
-    for images, labels in dataset.take(total // batch_size):
+    for images, labels in dataset.take(-(-total // batch_size)):
         predicted = np.argmax(probabilities(images).numpy(), axis=1)
+        if seen + len(predicted) > total:  # the eval stream repeats; count every validation image once
+            predicted, labels = predicted[:total - seen], labels[:total - seen]
         correct += int(np.sum(predicted == labels.numpy()))
         seen += len(predicted)
     return correct / seen
 
 
+def export(checkpoint, output, image_size, quantized):
+    flags = ["--quantize", "--use_final_conv", "--use_qdq", "--symmetric"] if quantized else []
+    run(["export_frozen_graph.py", "--model_name", "resnet50", "--num_classes", "10", "--image_size",
+         str(image_size), "--input_format", "NHWC", "--compute_format", "NHWC", "--checkpoint", checkpoint,
+         "--output_file", output, *flags])
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work_dir", required=True)
+    parser.add_argument("--data", help="prepared Fashion-MNIST TFRecords (default: the shipped subset, prepared "
+                                       "into WORK_DIR/data)")
+    parser.add_argument("--fp32_dir", help="results dir of a trained FP32 run to start from (default: train one)")
+    parser.add_argument("--image_size", type=int, default=32)
     parser.add_argument("--fp32_epochs", type=int, default=3)
-    parser.add_argument("--qat_epochs", type=int, default=1)
-    parser.add_argument("--qat_lr", type=float, default=0.002)
+    parser.add_argument("--qat_iter", type=int, default=1)
+    parser.add_argument("--qat_iter_unit", choices=["epoch", "batch"], default="epoch")
+    parser.add_argument("--qat_batch_size", type=int, default=32)
+    parser.add_argument("--qat_lr", type=float, default=0.00005, help="lr_init of the QAT fine-tune (GPU1_RN50_QAT.sh)")
     args = parser.parse_args(argv)
-    data = os.path.join(args.work_dir, "data")
-    fp32, qat = os.path.join(args.work_dir, "fp32"), os.path.join(args.work_dir, "qat")
+    size = ["--image_size", str(args.image_size)]
+    data = args.data or os.path.join(args.work_dir, "data")
+    fp32 = args.fp32_dir or os.path.join(args.work_dir, "fp32")
+    qat = os.path.join(args.work_dir, "qat")
     if not os.path.exists(os.path.join(data, "labels.txt")):
-        run(["-m", "dataprep.fashion_mnist", "--out", data, "--image_size", "32"])
+        run(["-m", "dataprep.fashion_mnist", "--out", data, *size, "--no_progress"])
     if not os.path.exists(os.path.join(fp32, "checkpoint")):
-        run(["main.py", "--mode", "train_and_evaluate", *COMMON, "--data_dir", data, "--results_dir", fp32,
-             "--num_iter", str(args.fp32_epochs), "--lr_init", "0.1", "--lr_warmup_epochs", "1"])
+        run(["main.py", "--mode", "train_and_evaluate", *COMMON, *size, "--data_dir", data, "--results_dir", fp32,
+             "--batch_size", "32", "--iter_unit", "epoch", "--num_iter", str(args.fp32_epochs), "--lr_init", "0.1",
+             "--lr_warmup_epochs", "1"])
+    started = time.time()
     if not os.path.exists(os.path.join(qat, "checkpoint")):
-        run(["main.py", "--mode", "train_and_evaluate", *COMMON, "--data_dir", data, "--results_dir", qat,
-             "--num_iter", str(args.qat_epochs), "--lr_init", str(args.qat_lr), "--lr_warmup_epochs", "0",
-             "--quantize", "--symmetric", "--use_qdq", "--finetune_checkpoint", fp32])
+        run(["main.py", "--mode", "train_and_evaluate", *COMMON, *size, "--data_dir", data, "--results_dir", qat,
+             "--batch_size", str(args.qat_batch_size), "--iter_unit", args.qat_iter_unit, "--num_iter",
+             str(args.qat_iter), "--lr_init", str(args.qat_lr), "--lr_warmup_epochs", "0", "--momentum", "0.875",
+             "--label_smoothing", "0.1", "--weight_decay", "3.0517578125e-05", "--quantize", "--symmetric",
+             "--use_qdq", "--finetune_checkpoint", fp32])
+    qat_seconds = time.time() - started
+    fp32_graph = os.path.join(args.work_dir, "fp32_eval.pb")
+    export(fp32, fp32_graph, args.image_size, quantized=False)
     final_conv = os.path.join(args.work_dir, "qat_final_conv")
     run(["postprocess_ckpt.py", "--input", qat, "--output", final_conv, "--overwrite"])
-    graph = os.path.join(args.work_dir, "qat_eval.pb")
-    run(["export_frozen_graph.py", "--model_name", "resnet50", "--num_classes", "10", "--image_size", "32",
-         "--input_format", "NHWC", "--compute_format", "NHWC", "--checkpoint", final_conv, "--output_file", graph,
-         "--quantize", "--use_final_conv", "--use_qdq", "--symmetric"])
+    qat_graph = os.path.join(args.work_dir, "qat_eval.pb")
+    export(final_conv, qat_graph, args.image_size, quantized=True)
+    fp32_top1 = frozen_graph_accuracy(fp32_graph, data, args.image_size)
+    quantized_top1 = frozen_graph_accuracy(qat_graph, data, args.image_size)
     results = {
-        "fp32_top1": final_top1(os.path.join(fp32, "log.json")),
-        "qat_float_eval_top1": final_top1(os.path.join(qat, "log.json")),
-        "qat_quantized_graph_top1": frozen_graph_accuracy(graph, data),
+        "fp32_graph_top1": fp32_top1,
+        "qat_quantized_graph_top1": quantized_top1,
+        "difference_points": round(100 * (quantized_top1 - fp32_top1), 2),
+        "fp32_main_eval_top1": final_top1(os.path.join(fp32, "log.json")),
+        "qat_float_main_eval_top1": final_top1(os.path.join(qat, "log.json")),
+        "qat_finetune_seconds": round(qat_seconds),
+        "qat": f"{args.qat_iter} {args.qat_iter_unit}(s), batch {args.qat_batch_size}, lr_init {args.qat_lr}",
     }
     print(json.dumps(results))
     return 0
