@@ -58,12 +58,13 @@ def output_node_name(arch):
 
 
 def use_native_convolutions(model):
-    """Switch every (non-grouped) conv of `model` to one `tf.nn.conv2d` (same variables, same numbers).
+    """Switch every conv of `model` to one `tf.nn.conv2d` (same variables, same numbers), as the original's graph.
 
-    On CPU the model computes 1x1 convs as matmuls and small kxk convs as patches + matmul
-    (model/layers/conv.py), which deployment converters do not handle (tf2onnx fails on ExtractImagePatches);
-    an exported graph should hold plain Conv2D ops. Grouped convs stay as built: "split" on CPU (per-group convs,
-    runnable everywhere), "native" on GPU.
+    On CPU the model trains with 1x1 convs as matmuls, small kxk convs as patches + matmul and grouped convs as
+    per-group convs (model/layers/conv.py, grouped_conv.py). Forward-only calls already use plain convs; this also
+    covers the QAT eval graph, which calls the conv ops directly. Grouped convs become one grouped Conv2D with a
+    GPU visible (as the original's graph) and per-group plain convs on CPU, where TF cannot run a frozen grouped
+    Conv2D (model/layers/grouped_conv.py).
     """
     import tensorflow as tf
     from model.layers.conv import Conv2D
@@ -72,35 +73,9 @@ def use_native_convolutions(model):
     for layer in model._flatten_layers(include_self=False, recursive=True):
         if isinstance(layer, Conv2D):
             layer.implementation = "native"
-        elif isinstance(layer, GroupedConv2D) and layer.implementation != "native" and not on_gpu:
-            layer.__class__ = PerGroupConv2D
+        elif isinstance(layer, GroupedConv2D) and layer.implementation != "native":
+            layer.implementation = "native" if on_gpu else "per_group_conv"
     return model
-
-
-def _per_group_class():
-    from model.layers.grouped_conv import GroupedConv2D
-    from model.layers.layout import channel_axis
-
-    class PerGroupConv2D(GroupedConv2D):
-        """Grouped conv as `groups` plain tf.nn.conv2d ops + concat (runs on CPU; converters handle it), instead
-        of the CPU build's per-group patches/matmul. Same variable."""
-
-        def convolve(self, inputs, kernel):
-            import tensorflow as tf
-            tf_format = "NCHW" if self.data_format == "channels_first" else "NHWC"
-            axis = channel_axis(self.data_format)
-            pairs = zip(tf.split(inputs, self.groups, axis=axis), tf.split(kernel, self.groups, axis=3))
-            return tf.concat([tf.nn.conv2d(x, k, self.strides, "SAME", data_format=tf_format) for x, k in pairs],
-                             axis=axis)
-
-        def call(self, inputs):
-            import tensorflow as tf
-            return self.convolve(inputs, tf.cast(self.kernel, self.compute_dtype))
-
-    return PerGroupConv2D
-
-
-PerGroupConv2D = _per_group_class()
 
 
 def build_export_model(args, quantization=None):

@@ -2,10 +2,12 @@
 ONNX Runtime, against keras.applications.ResNet50 - all interleaved in one process.
 
     .venv/bin/python -m bench.inference [--batches 1,32] [--size 224] [--warmup 3] [--rounds 10] \
-        [--variants ours,ours_xla,ours_amp,savedmodel,frozen,onnx,keras] [--json FILE]
+        [--variants ours,ours_cpu_conv,ours_xla,ours_amp,savedmodel,frozen,onnx,keras] [--json FILE]
 
 Variants:
-  ours        the forward of Runner.evaluate's eval_step (main.py --mode inference_benchmark), fp32
+  ours        the forward of Runner.evaluate's eval_step (main.py --mode inference_benchmark), fp32; native convs
+              at inference (model/layers/conv.py)
+  ours_cpu_conv  ... with the training step's matmul/patches conv formulations kept at inference
   ours_xla    ... with --xla;  ours_amp ... with --amp (mixed_bfloat16)
   savedmodel  Runner.export (main.py --export_dir) loaded back, serving_default signature
   frozen      the frozen GraphDef of export_frozen_graph.py (NHWC, native convs) run by TF
@@ -39,8 +41,12 @@ def build_variants(names, args, workdir, log):
     makers = {}
     for name in names:
         log(f"building {name}")
-        if name in ("ours", "ours_xla", "ours_amp"):
+        if name in ("ours", "ours_xla", "ours_amp", "ours_cpu_conv"):
             runner = common.our_runner(args.arch, 1, args.size, xla=name == "ours_xla", amp=name == "ours_amp")
+            if name == "ours_cpu_conv":  # the training step's matmul formulations at inference too
+                for layer in runner.model._flatten_layers():
+                    if hasattr(layer, "native_at_inference"):
+                        layer.native_at_inference = False
             step = common.our_eval_step(runner)
             makers[name] = lambda images, step=step: step(images).numpy()
         elif name == "savedmodel":

@@ -39,10 +39,7 @@ def saved_model(tmp_path_factory):
                        results_dir=directory)
     distribution = types.SimpleNamespace(strategy=tf.distribute.get_strategy(), num_replicas=1, rank=0, size=1,
                                          is_chief=True)
-    runner = Runner(config, None, distribution)
-    from export_frozen_graph import use_native_convolutions
-    use_native_convolutions(runner.model)  # as inference.py --architecture does; see export_frozen_graph.py
-    return runner.export(directory)
+    return Runner(config, None, distribution).export(directory)
 
 
 def test_tf_backend_on_tfrecords(saved_model, tmp_path):

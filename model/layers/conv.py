@@ -6,6 +6,11 @@ Measured on the 2-vCPU machine (TF 2.21, batch 32, forward + both gradients; doc
 - a kxk conv on a small feature map (<= 7x7) is faster as patches + matmul (c512 at 7x7: 272 ms vs 198 ms;
   at 1x1: 280 ms vs 17 ms); on larger maps the native conv wins, so it is kept there.
 On GPU and in NCHW the native `tf.nn.conv2d` (cuDNN) is used unchanged.
+
+Forward-only calls (`training` false: evaluation, predict, SavedModel export) use the native conv as well: the
+formulations pay off in the backward pass, oneDNN's forward conv is as fast or faster (docs/BENCHMARKS.md,
+inference), and exported graphs then hold plain Conv2D ops that deployment converters (tf2onnx, TensorRT) handle.
+`native_at_inference = False` on a layer keeps the training formulation there too (for benchmarks).
 """
 
 import keras
@@ -61,10 +66,20 @@ class Conv2D(keras.layers.Conv2D):
     def __init__(self, *args, implementation="auto", **kwargs):
         super().__init__(*args, **kwargs)
         self.implementation = resolve_implementation(implementation, self.data_format)
+        self.native_at_inference = True
+        self._forward_only = False
+
+    def call(self, inputs, training=None):
+        # Keras fills `training` from the enclosing call (Conv2DBlock passes its own down).
+        self._forward_only = not training and self.native_at_inference
+        try:
+            return super().call(inputs)
+        finally:
+            self._forward_only = False
 
     def convolution_op(self, inputs, kernel):
-        if self.implementation == "native" or self.groups != 1 or self.dilation_rate != (1, 1) \
-                or self.padding != "same" or self.strides[0] != self.strides[1]:
+        if self.implementation == "native" or self._forward_only or self.groups != 1 \
+                or self.dilation_rate != (1, 1) or self.padding != "same" or self.strides[0] != self.strides[1]:
             return super().convolution_op(inputs, kernel)
         return conv2d_nhwc(inputs, kernel, self.strides[0], "cpu")
 

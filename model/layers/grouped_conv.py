@@ -2,11 +2,17 @@
 
 Formulations (all share the same variable, so checkpoints are unaffected):
 - "split": split input channels and filter into `groups` slices, one conv each, concatenate. Runs forward and
-  backward everywhere; the fastest of the CPU-capable formulations we measured (block-diagonal dense kernel and
-  depthwise+sum were 2-10x slower; TF's native grouped conv has no CPU gradient kernel, and on CPU it only works
-  under XLA, where it was 50-150x slower).
+  backward everywhere; the fastest of the CPU-capable formulations we measured for training (block-diagonal dense
+  kernel and depthwise+sum were 2-10x slower; TF's native grouped conv has no CPU gradient kernel, and under XLA
+  it was 50-150x slower). In training each group's conv uses model/layers/conv.py's CPU formulation; forward-only
+  calls (`training` false: evaluation, predict, SavedModel export) use plain `tf.nn.conv2d` per group, so an
+  exported SavedModel holds only Conv2D/Split/ConcatV2 ops.
+- "per_group_conv": per-group plain `tf.nn.conv2d` always; what exported graphs use on CPU
+  (export_frozen_graph.use_native_convolutions).
 - "native": one `tf.nn.conv2d` (TF infers the groups from the depth ratio, exactly as the original); cuDNN runs it
-  forward and backward on GPU.
+  forward and backward on GPU. On CPU its forward alone runs in TF, but Grappler's remapper then fuses it with the
+  following BN/ReLU into a `_FusedConv2D`, which has no grouped CPU kernel ("Fused conv implementation does not
+  support grouped convolutions"), so frozen graphs built on CPU keep "per_group_conv".
 "auto" picks "native" when a GPU is visible, else "split".
 """
 import keras
@@ -16,7 +22,7 @@ from keras import ops
 from model.layers.conv import conv2d_nhwc
 from model.layers.layout import channel_axis, spatial_axes
 
-IMPLEMENTATIONS = ("auto", "native", "split")
+IMPLEMENTATIONS = ("auto", "native", "split", "per_group_conv")
 
 
 def resolve_implementation(implementation):
@@ -27,7 +33,7 @@ def resolve_implementation(implementation):
     return implementation
 
 
-def grouped_conv2d(inputs, kernel, strides, groups, data_format, implementation):
+def grouped_conv2d(inputs, kernel, strides, groups, data_format, implementation, forward_only=False):
     """SAME-padded grouped convolution of `inputs` with an HWIO `kernel` of input depth C_in/groups."""
     tf_format = "NCHW" if data_format == "channels_first" else "NHWC"
     if implementation == "native":
@@ -35,7 +41,7 @@ def grouped_conv2d(inputs, kernel, strides, groups, data_format, implementation)
     axis = channel_axis(data_format)
     input_slices = tf.split(inputs, groups, axis=axis)
     kernel_slices = tf.split(kernel, groups, axis=3)
-    if tf_format == "NHWC":
+    if tf_format == "NHWC" and not forward_only and implementation == "split":
         # Per-group convs on small maps are faster as patches + matmul on CPU (model/layers/conv.py).
         outputs = [conv2d_nhwc(x, k, strides) for x, k in zip(input_slices, kernel_slices)]
     else:
@@ -66,9 +72,10 @@ class GroupedConv2D(keras.layers.Layer):
             name="group_filter", shape=(self.kernel_size, self.kernel_size, in_channels // self.groups, self.filters),
             initializer=self.kernel_initializer, trainable=True)
 
-    def call(self, inputs):
+    def call(self, inputs, training=None):
         kernel = ops.cast(self.kernel, self.compute_dtype)
-        return grouped_conv2d(inputs, kernel, self.strides, self.groups, self.data_format, self.implementation)
+        return grouped_conv2d(inputs, kernel, self.strides, self.groups, self.data_format, self.implementation,
+                              forward_only=not training)
 
     def compute_output_shape(self, input_shape):
         shape = list(input_shape)

@@ -26,8 +26,6 @@ def _per_channel(vector, data_format):
 
 
 def _convolve(conv, inputs, kernel):
-    if hasattr(conv, "convolve"):  # a deployment formulation (export_frozen_graph.PerGroupConv2D)
-        return conv.convolve(inputs, kernel)
     if isinstance(conv, GroupedConv2D):
         return grouped_conv2d(inputs, kernel, conv.strides, conv.groups, conv.data_format, conv.implementation)
     return conv.convolution_op(inputs, kernel)
