@@ -147,6 +147,13 @@ def fetch(value):
     return tf.nest.map_structure(lambda t: t.numpy(), value)
 
 
+def report(path, payload):
+    """Adds the load average at the end to `payload`, prints it as one JSON line and writes it to `path` (if any)."""
+    payload["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    print(json.dumps(payload))
+    write_json(path, payload)
+
+
 def write_json(path, payload):
     if not path:
         return

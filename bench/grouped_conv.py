@@ -37,24 +37,24 @@ def shifted_patches(inputs, k, s):
     return tf.stack(views, axis=3)
 
 
-def batched_slices(inputs, kernel, s, groups):
+def _grouped_einsum(patches, kernel, groups):
+    """patches [B,H,W,k*k*C] (or [B,H,W,k*k,C]) in (row, column, channel) order -> grouped conv output."""
     k, _, cg, o = kernel.shape
-    p = shifted_patches(inputs, k, s)                      # [B,H,W,k*k,C]
-    oh, ow = p.shape[1], p.shape[2]
-    p = tf.reshape(p, [-1, oh, ow, k * k, groups, cg])
+    oh, ow = patches.shape[1], patches.shape[2]
+    p = tf.reshape(patches, [-1, oh, ow, k * k, groups, cg])
     kern = tf.reshape(kernel, [k * k, cg, groups, o // groups])
     y = tf.einsum("bhwkgc,kcgo->bhwgo", p, kern)
     return tf.reshape(y, [-1, oh, ow, o])
+
+
+def batched_slices(inputs, kernel, s, groups):
+    return _grouped_einsum(shifted_patches(inputs, kernel.shape[0], s), kernel, groups)  # [B,H,W,k*k,C]
 
 
 def batched_patches(inputs, kernel, s, groups):
-    k, _, cg, o = kernel.shape
-    p = tf.image.extract_patches(inputs, [1, k, k, 1], [1, s, s, 1], [1, 1, 1, 1], "SAME")
-    oh, ow = p.shape[1], p.shape[2]
-    p = tf.reshape(p, [-1, oh, ow, k * k, groups, cg])
-    kern = tf.reshape(kernel, [k * k, cg, groups, o // groups])
-    y = tf.einsum("bhwkgc,kcgo->bhwgo", p, kern)
-    return tf.reshape(y, [-1, oh, ow, o])
+    k = kernel.shape[0]
+    patches = tf.image.extract_patches(inputs, [1, k, k, 1], [1, s, s, 1], [1, 1, 1, 1], "SAME")
+    return _grouped_einsum(patches, kernel, groups)
 
 
 def batched_gmajor(inputs, kernel, s, groups):
@@ -112,10 +112,8 @@ def main(argv=None):
             variants[f"{h}x{h}_c{c}_s{s}/{name}"] = lambda step=step, x=x: [v.numpy() for v in step(x)]
     times = common.interleaved(variants, args.rounds, 0, log=lambda text: None)
     results = {key: round(common.median(value) * 1e3, 1) for key, value in times.items()}
-    payload = {"benchmark": "grouped_conv", "batch": args.batch, "unit": "ms fwd+bwd", "machine": info,
-               "loadavg_end": [round(x, 2) for x in os.getloadavg()], "results": results}
-    print(common.json.dumps(payload))
-    common.write_json(args.json, payload)
+    common.report(args.json, {"benchmark": "grouped_conv", "batch": args.batch, "unit": "ms fwd+bwd",
+                              "machine": info, "results": results})
     return 0
 
 

@@ -123,11 +123,8 @@ def main(argv=None):
             if args.arch == "resnet50" and args.size == 224:
                 row["model_gflop_per_s"] = round(common.RESNET50_FORWARD_GFLOP * batch / seconds, 1)
             results[key] = row
-    payload = {"benchmark": "inference", "arch": args.arch, "size": args.size, "warmup": args.warmup,
-               "rounds": args.rounds, "machine": info, "loadavg_end": [round(x, 2) for x in os.getloadavg()],
-               "results": results}
-    print(common.json.dumps(payload))
-    common.write_json(args.json, payload)
+    common.report(args.json, {"benchmark": "inference", "arch": args.arch, "size": args.size,
+                              "warmup": args.warmup, "rounds": args.rounds, "machine": info, "results": results})
     return 0
 
 

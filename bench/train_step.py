@@ -93,12 +93,9 @@ def main(argv=None):
                 key = "bfloat16" if name == "ours_amp" else "float32"
                 row["fraction_of_matmul_ceiling"] = round(gflops / ceiling[key], 3)
         results[name] = row
-    payload = {"benchmark": "train_step", "arch": args.arch, "batch": args.batch, "size": args.size,
-               "warmup": args.warmup, "rounds": args.rounds, "machine": info,
-               "loadavg_end": [round(x, 2) for x in os.getloadavg()], "matmul_ceiling_gflops": ceiling,
-               "results": results}
-    print(common.json.dumps(payload))
-    common.write_json(args.json, payload)
+    common.report(args.json, {"benchmark": "train_step", "arch": args.arch, "batch": args.batch, "size": args.size,
+                              "warmup": args.warmup, "rounds": args.rounds, "machine": info,
+                              "matmul_ceiling_gflops": ceiling, "results": results})
     return 0
 
 
