@@ -10,7 +10,7 @@ import os
 import sys
 
 from utils.cmdline_helper import ORIGINAL_FLAG_DESTS, parse_cmdline
-from utils.errors import UserError, command, restrict_umask
+from utils.errors import UserError, command
 
 # The original's environment (SPEC §4.14), where the variables still mean something in TF 2.21.
 RUNTIME_ENVIRONMENT = {
@@ -76,7 +76,6 @@ def setup_devices(config, engine=None):
 
 
 def run(argv=None):
-    restrict_umask()
     args = parse_cmdline(argv)
     for key, value in RUNTIME_ENVIRONMENT.items():
         os.environ.setdefault(key, value)

@@ -8,8 +8,9 @@ Measured on the 2-vCPU machine (TF 2.21, batch 32, forward + both gradients; doc
 On GPU and in NCHW the native `tf.nn.conv2d` (cuDNN) is used unchanged.
 
 Forward-only calls (`training` false: evaluation, predict, SavedModel export) use the native conv as well: the
-formulations pay off in the backward pass, oneDNN's forward conv is as fast or faster (docs/BENCHMARKS.md,
-inference), and exported graphs then hold plain Conv2D ops that deployment converters (tf2onnx, TensorRT) handle.
+formulations pay off in the backward pass, oneDNN's forward conv was faster at batch 32 (the frozen-graph row of
+docs/BENCHMARKS.md, inference; the eval step itself is not re-measured yet), and exported graphs then hold plain
+Conv2D ops that deployment converters (tf2onnx, TensorRT) handle.
 `native_at_inference = False` on a layer keeps the training formulation there too (for benchmarks).
 """
 
@@ -70,7 +71,7 @@ class Conv2D(keras.layers.Conv2D):
         self._forward_only = False
 
     def call(self, inputs, training=None):
-        # Keras fills `training` from the enclosing call (Conv2DBlock passes its own down).
+        # Conv2DBlock calls `self.conv(inputs)`: Keras fills `training` from the enclosing call's context.
         self._forward_only = not training and self.native_at_inference
         try:
             return super().call(inputs)
