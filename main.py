@@ -102,7 +102,8 @@ def run(argv=None):
     except OSError as error:
         raise UserError("cannot write the log in --results_dir {}: {}".format(config.results_dir, error)) from None
     logger.log(step="PARAMETER", data={key: getattr(args, key) for key in ORIGINAL_FLAG_DESTS}
-               | {"num_classes": args.num_classes, "image_size": args.image_size})
+               | {"num_classes": args.num_classes, "image_size": args.image_size,
+                  "min_crop_area": args.min_crop_area})
     runner_module.set_seeds(config.seed, distribution.rank)
     if config.seed is not None:
         tf.config.experimental.enable_op_determinism()

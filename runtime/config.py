@@ -48,6 +48,7 @@ class RunConfig:
     to_predict: Optional[str] = None
     num_classes: int = 1001
     image_size: int = 224
+    min_crop_area: float = 0.05
     labels_file: Optional[str] = None
     checkpoint_interval: int = 1000
     no_progress: bool = False

@@ -105,11 +105,12 @@ class Runner:
             return dali_utils.get_dali_input_fn(
                 filenames, runner_utils.list_index_files(config.data_idx_dir, filenames), config.batch_size,
                 size, size, training=True, deterministic=config.seed is not None, seed=seed,
-                num_shards=self.distribution.size, shard_index=self.distribution.rank)
+                num_shards=self.distribution.size, shard_index=self.distribution.rank,
+                min_crop_area=config.min_crop_area)
         return data_utils.get_tfrecords_input_fn(
             filenames, config.batch_size, size, size, training=True, deterministic=config.seed is not None,
             seed=seed, num_shards=self.distribution.size, shard_index=self.distribution.rank,
-            num_classes=config.num_classes, start_step=start_step)
+            num_classes=config.num_classes, start_step=start_step, min_crop_area=config.min_crop_area)
 
     def _eval_dataset(self, batch_size):
         config = self.config

@@ -70,6 +70,8 @@ def test_bad_choice_or_type_exits_nonzero(flag, value, capsys):
     (["--batch_size", "2", "--data_idx_dir", "/x"], "--data_idx_dir needs --data_dir"),
     (["--batch_size", "2", "--mode", "train", "--symmetric"], "only take effect with --quantize"),
     (["--batch_size", "2", "--num_classes", "1"], "--num_classes"),
+    (["--batch_size", "2", "--min_crop_area", "0"], "--min_crop_area must be in"),
+    (["--batch_size", "2", "--min_crop_area", "1.5"], "--min_crop_area"),
 ])
 def test_out_of_range_values_are_clear_errors(argv, fragment):
     with pytest.raises(UserError, match=fragment.replace("-", r"\-")):

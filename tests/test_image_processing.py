@@ -88,6 +88,42 @@ def test_crop_area_and_aspect_within_ranges():
     assert len({tuple(b) + tuple(s) for b, s in windows}) > 200
 
 
+def test_min_crop_area_raises_the_lower_end_only():
+    h, w = 120, 160
+    windows = []
+    for i in range(200):
+        begin, size = image_processing.distorted_crop_window(tf.constant([h, w, 3]), tf.zeros([1, 0, 4]),
+                                                             seed=tf.constant([7, i]), min_area=0.5)
+        windows.append(size.numpy()[:2])
+    areas = np.array([s[0] * s[1] / (h * w) for s in windows])
+    assert areas.min() >= 0.5 - 0.01 and areas.max() <= 1.0
+    assert 0.6 < areas.mean() < 0.9  # roughly uniform over [0.5, 1]
+
+
+def test_min_crop_area_one_keeps_the_whole_image_through_the_pipeline(tmp_path):
+    """--min_crop_area 1 on square images: every training crop is the whole image, resized, maybe mirrored."""
+    from tests._data_helpers import make_example
+    rng = np.random.default_rng(4)
+    path = str(tmp_path / "train-00000-of-00001")
+    jpegs = {}
+    with tf.io.TFRecordWriter(path) as writer:
+        for label in range(1, 7):  # one image per label, so the label identifies the image
+            jpegs[label] = encode_image(random_image(rng, 40, 40), quality=90)
+            writer.write(make_example(jpegs[label], label, 40, 40))
+    paths = [path]
+    dataset = data_utils.get_tfrecords_input_fn(paths, 6, 32, 32, training=True, deterministic=True, seed=3,
+                                                num_classes=10, min_crop_area=1.0)
+    batch, labels = next(iter(dataset))
+    assert sorted(labels.numpy() + 1) == list(range(1, 7))
+    decoded = {label: image_processing.decode_image(jpeg).numpy() for label, jpeg in jpegs.items()}
+    for image, label in zip(batch.numpy(), labels.numpy() + 1):
+        # The flip comes before the resize, and legacy bilinear sampling is not mirror-symmetric.
+        whole, mirrored = decoded[int(label)], decoded[int(label)][:, ::-1]
+        error = min(np.abs(image - legacy_bilinear(whole, 32, 32)).max(),
+                    np.abs(image - legacy_bilinear(mirrored, 32, 32)).max())
+        assert error < 1e-3
+
+
 def test_crop_covers_at_least_ten_percent_of_box():
     h, w = 100, 100
     box = np.array([0.6, 0.6, 0.9, 0.9], np.float32)  # small box in a corner

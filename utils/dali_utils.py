@@ -42,7 +42,7 @@ def _has_gpu():
 
 
 def _build_pipeline(filenames, idx_filenames, batch_size, height, width, training, num_threads, seed,
-                    num_shards, shard_index, use_gpu):
+                    num_shards, shard_index, use_gpu, min_crop_area):
     from nvidia.dali import fn, pipeline_def, types
     from nvidia.dali import tfrecord as tfrec
 
@@ -69,7 +69,7 @@ def _build_pipeline(filenames, idx_filenames, batch_size, height, width, trainin
             # As the original: the random crop ignores the bounding boxes (SPEC §13).
             images = fn.decoders.image_random_crop(
                 inputs["image/encoded"], device=decode_device, output_type=types.RGB,
-                random_aspect_ratio=[0.75, 1.33], random_area=[0.05, 1.0], num_attempts=100)
+                random_aspect_ratio=[0.75, 1.33], random_area=[min_crop_area, 1.0], num_attempts=100)
             images = fn.resize(images, resize_x=width, resize_y=height)
             mirror = fn.random.coin_flip()
         else:
@@ -86,7 +86,7 @@ def _build_pipeline(filenames, idx_filenames, batch_size, height, width, trainin
 
 
 def get_dali_input_fn(filenames, idx_filenames, batch_size, height, width, training, num_threads=4,
-                      deterministic=False, seed=None, num_shards=1, shard_index=0):
+                      deterministic=False, seed=None, num_shards=1, shard_index=0, min_crop_area=0.05):
     """Batches of (normalised images float32 [B, H, W, 3], labels int32 [B] 0-based), forever.
 
     Sharded by worker for training only (the original also sharded evaluation, which only rank 0 runs).

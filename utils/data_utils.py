@@ -91,7 +91,7 @@ def _read_records(filenames, training, deterministic, seed, num_shards, shard_in
     return records.repeat()
 
 
-def _preprocess_fn(filenames_t, height, width, training, num_classes, seed):
+def _preprocess_fn(filenames_t, height, width, training, num_classes, seed, min_crop_area):
     def preprocess(position, record, file_index, record_index):
         where = [filenames_t[file_index], "record", record_index]
         image_bytes, label, bbox, _ = image_processing.parse_example_proto(record)
@@ -104,7 +104,8 @@ def _preprocess_fn(filenames_t, height, width, training, num_classes, seed):
             image_bytes = tf.identity(image_bytes)
         if training:
             element_seed = None if seed is None else tf.stack([tf.constant(seed, tf.int64), position])
-            image = image_processing.train_preprocess(image_bytes, bbox, height, width, element_seed)
+            image = image_processing.train_preprocess(image_bytes, bbox, height, width, element_seed,
+                                                         min_crop_area)
         else:
             image = image_processing.eval_preprocess(image_bytes, height, width)
         return position, image, label - 1
@@ -146,11 +147,13 @@ def _corrupt_record_guard(filenames_t):
 
 
 def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_threads=10, deterministic=False,
-                           seed=None, num_shards=1, shard_index=0, *, num_classes=1001, start_step=0):
+                           seed=None, num_shards=1, shard_index=0, *, num_classes=1001, start_step=0,
+                           min_crop_area=image_processing.AREA_RANGE[0]):
     """Batches of (images float32 [B, H, W, 3] in 0..255, labels int32 [B] 0-based), forever (SPEC §5.2).
 
     num_classes: records with a label outside 1..num_classes are skipped as corrupt.
     start_step: batches already consumed (resume); reproduces the same stream when `deterministic`.
+    min_crop_area: smallest area fraction of a training crop (`--min_crop_area`; the original's 0.05).
     """
     filenames = [os.fspath(f) for f in filenames]
     if not filenames:
@@ -168,7 +171,7 @@ def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_t
 
     remember, check_gap, counter = _corrupt_record_guard(filenames_t)
     dataset = records.map(remember)
-    dataset = dataset.map(_preprocess_fn(filenames_t, height, width, training, num_classes, seed),
+    dataset = dataset.map(_preprocess_fn(filenames_t, height, width, training, num_classes, seed, min_crop_area),
                           num_parallel_calls=num_threads, deterministic=True)
     dataset = dataset.ignore_errors(log_warning=True)
     dataset = dataset.scan(tf.constant(first_position, tf.int64), check_gap)

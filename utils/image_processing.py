@@ -77,10 +77,13 @@ def _split_seed(seed):
     return seeds[0], seeds[1]
 
 
-def distorted_crop_window(image_shape, bbox, seed=None):
-    """(offset [y, x, 0], size [h, w, -1]) of the training crop for an image of `image_shape` (SPEC §5.3)."""
+def distorted_crop_window(image_shape, bbox, seed=None, min_area=AREA_RANGE[0]):
+    """(offset [y, x, 0], size [h, w, -1]) of the training crop for an image of `image_shape` (SPEC §5.3).
+
+    min_area: lower end of the crop's area range (the original's 0.05 unless `--min_crop_area` says otherwise).
+    """
     kwargs = dict(bounding_boxes=bbox, min_object_covered=MIN_OBJECT_COVERED,
-                  aspect_ratio_range=list(ASPECT_RATIO_RANGE), area_range=list(AREA_RANGE),
+                  aspect_ratio_range=list(ASPECT_RATIO_RANGE), area_range=[min_area, AREA_RANGE[1]],
                   max_attempts=MAX_ATTEMPTS, use_image_if_no_bounding_boxes=True)
     if seed is None:
         begin, size, _ = tf.image.sample_distorted_bounding_box(image_shape, **kwargs)
@@ -89,13 +92,13 @@ def distorted_crop_window(image_shape, bbox, seed=None):
     return begin, size
 
 
-def train_preprocess(image_bytes, bbox, height, width, seed=None):
+def train_preprocess(image_bytes, bbox, height, width, seed=None, min_area=AREA_RANGE[0]):
     """Decode, bbox-aware random crop, random horizontal flip, legacy-bilinear resize -> float32 [H, W, 3]."""
     image = decode_image(image_bytes)
     crop_seed = flip_seed = None
     if seed is not None:
         crop_seed, flip_seed = _split_seed(seed)
-    begin, size = distorted_crop_window(tf.shape(image), bbox, crop_seed)
+    begin, size = distorted_crop_window(tf.shape(image), bbox, crop_seed, min_area)
     image = tf.slice(image, begin, size)
     if flip_seed is None:
         image = tf.image.random_flip_left_right(image)
