@@ -85,25 +85,29 @@ def main(argv=None):
     parser.add_argument("--qat_iter", type=int, default=1)
     parser.add_argument("--qat_iter_unit", choices=["epoch", "batch"], default="epoch")
     parser.add_argument("--qat_batch_size", type=int, default=32)
+    parser.add_argument("--min_crop_area", type=float, default=0.25,
+                        help="main.py's --min_crop_area for both trainings (bench.convergence's value: the QAT "
+                             "fine-tune re-estimates BN statistics, so it should see the FP32 run's augmentation)")
     parser.add_argument("--qat_lr", type=float, default=0.00005, help="lr_init of the QAT fine-tune (GPU1_RN50_QAT.sh)")
     args = parser.parse_args(argv)
     size = ["--image_size", str(args.image_size)]
+    crop = ["--min_crop_area", str(args.min_crop_area)]
     data = args.data or os.path.join(args.work_dir, "data")
     fp32 = args.fp32_dir or os.path.join(args.work_dir, "fp32")
     qat = os.path.join(args.work_dir, "qat")
     if not os.path.exists(os.path.join(data, "labels.txt")):
         run(["-m", "dataprep.fashion_mnist", "--out", data, *size, "--no_progress"])
     if not os.path.exists(os.path.join(fp32, "checkpoint")):
-        run(["main.py", "--mode", "train_and_evaluate", *COMMON, *size, "--data_dir", data, "--results_dir", fp32,
-             "--batch_size", "32", "--iter_unit", "epoch", "--num_iter", str(args.fp32_epochs), "--lr_init", "0.1",
-             "--lr_warmup_epochs", "1"])
+        run(["main.py", "--mode", "train_and_evaluate", *COMMON, *size, *crop, "--data_dir", data,
+             "--results_dir", fp32, "--batch_size", "32", "--iter_unit", "epoch", "--num_iter", str(args.fp32_epochs),
+             "--lr_init", "0.1", "--lr_warmup_epochs", "1"])
     started = time.time()
     if not os.path.exists(os.path.join(qat, "checkpoint")):
-        run(["main.py", "--mode", "train_and_evaluate", *COMMON, *size, "--data_dir", data, "--results_dir", qat,
-             "--batch_size", str(args.qat_batch_size), "--iter_unit", args.qat_iter_unit, "--num_iter",
-             str(args.qat_iter), "--lr_init", str(args.qat_lr), "--lr_warmup_epochs", "0", "--momentum", "0.875",
-             "--label_smoothing", "0.1", "--weight_decay", "3.0517578125e-05", "--quantize", "--symmetric",
-             "--use_qdq", "--finetune_checkpoint", fp32])
+        run(["main.py", "--mode", "train_and_evaluate", *COMMON, *size, *crop, "--data_dir", data,
+             "--results_dir", qat, "--batch_size", str(args.qat_batch_size), "--iter_unit", args.qat_iter_unit,
+             "--num_iter", str(args.qat_iter), "--lr_init", str(args.qat_lr), "--lr_warmup_epochs", "0",
+             "--momentum", "0.875", "--label_smoothing", "0.1", "--weight_decay", "3.0517578125e-05", "--quantize",
+             "--symmetric", "--use_qdq", "--finetune_checkpoint", fp32])
     qat_seconds = time.time() - started
     fp32_graph = os.path.join(args.work_dir, "fp32_eval.pb")
     export(fp32, fp32_graph, args.image_size, quantized=False)
