@@ -9,8 +9,8 @@ one warmup epoch collapsed here (batch 128, peak LR 0.128: the loss went to ln(1
 500), hence 0.1 by default.
 
 --min_crop_area is main.py's: the smallest area fraction a training crop keeps. The original's ImageNet crop keeps
-5-100% of the image; on 28 px garments a 5% crop is a few pixels blown up to 32x32, and 4 epochs with it reached
-80.0% (docs/BENCHMARKS.md), hence 0.25 here.
+5-100% of the image; on 28 px garments a 5% crop is a few pixels blown up to the input size. 0.25 here (it made
+no measurable difference at 32 px: docs/BENCHMARKS.md has the runs).
 
 --source: the full dataset (Debian package `dataset-fashion-mnist`: `apt-get install dataset-fashion-mnist`);
 without it the shipped 9,000/2,000 subset is used. Prints the accuracy, the time, and PASS/FAIL against --target.
