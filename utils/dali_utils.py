@@ -113,7 +113,7 @@ def get_dali_input_fn(filenames, idx_filenames, batch_size, height, width, train
         dali_seed = (7 * (1 + shard_index) + 100003 * (seed or 0)) % (2 ** 31)
     use_gpu = _has_gpu()
     pipeline = _build_pipeline(filenames, idx_filenames, batch_size, height, width, training, num_threads,
-                               dali_seed, num_shards, shard_index, use_gpu)
+                               dali_seed, num_shards, shard_index, use_gpu, min_crop_area)
     device = "/gpu:0" if use_gpu else "/cpu:0"
     with tf.device(device):
         dataset = dali_tf.DALIDataset(
