@@ -86,6 +86,37 @@ def test_training_pipeline(records):
     np.testing.assert_array_equal(again[0].numpy(), first)
 
 
+@needs_dali
+def test_min_crop_area_reaches_the_dali_crop(tmp_path):
+    """--min_crop_area 1 on square images: every training crop is the whole image, so two seeds differ only by the
+    mirror."""
+    paths = write_tfrecord_shards(str(tmp_path), "train", 1, 8, 40, NUM_CLASSES)
+    idx = [path + ".idx" for path in paths]
+    for path, index in zip(paths, idx):
+        dali_utils.make_dali_index(path, index)
+
+    def images_by_label(seed, min_crop_area):
+        dataset = dali_utils.get_dali_input_fn(paths, idx, 4, 32, 32, training=True, deterministic=True, seed=seed,
+                                               min_crop_area=min_crop_area)
+        found = {}
+        for images, labels in dataset.take(4):
+            for image, label in zip(images.numpy(), labels.numpy()):
+                found.setdefault(int(label), []).append(image)
+        return found
+
+    def mismatch(first, second):
+        """Largest difference between an image of one run and the closest image (or mirror) of the other."""
+        worst = 0.0
+        for label in set(first) & set(second):
+            for image in first[label]:
+                worst = max(worst, min(min(np.abs(image - other).max(), np.abs(image - other[:, ::-1]).max())
+                                       for other in second[label]))
+        return worst
+
+    assert mismatch(images_by_label(1, 1.0), images_by_label(2, 1.0)) < 1e-5
+    assert mismatch(images_by_label(1, 0.05), images_by_label(2, 0.05)) > 0.1
+
+
 def test_missing_index_file_is_a_user_error(records):
     paths, _ = records
     if not _dali_available():
