@@ -57,8 +57,8 @@ def main(argv=None):
     run([sys.executable, "main.py", "--mode", "train_and_evaluate", "--arch", "resnet50", "--num_classes", "10",
          "--image_size", str(args.image_size), "--data_dir", data, "--batch_size", str(args.batch_size),
          "--num_iter", str(args.epochs), "--iter_unit", "epoch", "--lr_init", str(args.lr_init),
-         "--lr_warmup_epochs", "1", "--min_crop_area", str(args.min_crop_area), "--cosine_lr", "--momentum", "0.875", "--weight_decay", "3.0517578125e-05",
-         "--label_smoothing", "0.1",
+         "--lr_warmup_epochs", "1", "--min_crop_area", str(args.min_crop_area), "--cosine_lr", "--momentum", "0.875",
+         "--weight_decay", "3.0517578125e-05", "--label_smoothing", "0.1",
          "--weight_init", "fan_in", "--seed", "1", "--display_every", "50", "--no_progress",
          "--results_dir", args.out])
     elapsed = time.time() - start

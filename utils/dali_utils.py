@@ -46,7 +46,7 @@ def _build_pipeline(filenames, idx_filenames, batch_size, height, width, trainin
     from nvidia.dali import fn, pipeline_def, types
     from nvidia.dali import tfrecord as tfrec
 
-    from utils.image_processing import eval_resize_min
+    from utils.image_processing import AREA_RANGE, ASPECT_RATIO_RANGE, MAX_ATTEMPTS, eval_resize_min
 
     decode_device = "mixed" if use_gpu else "cpu"
 
@@ -69,7 +69,8 @@ def _build_pipeline(filenames, idx_filenames, batch_size, height, width, trainin
             # As the original: the random crop ignores the bounding boxes (SPEC §13).
             images = fn.decoders.image_random_crop(
                 inputs["image/encoded"], device=decode_device, output_type=types.RGB,
-                random_aspect_ratio=[0.75, 1.33], random_area=[min_crop_area, 1.0], num_attempts=100)
+                random_aspect_ratio=list(ASPECT_RATIO_RANGE), random_area=[min_crop_area, AREA_RANGE[1]],
+                num_attempts=MAX_ATTEMPTS)
             images = fn.resize(images, resize_x=width, resize_y=height)
             mirror = fn.random.coin_flip()
         else:
@@ -86,15 +87,20 @@ def _build_pipeline(filenames, idx_filenames, batch_size, height, width, trainin
 
 
 def get_dali_input_fn(filenames, idx_filenames, batch_size, height, width, training, num_threads=4,
-                      deterministic=False, seed=None, num_shards=1, shard_index=0, min_crop_area=0.05):
+                      deterministic=False, seed=None, num_shards=1, shard_index=0, min_crop_area=None):
     """Batches of (normalised images float32 [B, H, W, 3], labels int32 [B] 0-based), forever.
 
     Sharded by worker for training only (the original also sharded evaluation, which only rank 0 runs).
     Deterministic seed: 7 * (1 + shard_index) as the original, plus 100003 * seed when a seed is given.
+    min_crop_area: smallest area fraction of a training crop (`--min_crop_area`; None: the original's 0.05).
     """
     require_dali()
     import tensorflow as tf
     from nvidia.dali.plugin import tf as dali_tf
+
+    from utils.image_processing import AREA_RANGE
+    if min_crop_area is None:
+        min_crop_area = AREA_RANGE[0]
 
     filenames = [os.fspath(f) for f in filenames]
     idx_filenames = [os.fspath(f) for f in idx_filenames]
