@@ -235,3 +235,50 @@ def test_log_records_are_valid_json_lines(trained):
         for line in handle:
             assert line.startswith("DLLL ")
             json.loads(line[5:])
+
+
+@pytest.mark.slow
+def test_qat_workflow_end_to_end(trained, data_dir, tmp_path):
+    """The original's QAT workflow through the CLIs: QAT fine-tune of an FP32 checkpoint -> postprocess_ckpt.py ->
+    export_frozen_graph.py --quantize --use_final_conv --use_qdq --symmetric -> a runnable Q/DQ graph."""
+    import tensorflow as tf
+    qat = str(tmp_path / "qat")
+    run_main("--mode", "train", "--data_dir", data_dir, "--batch_size", 8, "--num_iter", 2, "--iter_unit", "batch",
+             "--results_dir", qat, "--seed", 7, "--quantize", "--symmetric", "--use_qdq", "--lr_init", "0.00005",
+             "--finetune_checkpoint", trained["dir"], *SMALL)
+    parameters = {key for record in read_log(os.path.join(qat, "log.json")) if record.get("step") == "PARAMETER"
+                  for key in record["data"]}
+    assert {"Restoring variables from checkpoint", "QUANTIZATION AWARE TRAINING ENABLED"} <= parameters
+    # Activation ranges are contrib's zero-debiased EMAs of batch ranges that always hold 0: after two steps every
+    # ReLU output's range starts exactly at 0 (a plain EMA from the initial [-6, 6] would be at -5.99).
+    reader = tf.train.load_checkpoint(qat)
+    ranges = {name: float(reader.get_tensor(name)) for name in reader.get_variable_to_shape_map()
+              if "/range_min/" in name or "/range_max/" in name}
+    minima = [value for name, value in ranges.items() if "/range_min/" in name]
+    maxima = [value for name, value in ranges.items() if "/range_max/" in name]
+    assert len(minima) == len(maxima) > 60
+    assert all(value <= 0.0 for value in minima) and all(value >= 0.0 for value in maxima)
+    assert sum(value == 0.0 for value in minima) >= 1 + 16 * 3  # stem, and per bottleneck 2 conv ReLUs + add-ReLU
+    final_conv = str(tmp_path / "final_conv")
+    graph_path = str(tmp_path / "qat.pb")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    for script in (["postprocess_ckpt.py", "--input", qat, "--output", final_conv],
+                   ["export_frozen_graph.py", "--model_name", "resnet50", "--num_classes", str(NUM_CLASSES),
+                    "--image_size", "32", "--input_format", "NHWC", "--compute_format", "NHWC", "--checkpoint",
+                    final_conv, "--output_file", graph_path, "--quantize", "--use_final_conv", "--use_qdq",
+                    "--symmetric"]):
+        result = subprocess.run([sys.executable, *script], cwd=ROOT, env=env, capture_output=True, text=True,
+                                timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+    graph_def = tf.compat.v1.GraphDef()
+    with open(graph_path, "rb") as handle:
+        graph_def.ParseFromString(handle.read())
+    assert sum(node.op == "QuantizeAndDequantizeV4" for node in graph_def.node) > 50
+    assert not any(node.op.startswith("Variable") for node in graph_def.node)
+    images = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)
+    probabilities = tf.compat.v1.wrap_function(
+        lambda x: tf.graph_util.import_graph_def(graph_def, input_map={"input:0": x},
+                                                 return_elements=["resnet50/output/softmax:0"])[0],
+        [tf.TensorSpec([None, 32, 32, 3], tf.float32)])(tf.constant(images)).numpy()
+    assert probabilities.shape == (2, NUM_CLASSES)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)

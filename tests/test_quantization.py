@@ -64,15 +64,20 @@ def test_activation_ema_ranges(config):
     owner = Conv2DBlock(4, 1, quantization=state, owns_quant_step=True)  # creates the step counter
     quantizer = ActivationQuantizer(state)
     quantizer.build(())
-    owner.quant_step.assign(1)  # past quant_delay = 0
-    lo, hi = INITIAL_RANGE
+    # TF1's assign_moving_average(zero_debias=True) literally: a biased accumulator from 0 and a step count.
+    biased, decay = np.zeros(2), np.float64(EMA_DECAY)
     rng = np.random.RandomState(1)
-    for _ in range(3):
-        x = rng.uniform(-1, 3, (2, 5)).astype(np.float32)
+    for step in range(1, 6):
+        owner.quant_step.assign(step)  # what the stem does at the start of each training forward pass
+        # Some batches entirely positive or negative: the range is extended to include 0 first (contrib).
+        low, high = [(-1, 3), (0.5, 3), (-1, 3), (-4, -0.5), (-2, 7)][step - 1]
+        x = rng.uniform(low, high, (2, 5)).astype(np.float32)
         got = quantizer(tf.constant(x), training=True).numpy()
-        lo = lo * EMA_DECAY + x.min() * (1 - EMA_DECAY)
-        hi = hi * EMA_DECAY + x.max() * (1 - EMA_DECAY)
-        np.testing.assert_allclose([quantizer.range_min.numpy(), quantizer.range_max.numpy()], [lo, hi], rtol=1e-6)
+        biased = biased * decay + np.array([min(x.min(), 0.0), max(x.max(), 0.0)]) * (1 - decay)
+        lo, hi = biased / (1 - decay ** step)
+        np.testing.assert_allclose([quantizer.range_min.numpy(), quantizer.range_max.numpy()], [lo, hi], rtol=1e-5)
+        if step == 1:  # nothing of the initial [-6, 6] is left
+            assert (lo, hi) == pytest.approx((x.min(), x.max()), rel=1e-6)
         np.testing.assert_allclose(got, reference(x, lo, hi, config, False), atol=1e-5)
     # Inference calls read the ranges without updating them; a float-eval model does not quantise.
     x = rng.uniform(-1, 3, (2, 5)).astype(np.float32)

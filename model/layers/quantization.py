@@ -2,9 +2,14 @@
 
 Numerics (8 bits, per tensor):
 - weights: range = the current min/max of the (BN-folded) weight tensor, recomputed every call (no variables);
-- activations: range = exponential moving averages (decay 0.999, initial [-6, 6], as contrib's
-  `MovingAvgQuantize`) of the batch min/max, updated in every training call (also during `quant_delay`, as
-  contrib did), read as they are in inference calls;
+- activations: range = exponential moving averages (decay 0.999) of the batch min/max, each first extended to
+  include 0, as contrib's `MovingAvgQuantize`; updated in every training call (also during `quant_delay`, as
+  contrib did), read as they are in inference calls. contrib called TF1's `assign_moving_average` with its default
+  `zero_debias=True`, so the stored range is the *debiased* average: after t updates with batch values v_1..v_t it
+  is sum_i (1-d) d^(t-i) v_i / (1 - d^t) - exactly v_1 after the first step, never a mix with the initial
+  [-6, 6] (those only serve an eval before any training step). TF1 kept a `biased` accumulator and a `local_step`
+  per range; the same value follows from the previous one and t alone (`debiased_ema_weight`), and t is the
+  model's training-call counter `quant_step`, so no variables are added;
 - asymmetric by default: the op receives [min, max] as they are (FakeQuant nudges zero onto the grid; the QDQ op
   is scale-only, TF picks the scale from whichever side is tighter);
 - `symmetric`: the range becomes [-m, m] with m = max(|min|, |max|); weights then use the narrow range
@@ -40,6 +45,16 @@ class QuantizationConfig:
 def is_quantization_variable(variable):
     """QAT range/step variables: the only variables QAT adds; every one has 'quant' in its path."""
     return "quant" in variable.path
+
+
+def debiased_ema_weight(updates):
+    """Weight w of the previous value in a zero-debiased EMA's t-th update, value_t = w value_{t-1} + (1-w) v_t.
+
+    From TF1's biased accumulator b_t = d b_{t-1} + (1-d) v_t and value_t = b_t / (1 - d^t):
+    w = d (1 - d^(t-1)) / (1 - d^t); 0 at t = 1, tending to d."""
+    t = tf.maximum(tf.cast(updates, tf.float64), 1.0)
+    decay = tf.constant(EMA_DECAY, tf.float64)
+    return tf.cast(decay * (1.0 - decay ** (t - 1.0)) / (1.0 - decay ** t), tf.float32)
 
 
 def quantize_dequantize(x, range_min, range_max, config, narrow_range=False):
@@ -119,10 +134,13 @@ class ActivationQuantizer(keras.layers.Layer):
     def call(self, inputs, training=None):
         x = tf.cast(inputs, tf.float32)
         if training:
-            batch_min = tf.stop_gradient(tf.reduce_min(x))
-            batch_max = tf.stop_gradient(tf.reduce_max(x))
-            self.range_min.assign(self.range_min * EMA_DECAY + batch_min * (1.0 - EMA_DECAY))
-            self.range_max.assign(self.range_max * EMA_DECAY + batch_max * (1.0 - EMA_DECAY))
+            # contrib: the range always holds 0 (TFLite's requirement), then a zero-debiased EMA (module docstring).
+            batch_min = tf.minimum(tf.stop_gradient(tf.reduce_min(x)), 0.0)
+            batch_max = tf.maximum(tf.stop_gradient(tf.reduce_max(x)), 0.0)
+            # The counter is incremented at the start of every training forward pass: this is update number t.
+            weight = debiased_ema_weight(self._state.step)
+            self.range_min.assign(self.range_min * weight + batch_min * (1.0 - weight))
+            self.range_max.assign(self.range_max * weight + batch_max * (1.0 - weight))
         config = self._state.config
         outputs = self._state.apply(
             training, lambda: quantize_dequantize(x, self.range_min.value, self.range_max.value, config), x)
