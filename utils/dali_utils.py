@@ -11,6 +11,7 @@ import os
 from utils.errors import UserError
 
 from model.layers.normalization import CHANNEL_MEANS, CHANNEL_STDS
+from utils.image_processing import AREA_RANGE, ASPECT_RATIO_RANGE, MAX_ATTEMPTS, eval_resize_min
 
 INSTALL_HINT = ("DALI is not installed: run `INSTALL_DALI=1 bash scripts/install.sh` "
                 "(or `pip install -r requirements-dali.txt`, see the comment in that file)")
@@ -45,8 +46,6 @@ def _build_pipeline(filenames, idx_filenames, batch_size, height, width, trainin
                     num_shards, shard_index, use_gpu, min_crop_area):
     from nvidia.dali import fn, pipeline_def, types
     from nvidia.dali import tfrecord as tfrec
-
-    from utils.image_processing import AREA_RANGE, ASPECT_RATIO_RANGE, MAX_ATTEMPTS, eval_resize_min
 
     decode_device = "mixed" if use_gpu else "cpu"
 
@@ -87,20 +86,16 @@ def _build_pipeline(filenames, idx_filenames, batch_size, height, width, trainin
 
 
 def get_dali_input_fn(filenames, idx_filenames, batch_size, height, width, training, num_threads=4,
-                      deterministic=False, seed=None, num_shards=1, shard_index=0, min_crop_area=None):
+                      deterministic=False, seed=None, num_shards=1, shard_index=0, min_crop_area=AREA_RANGE[0]):
     """Batches of (normalised images float32 [B, H, W, 3], labels int32 [B] 0-based), forever.
 
     Sharded by worker for training only (the original also sharded evaluation, which only rank 0 runs).
     Deterministic seed: 7 * (1 + shard_index) as the original, plus 100003 * seed when a seed is given.
-    min_crop_area: smallest area fraction of a training crop (`--min_crop_area`; None: the original's 0.05).
+    min_crop_area: smallest area fraction of a training crop (`--min_crop_area`; default the original's 0.05).
     """
     require_dali()
     import tensorflow as tf
     from nvidia.dali.plugin import tf as dali_tf
-
-    from utils.image_processing import AREA_RANGE
-    if min_crop_area is None:
-        min_crop_area = AREA_RANGE[0]
 
     filenames = [os.fspath(f) for f in filenames]
     idx_filenames = [os.fspath(f) for f in idx_filenames]
