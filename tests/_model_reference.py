@@ -28,6 +28,25 @@ def conv2d(x, kernel, stride=1, groups=1):
     return out
 
 
+def conv2d_gradients(x, kernel, upstream, stride=1):
+    """(d/dx, d/dkernel) of sum(upstream * conv2d(x, kernel, stride)) for an ungrouped SAME conv."""
+    batch, height, width, channels = x.shape
+    kh, kw = kernel.shape[:2]
+    out_h, top, bottom = same_padding(height, kh, stride)
+    out_w, left, right = same_padding(width, kw, stride)
+    padded = np.pad(x.astype(np.float64), ((0, 0), (top, bottom), (left, right), (0, 0)))
+    upstream = upstream.astype(np.float64)
+    grad_padded = np.zeros_like(padded)
+    grad_kernel = np.zeros(kernel.shape)
+    for i in range(kh):
+        for j in range(kw):
+            rows = slice(i, i + (out_h - 1) * stride + 1, stride)
+            cols = slice(j, j + (out_w - 1) * stride + 1, stride)
+            grad_padded[:, rows, cols, :] += upstream @ kernel[i, j].astype(np.float64).T
+            grad_kernel[i, j] = np.einsum("bhwc,bhwo->co", padded[:, rows, cols, :], upstream)
+    return grad_padded[:, top:top + height, left:left + width, :], grad_kernel
+
+
 def batch_norm_inference(x, gamma, beta, mean, variance, eps=1e-5):
     return (x - mean) / np.sqrt(variance + eps) * gamma + beta
 

@@ -307,6 +307,42 @@ def test_grouped_conv_forward_and_gradient(implementation, execution):
     np.testing.assert_allclose(grad_k.numpy(), expected_gk, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("size,kernel_size,stride", [(9, 3, 1), (10, 5, 1), (8, 1, 2), (16, 7, 2), (5, 3, 1)])
+@pytest.mark.parametrize("execution", ["eager", "function", "jit"])
+def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, kernel_size, stride, execution):
+    # 9x9, 10x10 and 16x16 (> 49 output positions): native conv; 8x8 1x1 stride 2: strided matmul; 5x5 3x3:
+    # patches + matmul. Forward and both gradients against NumPy, eagerly, in a graph and under XLA.
+    from model.layers.conv import Conv2D
+    rng = np.random.default_rng(11)
+    x = rng.normal(0, 1, (2, size, size, 6)).astype("f4")
+    kernel = rng.normal(0, 0.3, (kernel_size, kernel_size, 6, 5)).astype("f4")
+    layer = Conv2D(5, kernel_size, strides=stride, padding="same", use_bias=False, implementation="cpu")
+    layer.build(x.shape)
+    layer.kernel.assign(kernel)
+
+    def step(inputs):
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            y = layer(inputs, training=True)
+            loss = tf.reduce_sum(y * tf.cos(y))
+        return (y,) + tuple(tape.gradient(loss, [inputs, layer.kernel]))
+
+    if execution != "eager":
+        step = tf.function(step, jit_compile=execution == "jit")
+    y, grad_x, grad_k = step(tf.constant(x))
+    expected_y = ref.conv2d(x, kernel, stride)
+    expected_gx, expected_gk = ref.conv2d_gradients(x, kernel, np.cos(expected_y) - expected_y * np.sin(expected_y),
+                                                    stride)
+    for actual, expected in ((y, expected_y), (grad_x, expected_gx), (grad_k, expected_gk)):
+        np.testing.assert_allclose(actual.numpy(), expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
+    if execution == "function":  # the formulation the layer chose
+        graph = step.get_concrete_function(tf.constant(x)).graph.as_graph_def()
+        ops = [node.op for node in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
+        native = kernel_size > 1 and size * size // (stride * stride) > 49
+        assert ("Conv2D" in ops) == native and ("Conv2DBackpropInput" in ops) == native
+        assert ("ExtractImagePatches" in ops) == (kernel_size > 1 and not native)
+
+
 def test_native_grouped_conv_forward_runs_eagerly_on_cpu():
     rng = np.random.default_rng(8)
     x = rng.normal(0, 1, (1, 5, 5, 64)).astype("f4")
