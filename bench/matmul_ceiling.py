@@ -1,9 +1,12 @@
-"""The machine's matmul ceiling for TensorFlow: GFLOP/s of large square matmuls in float32 and bfloat16.
+"""The machine's matmul ceiling: GFLOP/s of large square matmuls in TensorFlow (float32, bfloat16) and in NumPy's BLAS.
 
-    .venv/bin/python -m bench.matmul_ceiling [--size 2048] [--repeats 5]
+    .venv/bin/python -m bench.matmul_ceiling [--sizes 1024,2048,3072] [--repeats 5]
 
 This is the practical upper bound for a conv net on this CPU (convolutions are matmuls underneath); the training
-and inference benchmarks report their model FLOP/s as a fraction of it.
+and inference benchmarks report their model FLOP/s as a fraction of it. TensorFlow's matmul rate depends on the
+size (oneDNN's blocking; 2048 alone read 89-108 GFLOP/s on one idle machine, 3072 125), so the TF ceiling is the
+best median over `--sizes`. NumPy's OpenBLAS sgemm is measured beside it as an engine-independent figure for
+what the cores can do (it was ~1.4x TF's best here).
 """
 from __future__ import annotations
 
@@ -39,14 +42,36 @@ def matmul_gflops(dtype="float32", size=2048, repeats=5, chain=4):
     return {"median": rates[len(rates) // 2], "max": rates[-1]}
 
 
+def best_tf_gflops(dtype="float32", sizes=(1024, 2048, 3072), repeats=5):
+    """The best median GFLOP/s of TF matmuls over `sizes` (the TF ceiling the benchmarks divide by)."""
+    return max(matmul_gflops(dtype, size, repeats)["median"] for size in sizes)
+
+
+def blas_gflops(size=2048, repeats=5):
+    """Median GFLOP/s of NumPy's float32 matmul (its BLAS: OpenBLAS in the pinned wheel), the same threads."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    a = rng.random((size, size), dtype=np.float32)
+    b = rng.random((size, size), dtype=np.float32)
+    a @ b
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        rates.append(2.0 * size ** 3 / (time.perf_counter() - start) / 1e9)
+    rates.sort()
+    return {"median": rates[len(rates) // 2], "max": rates[-1]}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=2048)
+    parser.add_argument("--sizes", default="1024,2048,3072")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     result = {"loadavg": [round(x, 2) for x in os.getloadavg()]}
     for dtype in ("float32", "bfloat16"):
-        result[dtype] = matmul_gflops(dtype, args.size, args.repeats)
+        result[dtype] = {size: matmul_gflops(dtype, int(size), args.repeats) for size in args.sizes.split(",")}
+    result["numpy_blas_float32"] = blas_gflops(repeats=args.repeats)
     print(json.dumps(result))
     return 0
 

@@ -72,9 +72,10 @@ def main(argv=None):
     times = common.interleaved(variants, args.rounds, args.warmup, log=log)
     ceiling = None
     if not args.no_ceiling:
-        from bench.matmul_ceiling import matmul_gflops
+        from bench.matmul_ceiling import best_tf_gflops, blas_gflops
         gc.collect()
-        ceiling = {"float32": matmul_gflops("float32")["median"], "bfloat16": matmul_gflops("bfloat16")["median"]}
+        ceiling = {"float32": best_tf_gflops("float32"), "bfloat16": best_tf_gflops("bfloat16"),
+                   "numpy_blas_float32": blas_gflops()["median"]}
     flop_per_image = common.RESNET50_FORWARD_GFLOP * common.TRAIN_FLOP_FACTOR
     if args.arch != "resnet50" or args.size != 224:
         flop_per_image = None
@@ -92,6 +93,8 @@ def main(argv=None):
             if ceiling:
                 key = "bfloat16" if name == "ours_amp" else "float32"
                 row["fraction_of_matmul_ceiling"] = round(gflops / ceiling[key], 3)
+                if key == "float32":
+                    row["fraction_of_numpy_blas"] = round(gflops / ceiling["numpy_blas_float32"], 3)
         results[name] = row
     common.report(args.json, {"benchmark": "train_step", "arch": args.arch, "batch": args.batch, "size": args.size,
                               "warmup": args.warmup, "rounds": args.rounds, "machine": info,

@@ -1,0 +1,42 @@
+"""The benchmark scripts run end to end (tiny sizes; the numbers themselves are for docs/BENCHMARKS.md only)."""
+import json
+
+import pytest
+
+
+@pytest.mark.slow
+def test_step_data_source_times_main_py_on_synthetic_and_tfrecord_input(tmp_path):
+    from bench import step_data_source
+    out = tmp_path / "result.json"
+    step_data_source.main(["--size", "32", "--batch", "4", "--steps", "2", "--warmup", "1", "--rounds", "1",
+                           "--records", "24", "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert set(result["runs"]) == {"synthetic", "tfrecord"}
+    assert all(len(values) == 1 and values[0] > 0 for values in result["runs"].values())
+    medians = result["median_img_per_s"]
+    assert result["tfrecord_vs_synthetic"] == pytest.approx(medians["tfrecord"] / medians["synthetic"])
+
+
+def test_read_throughput_takes_the_closing_summary(tmp_path):
+    from bench.step_data_source import read_throughput
+    log = tmp_path / "log.json"
+    lines = [{"type": "LOG", "step": [0, 5], "data": {"total_ips": 3.0}},
+             {"type": "LOG", "step": [], "data": {"train_throughput": 9.0, "train_throughput_total": 8.5}}]
+    log.write_text("".join("DLLL " + json.dumps(line) + "\n" for line in lines))
+    assert read_throughput(str(log)) == 8.5
+    log.write_text("DLLL " + json.dumps(lines[0]) + "\n")
+    with pytest.raises(RuntimeError, match="train_throughput_total"):
+        read_throughput(str(log))
+
+
+def test_conv_gradients_alternatives_agree_with_tf_at_model_shapes(tmp_path):
+    from bench import conv_gradients
+    out = tmp_path / "conv.json"
+    conv_gradients.main(["--batch", "1", "--repeats", "1", "--json", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["shape"] for row in rows] == [shape[0] for shape in conv_gradients.SHAPES]
+    for row in rows:
+        assert row["kernel_grad_patches_max_rel_diff"] < 1e-5
+        assert ("input_grad_rotated_conv_max_rel_diff" in row) == row["shape"].endswith("s1")
+        assert row.get("input_grad_rotated_conv_max_rel_diff", 0.0) < 1e-5
+        assert all(row[key] > 0 for key in row if key.endswith("_ms"))
