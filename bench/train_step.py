@@ -10,6 +10,7 @@ Variants:
   ours_amp        ... with --amp (mixed_bfloat16 on CPU)
   ours_ref_bn     ours with the reference (unfused) batch norm, to show what the fused BN buys
   ours_native     ours with every conv a plain tf.nn.conv2d (the CPU conv formulations switched off)
+  ours_amp_native ours --amp with every conv a plain tf.nn.conv2d
   keras           keras.applications.ResNet50(weights=None), SGD momentum, CE loss, tf.function
   keras_xla       ... with jit_compile=True
 The same synthetic batch (already in memory) feeds every variant: this measures the step, not the input pipeline
@@ -31,12 +32,12 @@ from bench import common  # noqa: E402
 def build_variant(name, args, images, labels):
     if name.startswith("ours"):
         xla = name == "ours_xla"
-        amp = name == "ours_amp"
+        amp = name in ("ours_amp", "ours_amp_native")
         runner = common.our_runner(args.arch, args.batch, args.size, xla=xla, amp=amp)
         if name == "ours_ref_bn":
             from model.layers import batch_norm
             batch_norm.set_implementation(runner.model, "reference")
-        if name == "ours_native":
+        if name in ("ours_native", "ours_amp_native"):
             from export_frozen_graph import use_native_convolutions
             use_native_convolutions(runner.model)
         step = common.our_train_step(runner)
@@ -91,7 +92,7 @@ def main(argv=None):
             gflops = flop_per_image * args.batch / seconds
             row["model_gflop_per_s"] = round(gflops, 1)
             if ceiling:
-                key = "bfloat16" if name == "ours_amp" else "float32"
+                key = "bfloat16" if name.startswith("ours_amp") else "float32"
                 row["fraction_of_matmul_ceiling"] = round(gflops / ceiling[key], 3)
                 if key == "float32":
                     row["fraction_of_numpy_blas"] = round(gflops / ceiling["numpy_blas_float32"], 3)
