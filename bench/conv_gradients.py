@@ -4,9 +4,8 @@
 
 For the native (oneDNN) 3x3 convs on maps larger than 7x7 and the 7x7 stem: forward `Conv2D`; input gradient by
 `Conv2DBackpropInput` and (stride 1) by a forward conv of the output gradient with the kernel rotated by 180
-degrees and its in/out channels swapped; kernel gradient by
-`Conv2DBackpropFilter` and by patches + matmul. Each alternative is first checked against TF's op (max relative
-difference printed). Milliseconds, median of `--repeats`, each variant timed alone (not interleaved: per-op
+degrees and its in/out channels swapped; kernel gradient by `Conv2DBackpropFilter` and by patches + matmul.
+Each alternative is first checked against TF's op (max relative difference printed). Milliseconds, median of `--repeats`, each variant timed alone (not interleaved: per-op
 numbers for choosing a formulation, not whole-step figures).
 """
 from __future__ import annotations

@@ -4,9 +4,9 @@
 
 This is the practical upper bound for a conv net on this CPU (convolutions are matmuls underneath); the training
 and inference benchmarks report their model FLOP/s as a fraction of it. TensorFlow's matmul rate depends on the
-size (oneDNN's blocking; 2048 alone read 89-108 GFLOP/s on one idle machine, 3072 125), so the TF ceiling is the
+size and drifts (2048 alone read 89-123 GFLOP/s on one idle machine, 3072 125-152), so the TF ceiling is the
 best median over `--sizes`. NumPy's OpenBLAS sgemm is measured beside it as an engine-independent figure for
-what the cores can do (it was ~1.4x TF's best here).
+what the cores can do (172-173 GFLOP/s there, 1.1-1.4x TF's best).
 """
 from __future__ import annotations
 
@@ -32,12 +32,17 @@ def matmul_gflops(dtype="float32", size=2048, repeats=5, chain=4):
             a = tf.matmul(a, b)
         return tf.reduce_sum(tf.cast(a[:1, :1], tf.float32))
 
-    run(a, b).numpy()
+    return _gflops(lambda: run(a, b).numpy(), 2.0 * size ** 3 * chain, repeats)
+
+
+def _gflops(run, flop, repeats):
+    """{median, max} GFLOP/s of `repeats` timed calls of `run` (doing `flop` FLOPs each) after one warm-up call."""
+    run()
     rates = []
     for _ in range(repeats):
         start = time.perf_counter()
-        run(a, b).numpy()
-        rates.append(2.0 * size ** 3 * chain / (time.perf_counter() - start) / 1e9)
+        run()
+        rates.append(flop / (time.perf_counter() - start) / 1e9)
     rates.sort()
     return {"median": rates[len(rates) // 2], "max": rates[-1]}
 
@@ -53,14 +58,7 @@ def blas_gflops(size=2048, repeats=5):
     rng = np.random.default_rng(0)
     a = rng.random((size, size), dtype=np.float32)
     b = rng.random((size, size), dtype=np.float32)
-    a @ b
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        rates.append(2.0 * size ** 3 / (time.perf_counter() - start) / 1e9)
-    rates.sort()
-    return {"median": rates[len(rates) // 2], "max": rates[-1]}
+    return _gflops(lambda: a @ b, 2.0 * size ** 3, repeats)
 
 
 def main(argv=None):
