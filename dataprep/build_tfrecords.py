@@ -25,8 +25,10 @@ from dataprep.process_bounding_boxes import process_bounding_boxes, read_boundin
 from utils.errors import UserError, command
 
 SHUFFLE_SEED = 12345  # the original's random.seed(12345) before sharding
-IMAGENET_SHARDS = {"train": 1024, "validation": 128}
-RECORDS_PER_SHARD = 1024  # target for the automatic shard count of non-ImageNet datasets
+IMAGENET_SHARDS = {"train": 1024, "validation": 128}  # the original's counts, for the full ILSVRC-2012 splits
+IMAGENET_IMAGES = {"train": 1_281_167, "validation": 50_000}
+IMAGENET_SIZE_TOLERANCE = 0.01  # a copy missing a few hundred files still gets the original's shard counts
+RECORDS_PER_SHARD = 1024  # target for the automatic shard count of every other dataset
 WNID = re.compile(r"^n\d{8}$")
 
 
@@ -48,10 +50,33 @@ class ClassList:
         return self._label.get(synset)
 
 
+def is_imagenet_sized(split: str, num_images: int) -> bool:
+    """True for the full ILSVRC-2012 split (within IMAGENET_SIZE_TOLERANCE), not for subsets such as Imagenette."""
+    full = IMAGENET_IMAGES[split]
+    return abs(num_images - full) <= full * IMAGENET_SIZE_TOLERANCE
+
+
 def default_shards(split: str, num_images: int, imagenet: bool) -> int:
-    if imagenet:
+    """The original's 1024 / 128 for a full ImageNet split; otherwise ~RECORDS_PER_SHARD images per shard.
+
+    At least 2 shards (so two workers each get a file) but never more shards than images: no shard is empty.
+    """
+    if imagenet and is_imagenet_sized(split, num_images):
         return IMAGENET_SHARDS[split]
     return max(1, min(num_images, max(2, -(-num_images // RECORDS_PER_SHARD))))
+
+
+def choose_shards(split: str, num_images: int, requested: int | None, imagenet: bool) -> int:
+    """--<split>_shards if given (capped at the image count, with a note), else `default_shards`."""
+    if requested is None:
+        return default_shards(split, num_images, imagenet)
+    if requested < 1:
+        raise UserError(f"--{split}_shards must be >= 1 (got {requested})")
+    if requested > num_images:
+        print(f"{split}: --{split}_shards {requested} is more than the {num_images} images; writing {num_images} "
+              "shard(s) instead (no empty shards)")
+        return num_images
+    return requested
 
 
 def _listdir(path: str) -> list[str]:
@@ -265,7 +290,7 @@ def build(args) -> dict[str, list[records.ShardResult]]:
     progress = records.progress_enabled(args.no_progress)
     results = {}
     for split, split_input in splits.items():
-        num_shards = shards[split] or default_shards(split, len(split_input.items), imagenet)
+        num_shards = choose_shards(split, len(split_input.items), shards[split], imagenet)
         print(f"{split}: {len(split_input.items)} files -> {num_shards} shard(s) in {args.output_directory}")
         results[split] = records.write_split(split_input.items, args.output_directory, split, num_shards,
                                              num_workers=args.num_workers, resume=args.resume,
@@ -308,11 +333,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     labels.add_argument("--bounding_box_dir", help="directory of ImageNet bounding-box XMLs (converted on the fly)")
     sharding = parser.add_argument_group("sharding and execution")
     sharding.add_argument("--train_shards", type=int, default=None,
-                          help="number of train shards (default: 1024 for ImageNet, else ~1024 images per shard, "
-                               "at least 2)")
+                          help="number of train shards, at most one per image (default: 1024 for the full "
+                               "ImageNet, else ~1024 images per shard, at least 2)")
     sharding.add_argument("--validation_shards", type=int, default=None,
-                          help="number of validation shards (default: 128 for ImageNet, else ~1024 images per "
-                               "shard, at least 2)")
+                          help="number of validation shards, at most one per image (default: 128 for the full "
+                               "ImageNet, else ~1024 images per shard, at least 2)")
     sharding.add_argument("--num_workers", "--num_threads", type=int, default=min(os.cpu_count() or 1, 8),
                           help="parallel writer processes, one shard at a time each (default: min(CPUs, 8))")
     sharding.add_argument("--shuffle_seed", type=int, default=SHUFFLE_SEED,

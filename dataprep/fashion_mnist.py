@@ -22,7 +22,7 @@ import sys
 import numpy as np
 
 from dataprep import records
-from dataprep.build_tfrecords import default_shards, shuffled
+from dataprep.build_tfrecords import choose_shards, shuffled
 from utils.errors import UserError, command
 
 CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
@@ -153,7 +153,7 @@ def convert(out: str, source: str = SHIPPED_SOURCE, image_size: int = 32, train_
     results = {}
     for split, items in splits.items():
         counts = np.bincount([item.label for item in items], minlength=len(CLASS_NAMES) + 1)[1:]
-        num_shards = shards[split] or default_shards(split, len(items), imagenet=False)
+        num_shards = choose_shards(split, len(items), shards[split], imagenet=False)
         print(f"{split}: {len(items)} images {image_size}x{image_size} -> {num_shards} shard(s); "
               f"per label 1..10: {' '.join(str(c) for c in counts)}")
         results[split] = records.write_split(shuffled(items), out, split, num_shards, num_workers=num_workers,

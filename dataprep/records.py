@@ -24,6 +24,7 @@ import sys
 from typing import Callable, Sequence
 
 from utils.errors import UserError
+from utils.tfrecord_framing import count_records
 
 TMP_PREFIX = ".tmp."
 JPEG_QUALITY_CONVERTED = 100  # quality used by the original when re-encoding PNG/CMYK sources
@@ -253,10 +254,10 @@ def write_split(items: Sequence[ImageItem], output_dir: str, split: str, num_sha
     Existing output of this split is an error unless `overwrite` (delete it first) or `resume` (keep complete shards
     of an interrupted run with the same inputs and shard count; rewrite the missing ones).
     """
-    from dataprep.dali_index import count_records  # TF-free framing parser
-
     if num_shards < 1:
         raise UserError(f"--{split}_shards must be >= 1 (got {num_shards})")
+    if num_shards > len(items):  # callers cap the count (build_tfrecords.choose_shards); an empty shard is a bug
+        raise UserError(f"{num_shards} {split} shards for {len(items)} images would leave shards empty")
     if resume and overwrite:
         raise UserError("--resume and --overwrite are mutually exclusive")
     os.makedirs(output_dir, exist_ok=True)

@@ -444,7 +444,7 @@ class Runner:
             num_steps, num_epochs, num_decay_steps = num_iter, 1, num_iter
         else:
             filenames = runner_utils.list_filenames_in_dataset(config.data_dir, "validation")
-            num_samples = runner_utils.estimate_num_samples(filenames)
+            num_samples = runner_utils.count_samples(filenames, "Validation", log.print)
             num_steps, num_epochs, num_decay_steps = runner_utils.count_steps(
                 iter_unit, num_samples, num_iter, batch_size)
         dataset = self._eval_dataset(batch_size)

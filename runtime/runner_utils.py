@@ -3,10 +3,10 @@
 import glob
 import math
 import os
-
-import tensorflow as tf
+from typing import Callable, Sequence
 
 from utils.errors import UserError
+from utils.tfrecord_framing import count_records  # the one record counter (framing walk, no decoding)
 
 PREDICT_EXTENSIONS = (".jpg", ".jpeg", ".png")
 
@@ -40,23 +40,17 @@ def list_index_files(idx_dir, filenames):
     return indexes
 
 
-def count_records(path):
-    """Number of records in one TFRecord file; a clear error if the file's framing is corrupt."""
-    count = 0
-    try:
-        for _ in tf.data.TFRecordDataset(path):
-            count += 1
-    except (tf.errors.DataLossError, tf.errors.OutOfRangeError) as error:
-        raise UserError("TFRecord file {} is corrupt or truncated ({})".format(
-            path, str(error).splitlines()[0])) from None
-    return count
+def count_samples(filenames: Sequence[str], what: str = "", log: Callable[[str], None] | None = None) -> int:
+    """Exact number of records in `filenames` (every file's framing walked, payloads skipped).
 
-
-def estimate_num_samples(filenames):
-    """The original's estimate: count(first) * (n - 1) + count(last) (files are sharded evenly)."""
-    if len(filenames) == 1:
-        return count_records(filenames[0])
-    return count_records(filenames[0]) * (len(filenames) - 1) + count_records(filenames[-1])
+    The original estimated count(first) * (n - 1) + count(last), wrong for unevenly sharded data. With `log`,
+    prints `<what> samples: N (from K files)`. A corrupt or truncated file is a UserError naming it.
+    """
+    num_samples = sum(count_records(path) for path in filenames)
+    if log is not None:
+        log("{} samples: {} (from {} file{})".format(what, num_samples, len(filenames),
+                                                    "" if len(filenames) == 1 else "s"))
+    return num_samples
 
 
 def count_steps(iter_unit, num_samples, num_iter, global_batch_size):

@@ -145,3 +145,41 @@ def write_kind(path: str, kind: str, seed: int = 0) -> None:
             f.write("this is not an image\n")
     else:
         raise ValueError(kind)
+
+
+# Colour photographs shipped inside scikit-image's wheel (skimage/data); read as files, skimage is not imported.
+SKIMAGE_PHOTOS = ("astronaut.png", "chelsea.png", "coffee.png", "motorcycle_left.png", "rocket.jpg",
+                  "hubble_deep_field.jpg", "retina.jpg", "color.png", "ihc.png")
+# Three Imagenette classes: tench, English springer, cassette player.
+IMAGENETTE_WNIDS = ("n01440764", "n02102040", "n02979186")
+
+
+def skimage_photo_dir() -> str:
+    """Directory of scikit-image's shipped sample photos (found via the installed distribution's files)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("skimage")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("scikit-image is not installed (requirements-dev.txt)")
+    return os.path.join(list(spec.submodule_search_locations)[0], "data")
+
+
+def make_imagenet_subset(root: str, train_per_class: int, val_per_class: int, side: int = 64,
+                         wnids=IMAGENETTE_WNIDS) -> dict[str, int]:
+    """`train/<wnid>/*.JPEG` and `validation/<wnid>/*.JPEG` of real photos: random square crops of the shipped
+    photos (class i uses photos i, i+3, ...), resized to side x side. Returns the image count of each split."""
+    rng = np.random.default_rng(0)
+    photos = [Image.open(os.path.join(skimage_photo_dir(), name)).convert("RGB") for name in SKIMAGE_PHOTOS]
+    counts = {}
+    for split, per_class in (("train", train_per_class), ("validation", val_per_class)):
+        for class_index, wnid in enumerate(wnids):
+            sources = photos[class_index::len(wnids)]
+            for i in range(per_class):
+                photo = sources[i % len(sources)]
+                crop = int(min(photo.size) * rng.uniform(0.4, 0.9))
+                x = int(rng.integers(0, photo.size[0] - crop + 1))
+                y = int(rng.integers(0, photo.size[1] - crop + 1))
+                image = photo.crop((x, y, x + crop, y + crop)).resize((side, side), Image.BILINEAR)
+                save(image, os.path.join(root, split, wnid, f"{wnid}_{split}_{i:03d}.JPEG"), "JPEG", quality=90)
+        counts[split] = per_class * len(wnids)
+    return counts

@@ -9,7 +9,9 @@ import gzip
 import io
 import os
 import random
+import re
 import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -126,8 +128,69 @@ def test_default_shard_counts(tree, tmp_path):
         "train-00000-of-00002", "train-00001-of-00002"]
     assert build_tfrecords.default_shards("train", 5000, imagenet=False) == 5
     assert build_tfrecords.default_shards("validation", 1, imagenet=False) == 1
-    assert build_tfrecords.default_shards("train", 10, imagenet=True) == 1024
-    assert build_tfrecords.default_shards("validation", 10, imagenet=True) == 128
+    # the original's 1024 / 128 for the full ILSVRC-2012 splits only
+    assert build_tfrecords.default_shards("train", 1_281_167, imagenet=True) == 1024
+    assert build_tfrecords.default_shards("validation", 50_000, imagenet=True) == 128
+    assert build_tfrecords.default_shards("train", 1_281_167 - 300, imagenet=True) == 1024  # a few files missing
+    # ImageNet-layout subsets (Imagenette-like) are sharded by size
+    assert build_tfrecords.default_shards("train", 100, imagenet=True) == 2
+    assert build_tfrecords.default_shards("validation", 10, imagenet=True) == 2
+    assert build_tfrecords.default_shards("train", 9_469, imagenet=True) == 10
+    assert build_tfrecords.default_shards("train", 1_281_167, imagenet=False) == 1252
+
+
+def test_default_shard_count_never_leaves_a_shard_empty():
+    for imagenet in (False, True):
+        for split in ("train", "validation"):
+            for num_images in list(range(1, 2100)) + [49_999, 50_000, 126_689, 1_281_167, 1_300_000]:
+                num_shards = build_tfrecords.default_shards(split, num_images, imagenet)
+                assert 1 <= num_shards <= num_images
+                sizes = [end - start for start, end in records.shard_ranges(num_images, num_shards)]
+                assert min(sizes) >= 1 and sum(sizes) == num_images
+
+
+def test_explicit_shard_count_is_capped_at_the_image_count(tmp_path, capsys):
+    counts = h.make_imagenet_subset(str(tmp_path / "src"), 2, 1, side=32)  # 6 train, 3 validation photos
+    out = tmp_path / "out"
+    assert build(["--train_dir", f"{tmp_path}/src/train", "--val_dir", f"{tmp_path}/src/validation",
+                  "--output_dir", str(out), "--train_shards", "1024", "--validation_shards", "2"]) == 0
+    stdout = capsys.readouterr().out
+    assert "--train_shards 1024 is more than the 6 images; writing 6 shard(s)" in stdout
+    assert [len(h.read_records([p])) for p in h.shard_paths(str(out), "train")] == [1] * counts["train"]
+    assert [len(h.read_records([p])) for p in h.shard_paths(str(out), "validation")] == [1, 2]
+    assert build(["--train_dir", f"{tmp_path}/src/train", "--output_dir", str(tmp_path / "zero"),
+                  "--train_shards", "0"]) == 2
+    assert "--train_shards must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_imagenet_subset_defaults_train_with_the_exact_sample_count(tmp_path):
+    """Real photos in train/<wnid>/ + validation/<wnid>/ -> dataprep defaults -> train_and_evaluate from the CLI."""
+    counts = h.make_imagenet_subset(str(tmp_path / "src"), train_per_class=13, val_per_class=4)  # 39 / 12
+    out = tmp_path / "tfrecords"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    prep = subprocess.run([sys.executable, "-m", "dataprep.build_tfrecords",
+                           "--train_directory", str(tmp_path / "src" / "train"),
+                           "--validation_directory", str(tmp_path / "src" / "validation"),
+                           "--output_directory", str(out)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert prep.returncode == 0, prep.stdout + prep.stderr
+    for split in ("train", "validation"):
+        sizes = [len(h.parse_framing(p)) for p in h.shard_paths(str(out), split)]
+        assert len(sizes) == 2 and min(sizes) >= 1 and sum(sizes) == counts[split], (split, sizes)
+
+    batch = 8
+    run = subprocess.run([sys.executable, "main.py", "--mode", "train_and_evaluate", "--data_dir", str(out),
+                          "--image_size", "32", "--batch_size", str(batch), "--num_iter", "1", "--iter_unit", "epoch",
+                          "--cpu", "--no_progress", "--results_dir", str(tmp_path / "results"),
+                          "--model_dir", str(tmp_path / "model")], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert f"Training samples: {counts['train']} (from 2 files)" in run.stdout
+    assert f"Validation samples: {counts['validation']} (from 2 files)" in run.stdout
+    steps_per_epoch = re.search(r"^Steps per Epoch (\S+)$", run.stdout, re.M).group(1)
+    assert float(steps_per_epoch) == counts["train"] // batch
+    assert int(re.search(r"^Evaluation Steps (\d+)$", run.stdout, re.M).group(1)) == counts["validation"] // batch
 
 
 def test_parallel_workers_write_identical_shards(tree, built, tmp_path):

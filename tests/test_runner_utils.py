@@ -15,14 +15,49 @@ def write_records(path, count):
             writer.write(b"record-%d" % index)
 
 
-def test_estimate_uses_first_and_last_file(tmp_path):
-    write_records(tmp_path / "train-00000-of-00003", 10)
-    write_records(tmp_path / "train-00001-of-00003", 99)  # not counted: the estimate assumes even shards
-    write_records(tmp_path / "train-00002-of-00003", 7)
+def test_sample_count_is_exact_on_shards_of_unequal_size(tmp_path):
+    write_records(tmp_path / "train-00000-of-00004", 10)
+    write_records(tmp_path / "train-00001-of-00004", 99)  # the original's first/last estimate said 10 * 3 + 7
+    write_records(tmp_path / "train-00002-of-00004", 0)
+    write_records(tmp_path / "train-00003-of-00004", 7)
     files = runner_utils.list_filenames_in_dataset(str(tmp_path), "train")
-    assert [os.path.basename(f) for f in files] == ["train-00000-of-00003", "train-00001-of-00003",
-                                                     "train-00002-of-00003"]
-    assert runner_utils.estimate_num_samples(files) == 10 * 2 + 7
+    assert [os.path.basename(f) for f in files] == ["train-%05d-of-00004" % i for i in range(4)]
+    lines = []
+    assert runner_utils.count_samples(files, "Training", lines.append) == 116
+    assert lines == ["Training samples: 116 (from 4 files)"]
+    assert runner_utils.count_samples(files[:1]) == 10
+
+
+def _one_line_user_error(path, match):
+    with pytest.raises(UserError, match=match) as info:
+        runner_utils.count_samples([str(path)])
+    message = str(info.value)
+    assert str(path) in message and "\n" not in message
+    return message
+
+
+def test_corrupt_length_checksum_is_a_clear_error(tmp_path):
+    path = tmp_path / "train-00000-of-00001"
+    write_records(path, 5)  # b"record-N": 8-byte payloads, 24-byte frames
+    data = bytearray(path.read_bytes())
+    data[2 * 24 + 8] ^= 0x01  # the length CRC of record 2
+    path.write_bytes(bytes(data))
+    assert "bad length checksum at byte 48" in _one_line_user_error(path, "corrupt or truncated")
+    data[2 * 24 + 8] ^= 0x01
+    data[2 * 24] ^= 0x40  # record 2's length itself: the CRC no longer matches it
+    path.write_bytes(bytes(data))
+    assert "bad length checksum at byte 48" in _one_line_user_error(path, "corrupt or truncated")
+
+
+def test_truncated_file_is_a_clear_one_line_error(tmp_path):
+    path = tmp_path / "train-00000-of-00001"
+    write_records(path, 5)
+    data = path.read_bytes()
+    path.write_bytes(data[:-7])  # inside the last record
+    assert "truncated at 113" in _one_line_user_error(path, "corrupt or truncated")
+    path.write_bytes(data[:4 * 24 + 5])  # inside the last record's header
+    assert "header cut off at byte 96" in _one_line_user_error(path, "corrupt or truncated")
+    _one_line_user_error(tmp_path / "train-missing", "cannot read TFRecord file")
 
 
 def test_imagenet_estimate_from_spec():

@@ -31,7 +31,7 @@ def require_dali():
 def make_dali_index(tfrecord_path, idx_path) -> int:
     """Writes DALI's index of one TFRecord file (`<offset> <size>` per record, like `tfrecord2idx`) in pure
     Python; returns the number of records. Raises UserError on a truncated or non-TFRecord file."""
-    from dataprep.dali_index import write_dali_index
+    from utils.tfrecord_framing import write_dali_index
 
     return write_dali_index(os.fspath(tfrecord_path), os.fspath(idx_path))
 

@@ -55,7 +55,7 @@ def check_tfrecord_files(filenames) -> list[int]:
     Raises UserError naming the file for a missing, truncated or non-TFRecord file, and for an empty list or a
     set of files without any record (an endless `repeat()` over nothing would hang).
     """
-    from dataprep.dali_index import iter_record_frames  # pure Python, reads headers only
+    from utils.tfrecord_framing import count_records  # pure Python, reads headers only
 
     filenames = list(filenames)
     if not filenames:
@@ -65,7 +65,7 @@ def check_tfrecord_files(filenames) -> list[int]:
         if not os.path.isfile(name):
             raise UserError(f"TFRecord file not found: {name}")
         try:
-            counts.append(sum(1 for _ in iter_record_frames(name)))
+            counts.append(count_records(name))
         except OSError as e:
             raise UserError(f"cannot read TFRecord file {name}: {e}") from e
     if sum(counts) == 0:
