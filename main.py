@@ -123,12 +123,15 @@ def run(argv=None):
                 runner.evaluate(config.iter_unit, config.num_iter, config.batch_size,
                                 is_benchmark=config.mode == "inference_benchmark", export_dir=config.export_dir)
         distribution.barrier()
-    if config.mode == "predict":
-        runner.predict(config.to_predict, config.labels_file)
+    # status 1 when predict had to skip a file it could not use (2 is for bad input before anything ran)
+    predict_failed = config.mode == "predict" and runner.predict(config.to_predict, config.labels_file).failed > 0
+    # All workers leave together: a worker still busy (rank 0's final checkpoint) ~10 s after another exited is told
+    # by TF's coordination service that the task crashed (BaseCollectiveExecutor::StartAbort), a false alarm.
+    distribution.barrier()
     logger.close()
     if interrupted is not None:
         print(str(interrupted), flush=True)
-    return 0
+    return 1 if predict_failed else 0
 
 
 @command

@@ -9,13 +9,14 @@ import math
 import os
 import shutil
 import signal
+import sys
 import time
 
 import numpy as np
 import tensorflow as tf
 import keras
 
-from model import resnet
+from model import checkpoint_io, resnet
 from runtime import runner_utils
 from utils import data_utils, learning_rate, losses, optimizers
 from utils.errors import UserError
@@ -503,30 +504,40 @@ class Runner:
 
     # ------------------------------------------------------------------ predict
     def predict(self, to_predict, labels_file=None):
+        """Prints the top-5 classes of every image of `to_predict` (a file, or a directory's image files in
+        sorted order), predicted in batches of --batch_size, then `predicted N, failed M`; returns PredictCounts.
+
+        A single file that cannot be used is a UserError (before the checkpoint is read). In a directory each
+        such file gets one `SKIPPED <path>: <reason>` line on stderr and the others are still predicted.
+        """
         config = self.config
         files = runner_utils.parse_inference_input(to_predict)
-        data_utils.validate_image_files(files)
+        size = config.image_size
+        if os.path.isfile(to_predict):
+            data_utils.load_inference_image(files[0], size, size)
         self.restore_for_inference(required=True)
         class_names = load_class_names(labels_file, config)
-        size = config.image_size
-        dataset = data_utils.get_inference_input_fn(files, size, size)
         model = self.model
 
-        @tf.function
+        @tf.function(input_signature=[tf.TensorSpec([None, size, size, 3], tf.float32)])
         def infer(images):
             return tf.nn.softmax(tf.cast(model(images, training=False), tf.float32))
 
-        predictions = []
-        for images, filenames in dataset:
+        counts = PredictCounts()
+
+        def skip(path, reason):
+            counts.failed += 1
+            print("SKIPPED {}: {}".format(path, reason), file=sys.stderr, flush=True)
+
+        for images, names in data_utils.iter_inference_batches(files, size, size, config.batch_size, skip):
             probabilities = infer(images).numpy()
-            names = filenames.numpy().reshape(-1)
             for probs, name in zip(probabilities, names):
                 top = np.argsort(-probs, kind="stable")[:5]
-                label = name.decode() if isinstance(name, bytes) else str(name)
-                print(format_prediction(label, probs, top, class_names), flush=True)
-                predictions.append((label, int(top[0]), float(probs[top[0]])))
+                print(format_prediction(name, probs, top, class_names), flush=True)
+            counts.predicted += len(names)
         print("Ending Inference ...", flush=True)
-        return predictions
+        print("predicted {}, failed {}".format(counts.predicted, counts.failed), flush=True)
+        return counts
 
     # ------------------------------------------------------------------ export
     def export(self, export_dir):

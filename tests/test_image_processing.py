@@ -1,4 +1,6 @@
 """utils/image_processing.py: crop statistics, eval preprocessing against a NumPy reference, predict inputs."""
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -155,6 +157,15 @@ def _write(path, data):
     return str(path)
 
 
+def _batches(paths, batch_size, size=32):
+    """(list of (batch shape, basenames), [(basename, reason)]) of iter_inference_batches over `paths`."""
+    skipped = []
+    batches = [(images.shape, [os.path.basename(name) for name in names]) for images, names in
+               data_utils.iter_inference_batches(paths, size, size, batch_size,
+                                                 lambda path, reason: skipped.append((os.path.basename(path), reason)))]
+    return batches, skipped
+
+
 def test_predict_inputs_png_grey_cmyk(tmp_path):
     rng = np.random.default_rng(4)
     array = random_image(rng, 50, 70)
@@ -162,27 +173,112 @@ def test_predict_inputs_png_grey_cmyk(tmp_path):
              _write(tmp_path / "b.jpg", encode_image(array, "JPEG", mode="L")),
              _write(tmp_path / "c.jpg", encode_image(array, "JPEG", mode="CMYK", quality=95)),
              _write(tmp_path / "d.png", encode_image(np.dstack([array, array[..., :1]]), "PNG"))]  # RGBA
-    data_utils.validate_image_files(files)
-    results = list(data_utils.get_inference_input_fn(files, 32, 32))
-    assert len(results) == 4
-    for (image, name), path in zip(results, files):
-        assert image.shape == (1, 32, 32, 3) and image.dtype == tf.float32
-        assert name.numpy()[0].decode() == path
+    ((images, names),) = list(data_utils.iter_inference_batches(files, 32, 32, 4, on_skip=pytest.fail))
+    assert images.shape == (4, 32, 32, 3) and images.dtype == np.float32
+    assert names == files
     reference = numpy_eval_preprocess(array, 32, 32, 36)
-    np.testing.assert_allclose(results[0][0][0].numpy(), reference, atol=1e-3)  # PNG is lossless
-    assert np.abs(results[2][0][0].numpy() - reference).mean() < 10  # CMYK converted back to RGB
+    np.testing.assert_allclose(images[0], reference, atol=1e-3)  # PNG is lossless
+    assert np.abs(images[2] - reference).mean() < 10  # CMYK converted back to RGB
+
+
+def test_predict_batches_keep_order_and_report_each_bad_file_once(tmp_path):
+    rng = np.random.default_rng(6)
+    jpeg = encode_image(random_image(rng, 40, 48))
+    png = encode_image(random_image(rng, 40, 48), "PNG")
+    broken_png = bytearray(png)
+    broken_png[60:80] = bytes(20)  # pixel data damaged, chunk structure and IEND intact: only the decoder sees it
+    content = {"a.jpg": jpeg, "b.jpg": b"", "c.png": png, "d.jpg": jpeg[:len(jpeg) // 2], "e.jpg": b"not an image",
+               "f.jpg": jpeg, "g.png": bytes(broken_png), "h.png": png[:-6], "i.jpg": jpeg, "j.png": png,
+               "k.jpg": encode_image(random_image(rng, 30, 30), "GIF")}
+    paths = sorted(_write(tmp_path / name, data) for name, data in content.items())
+    batches, skipped = _batches(paths, batch_size=2)
+    assert batches == [((2, 32, 32, 3), ["a.jpg", "c.png"]), ((2, 32, 32, 3), ["f.jpg", "i.jpg"]),
+                       ((1, 32, 32, 3), ["j.png"])]
+    reasons = dict(skipped)
+    assert [name for name, _ in skipped] == ["b.jpg", "d.jpg", "e.jpg", "g.png", "h.png", "k.jpg"]
+    assert reasons["b.jpg"] == "image file is empty (0 bytes)"
+    assert reasons["d.jpg"] == "truncated JPEG image (end-of-image marker FFD9 missing)"
+    assert reasons["e.jpg"] == "not an image file (JPEG or PNG expected)"
+    assert reasons["g.png"].startswith("cannot decode image (") and "{{" not in reasons["g.png"]
+    assert reasons["h.png"] == "truncated PNG image (IEND chunk missing)"
+    assert reasons["k.jpg"].startswith("unsupported image format GIF")
+    assert all("\n" not in reason for reason in reasons.values())
+
+
+def test_predict_batches_of_one_size_and_all_bad(tmp_path):
+    jpeg = encode_image(random_image(np.random.default_rng(7), 40, 40))
+    good = [_write(tmp_path / "{}.jpg".format(i), jpeg) for i in range(5)]
+    assert [shape[0] for shape, _ in _batches(good, batch_size=5)[0]] == [5]
+    assert [shape[0] for shape, _ in _batches(good, batch_size=1)[0]] == [1, 1, 1, 1, 1]
+    bad = [_write(tmp_path / "x.jpg", b""), _write(tmp_path / "y.jpg", jpeg[:100])]
+    assert _batches(bad, batch_size=3) == ([], [("x.jpg", "image file is empty (0 bytes)"),
+                                                ("y.jpg", "truncated JPEG image (end-of-image marker FFD9 missing)")])
+
+
+def test_predict_batches_are_made_lazily(tmp_path, monkeypatch):
+    """Streaming: a file is read only when the batch that holds it is asked for."""
+    jpeg = encode_image(random_image(np.random.default_rng(8), 40, 40))
+    paths = [_write(tmp_path / "{}.jpg".format(i), jpeg) for i in range(4)]
+    read = []
+    original = data_utils.read_image_file
+
+    def counting(path):
+        read.append(os.path.basename(path))
+        return original(path)
+
+    monkeypatch.setattr(data_utils, "read_image_file", counting)
+    batches = data_utils.iter_inference_batches(paths, 32, 32, 2, on_skip=pytest.fail)
+    next(batches)
+    assert read == ["0.jpg", "1.jpg"]
+    next(batches)
+    assert read == ["0.jpg", "1.jpg", "2.jpg", "3.jpg"]
+
+
+def test_truncation_check_allows_data_after_the_end_and_progressive_jpegs(tmp_path):
+    array = random_image(np.random.default_rng(9), 64, 80)
+    jpeg, progressive = encode_image(array), encode_image(array, progressive=True)
+    assert jpeg.endswith(b"\xff\xd9")
+    with_trailer = jpeg + b"\x00\x00\x00\x18ftypmp42 appended video" * 8  # as phone "motion photos" do
+    png = encode_image(array, "PNG")
+    files = [_write(tmp_path / name, data) for name, data in
+             [("a.jpg", with_trailer), ("b.jpg", progressive), ("c.png", png + b"trailing")]]
+    batches, skipped = _batches(files, batch_size=3)
+    assert skipped == [] and batches[0][0][0] == 3
+    for data in (jpeg, progressive):
+        for cut in (2, 1, 50, len(data) // 3):
+            assert not data_utils._is_complete(data[:-cut], "JPEG"), cut
+        assert data_utils._jpeg_end(data) == len(data)
+    assert data_utils._jpeg_end(with_trailer) == len(jpeg)
+    for cut in (1, 12, len(png) // 2):
+        assert not data_utils._is_complete(png[:-cut], "PNG"), cut
+
+
+def test_unreadable_file_is_reported(tmp_path, monkeypatch):
+    path = _write(tmp_path / "locked.jpg", encode_image(random_image(np.random.default_rng(10), 40, 40)))
+    real_open = open
+
+    def deny(name, *args, **kwargs):
+        if name == path:
+            raise PermissionError(13, "Permission denied", name)
+        return real_open(name, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", deny)
+    with pytest.raises(data_utils.ImageFileError, match="cannot read image file \\(Permission denied\\)") as info:
+        data_utils.read_image_file(path)
+    assert info.value.path == path
 
 
 @pytest.mark.parametrize("content, message", [
     (b"", "empty"),
     (b"hello, not an image at all", "not an image"),
-    (encode_image(random_image(np.random.default_rng(5), 40, 40))[:200], "cannot decode"),
+    (encode_image(random_image(np.random.default_rng(5), 40, 40))[:200], "truncated JPEG"),
+    (encode_image(random_image(np.random.default_rng(5), 40, 40), "BMP"), "unsupported image format BMP"),
 ])
 def test_predict_bad_files_are_clear_errors(tmp_path, content, message):
     path = _write(tmp_path / "bad.jpg", content)
     with pytest.raises(UserError, match=message) as info:
-        data_utils.validate_image_files([path])
-    assert path in str(info.value)
+        data_utils.load_inference_image(path, 32, 32)
+    assert str(info.value).endswith(": " + path)
 
 
 def test_predict_refuses_huge_and_missing(tmp_path):
@@ -190,8 +286,6 @@ def test_predict_refuses_huge_and_missing(tmp_path):
     huge = str(tmp_path / "huge.png")
     Image.new("L", (20000, 1)).save(huge)
     with pytest.raises(UserError, match="too large"):
-        data_utils.validate_image_files([huge])
+        data_utils.read_image_file(huge)
     with pytest.raises(UserError, match="not found"):
-        data_utils.validate_image_files([str(tmp_path / "nope.jpg")])
-    with pytest.raises(UserError):
-        data_utils.validate_image_files([])
+        data_utils.read_image_file(str(tmp_path / "nope.jpg"))

@@ -153,6 +153,36 @@ def test_predict_on_directory_prints_top5_with_class_names(trained, tmp_path):
     assert "Ending Inference ..." in out
 
 
+def test_predict_on_a_directory_skips_each_bad_file_and_exits_1(trained, tmp_path):
+    from tests._data_helpers import encode_image, random_image
+    rng = np.random.default_rng(3)
+    jpeg = encode_image(random_image(rng, 48, 40))
+    png = encode_image(random_image(rng, 40, 52), "PNG")
+    broken_png = bytearray(png)
+    broken_png[60:80] = bytes(20)  # pixel data damaged, structure intact: only TensorFlow's decoder sees it
+    images = tmp_path / "images"
+    images.mkdir()
+    content = {"a_photo.jpg": jpeg, "b_empty.jpg": b"", "c_photo.png": png, "d_truncated.jpg": jpeg[:len(jpeg) // 2],
+               "e_text.jpg": b"this is not an image\n", "f_grey.jpg": encode_image(random_image(rng, 36, 36), mode="L"),
+               "g_broken.png": bytes(broken_png)}
+    for name, data in content.items():
+        (images / name).write_bytes(data)
+    result = run_main("--mode", "predict", "--to_predict", images, "--batch_size", 2, "--results_dir",
+                      trained["dir"], *SMALL, check=False)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "ERROR:" not in result.stderr
+    bad = {"b_empty.jpg": "image file is empty", "d_truncated.jpg": "truncated JPEG image",
+           "e_text.jpg": "not an image file", "g_broken.png": "cannot decode image"}
+    for name, reason in bad.items():
+        mentions = [line for line in result.stderr.splitlines() if name in line]
+        assert len(mentions) == 1 and mentions[0].startswith("SKIPPED {}: {}".format(images / name, reason)), mentions
+        assert name not in result.stdout
+    predicted = [line.split(": ", 1)[0] for line in result.stdout.splitlines() if line.startswith(str(images))]
+    assert predicted == [str(images / name) for name in ("a_photo.jpg", "c_photo.png", "f_grey.jpg")]
+    lines = result.stdout.strip().splitlines()
+    assert lines[-2:] == ["Ending Inference ...", "predicted 3, failed 4"]
+
+
 def test_export_round_trip_matches_in_memory_model(trained, data_dir, tmp_path):
     export_dir = str(tmp_path / "export")
     run_main("--mode", "evaluate", "--data_dir", data_dir, "--batch_size", 5, "--results_dir", trained["dir"],

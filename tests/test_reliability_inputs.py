@@ -118,6 +118,7 @@ def cases(corrupt_training, tmp_path_factory):
         "zero_bytes": (predict + ["--to_predict", images / "zero.jpg"], "is empty (0 bytes)"),
         "huge_image": (predict + ["--to_predict", images / "huge.png"], "too large"),
         "png_and_cmyk": (predict + ["--to_predict", good], None),
+        "all_images_bad": (predict + ["--to_predict", images], None),
     }
     watched = {"trained": trained, "broken_ckpt": str(broken_ckpt)}
     before = {name: snapshot(path) for name, path in watched.items()}
@@ -152,6 +153,16 @@ def test_png_and_cmyk_jpeg_are_predicted(cases):
     good = str(cases["base"] / "good_images")
     lines = [line for line in result["out"].splitlines() if line.startswith(good)]
     assert {os.path.basename(line.split(": ")[0]) for line in lines} == {"plain.png", "cmyk.jpg"}
+
+
+def test_a_directory_of_only_bad_images_is_reported_file_by_file_with_status_1(cases):
+    result = cases["results"]["all_images_bad"]
+    assert result["rc"] == 1, result["err"][-2000:]
+    images = cases["base"] / "images"
+    skipped = [line.split(": ")[0] for line in result["err"].splitlines() if line.startswith("SKIPPED ")]
+    assert skipped == ["SKIPPED {}".format(images / name) for name in ("huge.png", "text.jpg", "zero.jpg")]
+    assert "ERROR:" not in result["err"]
+    assert result["out"].strip().splitlines()[-1] == "predicted 0, failed 3"
 
 
 def test_inference_on_a_savedmodel_without_serving_default_is_a_clear_error(tmp_path):

@@ -29,10 +29,13 @@ iterator itself with `tf.train.Checkpoint(data=iterator)` (exact, but it stores 
 """
 from __future__ import annotations
 
+import io
 import os
+import re
 import sys
 import warnings
 
+import numpy as np
 import tensorflow as tf
 
 from utils import image_processing
@@ -44,7 +47,8 @@ INTERLEAVE_BLOCK = 8
 # Positions remembered for the corrupt-record report; must exceed the records in flight in the parallel map.
 _POSITION_RING = 1 << 16
 
-SUPPORTED_IMAGE_FORMATS = ("JPEG", "PNG", "BMP")
+# What predict decodes: TensorFlow's DecodeJpeg (image_processing.decode_image) reads JPEG and PNG, not BMP.
+SUPPORTED_IMAGE_FORMATS = ("JPEG", "PNG")
 MAX_IMAGE_SIDE = 16384
 
 
@@ -201,50 +205,167 @@ def get_synth_input_fn(batch_size, height, width, num_classes=1001, seed=None):
 
 
 # ---------------------------------------------------------------------------------------------- predict
-def validate_image_files(paths) -> None:
-    """Raises UserError naming the first file that is missing, empty, not a JPEG/PNG/BMP image, too large
-    (side > MAX_IMAGE_SIDE) or not decodable. Uses PIL on the host: predict inputs are few."""
+class ImageFileError(UserError):
+    """A predict input that cannot be used; `reason` says why in a few words, without the path."""
+
+    def __init__(self, path, reason):
+        super().__init__(f"{reason}: {path}")
+        self.path = path
+        self.reason = reason
+
+
+def read_image_file(path) -> bytes:
+    """The bytes of one predict input, after checks that need no decode: readable, not empty, a JPEG or PNG
+    by content (PIL reads the header only), at most MAX_IMAGE_SIDE a side, and complete (`_is_complete`).
+    Raises ImageFileError otherwise."""
+    if not os.path.isfile(path):
+        raise ImageFileError(path, "image file not found")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        raise ImageFileError(path, f"cannot read image file ({error.strerror or error})") from None
+    if not data:
+        raise ImageFileError(path, "image file is empty (0 bytes)")
+    image_format = _image_format(path, data)
+    if not _is_complete(data, image_format):
+        raise _truncated(path, image_format)
+    return data
+
+
+def _truncated(path, image_format):
+    """The error for a file cut off before the end its format requires."""
+    return ImageFileError(path, f"truncated {image_format} image ({_END_MARKS[image_format]} missing)")
+
+
+def _image_format(path, data) -> str:
+    """The format of `data`, "JPEG" or "PNG", as PIL identifies its header; raises ImageFileError for anything
+    else, for a header cut off, and for images over MAX_IMAGE_SIDE (decompression bombs)."""
     from PIL import Image, UnidentifiedImageError
 
-    paths = list(paths)
-    if not paths:
-        raise UserError("no image file to predict")
-    for path in paths:
-        if not os.path.isfile(path):
-            raise UserError(f"image file not found: {path}")
-        if os.path.getsize(path) == 0:
-            raise UserError(f"image file is empty (0 bytes): {path}")
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                with Image.open(path) as img:
-                    if img.format not in SUPPORTED_IMAGE_FORMATS:
-                        raise UserError(f"unsupported image format {img.format} (JPEG, PNG or BMP expected): {path}")
-                    if max(img.size) > MAX_IMAGE_SIDE:
-                        raise UserError(f"image too large ({img.size[0]}x{img.size[1]}, max side "
-                                        f"{MAX_IMAGE_SIDE}): {path}")
-                    img.load()
-        except UserError:
-            raise
-        except Image.DecompressionBombError as e:
-            raise UserError(f"image too large: {path} ({e})") from e
-        except UnidentifiedImageError as e:
-            raise UserError(f"not an image file (JPEG, PNG or BMP expected): {path}") from e
-        except (OSError, SyntaxError, ValueError) as e:
-            raise UserError(f"cannot decode image {path}: {e}") from e
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as img:
+                image_format, size = _PIL_FORMATS.get(img.format, img.format), img.size
+    except Image.DecompressionBombError as error:
+        raise ImageFileError(path, f"image too large ({error})") from None
+    except UnidentifiedImageError:
+        raise ImageFileError(path, "not an image file (JPEG or PNG expected)") from None
+    except (OSError, SyntaxError, ValueError) as error:
+        signed = next((name for magic, name in _SIGNATURES.items() if data.startswith(magic)), None)
+        if signed and not _is_complete(data, signed):  # cut off within the header
+            raise _truncated(path, signed) from None
+        raise ImageFileError(path, f"cannot decode image ({error})") from None
+    if image_format not in SUPPORTED_IMAGE_FORMATS:
+        raise ImageFileError(path, f"unsupported image format {image_format} (JPEG or PNG expected)")
+    if max(size) > MAX_IMAGE_SIDE:
+        raise ImageFileError(path, f"image too large ({size[0]}x{size[1]}, max side {MAX_IMAGE_SIDE})")
+    return image_format
 
 
-def get_inference_input_fn(filenames, height, width, num_threads=10):
-    """(image float32 [1, H, W, 3] in 0..255, filename string [1]) per file, with eval preprocessing (§5.5).
+# PIL names multi-picture camera JPEGs (MPO) apart; they are JPEG files for every decoder used here.
+_PIL_FORMATS = {"MPO": "JPEG"}
+_END_MARKS = {"JPEG": "end-of-image marker FFD9", "PNG": "IEND chunk"}
+_SIGNATURES = {b"\xff\xd8": "JPEG", b"\x89PNG\r\n\x1a\n": "PNG"}
 
-    Call `validate_image_files` first for clear errors: bad files are not checked again here.
+
+def _is_complete(data, image_format) -> bool:
+    """True when `data` holds the whole image, so no result is ever computed on part of one. TensorFlow's
+    decoders refuse most cut-off files as well, but only as "Invalid JPEG data" plus libjpeg's own stderr lines;
+    this check names the cause and never reaches the decoder. Bytes after the end are allowed (phone cameras
+    append a video or metadata after a JPEG's EOI)."""
+    if image_format == "JPEG":
+        return data.endswith(b"\xff\xd9") or _jpeg_end(data) is not None
+    return _png_end(data) is not None
+
+
+def _jpeg_end(data):
+    """Offset just past the EOI marker that ends the JPEG stream starting at data[0], or None when the data ends
+    before it. Walks the marker segments and skips entropy-coded data to the next real marker (FF00 is a
+    stuffed byte, FFD0-FFD7 restart markers, FFFF fill), so markers inside embedded thumbnails do not count."""
+    pos, size = 2, len(data)  # after SOI
+    while pos + 2 <= size:
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte before a marker
+            pos += 1
+        elif marker == 0xD9:
+            return pos + 2
+        elif 0xD0 <= marker <= 0xD7 or marker == 0x01:  # markers without a length
+            pos += 2
+        elif pos + 4 > size:
+            return None
+        else:
+            pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+            if marker == 0xDA:  # start of scan: entropy-coded data up to the next marker
+                pos = _skip_entropy_coded(data, pos)
+    return None
+
+
+def _skip_entropy_coded(data, pos):
+    """Offset of the first marker at or after `pos` that is not part of entropy-coded data (len(data) if none)."""
+    while True:
+        pos = data.find(b"\xff", pos)
+        if pos < 0 or pos + 1 >= len(data):
+            return len(data)
+        following = data[pos + 1]
+        if following == 0x00 or 0xD0 <= following <= 0xD7:
+            pos += 2
+        elif following == 0xFF:
+            pos += 1
+        else:
+            return pos
+
+
+def _png_end(data):
+    """Offset just past the IEND chunk, or None when the data ends first (each chunk: length, type, data, CRC)."""
+    pos = 8  # after the signature
+    while pos + 8 <= len(data):
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        end = pos + 12 + length
+        if end > len(data):
+            return None
+        if data[pos + 4:pos + 8] == b"IEND":
+            return end
+        pos = end
+    return None
+
+
+def load_inference_image(path, height, width):
+    """float32 [H, W, 3] in 0..255 of one predict input with the eval preprocessing; raises ImageFileError naming
+    the file when it cannot be read, is not a complete JPEG or PNG, or TensorFlow cannot decode it."""
+    data = read_image_file(path)
+    try:
+        return image_processing.eval_preprocess(tf.constant(data), height, width).numpy()
+    except tf.errors.OpError as error:
+        raise ImageFileError(path, f"cannot decode image ({_op_error_text(error)})") from None
+
+
+def _op_error_text(error):
+    """The one-line core of a TensorFlow op error, without the `{{function_node ...}}` and `[Op:...]` wrapping."""
+    text = " ".join(str(error.message).split())
+    text = re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:[^\]]*\]", "", text)
+    return text[:200] or type(error).__name__
+
+
+def iter_inference_batches(paths, height, width, batch_size, on_skip):
+    """Yields (images float32 [n, H, W, 3], paths [n]) of the usable files in the order of `paths`, n ==
+    batch_size except for the last batch. A file that fails goes to `on_skip(path, reason)` and the rest go on.
+
+    One file is read and decoded at a time, so memory is bounded by one batch whatever the number of files.
     """
-    filenames = [os.fspath(f) for f in filenames]
-
-    def load(filename):
-        image = image_processing.eval_preprocess(tf.io.read_file(filename), height, width)
-        return image, filename
-
-    dataset = tf.data.Dataset.from_tensor_slices(filenames)
-    dataset = dataset.map(load, num_parallel_calls=num_threads).batch(1)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    images, names = [], []
+    for path in paths:
+        try:
+            images.append(load_inference_image(path, height, width))
+        except ImageFileError as error:
+            on_skip(error.path, error.reason)
+            continue
+        names.append(path)
+        if len(names) == batch_size:
+            yield np.stack(images), names
+            images, names = [], []
+    if names:
+        yield np.stack(images), names

@@ -57,8 +57,8 @@ def parse_example_proto(serialized):
 def decode_image(image_bytes):
     """uint8 [H, W, 3]. JPEG (RGB, greyscale, CMYK) with the original's decoder settings.
 
-    TF 2.21's DecodeJpeg also decodes PNG/BMP content (it dispatches on the magic bytes; the JPEG-only options
-    are ignored then), as TF1's did, so predict inputs in PNG go through the same op.
+    TF 2.21's DecodeJpeg also decodes PNG content (it dispatches on the magic bytes; the JPEG-only options
+    are ignored then), as TF1's did, so predict inputs in PNG go through the same op. BMP content it refuses.
     """
     image = tf.io.decode_jpeg(image_bytes, channels=3, fancy_upscaling=False, dct_method=_DCT_METHOD)
     image.set_shape([None, None, 3])
