@@ -17,6 +17,7 @@ import argparse
 import os
 import sys
 
+from utils import quiet
 from utils.errors import command
 
 FORMATS = ("NCHW", "NHWC")
@@ -41,6 +42,7 @@ def parse_args(argv=None):
     parser.add_argument("--no_normalization", action="store_true",
                         help="leave the input normalisation out (the original's frozen graph expects normalised "
                              "input)")
+    quiet.add_verbose_flag(parser)
     args = parser.parse_args(argv)
     if not args.output_file:
         parser.error("--output_file is required")

@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 
+from utils import quiet
 from utils.errors import UserError, command
 
 DEFAULT_OPSET = 17
@@ -133,6 +134,7 @@ def main(argv=None):
     parser.add_argument("--input", required=True, help="SavedModel directory or frozen GraphDef (.pb/.pbtxt)")
     parser.add_argument("--output", required=True, help="ONNX file to write")
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET)
+    quiet.add_verbose_flag(parser)
     args = parser.parse_args(argv)
     model_proto = convert(args.input, args.output, args.opset)
     quantize_nodes = sum(node.op_type == "QuantizeLinear" for node in model_proto.graph.node)

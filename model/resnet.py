@@ -121,7 +121,7 @@ def build_model(arch, num_classes=1001, compute_format="NHWC", dtype_policy=None
             in_channels = block.out_channels
     head, head_kwargs = (Classifier, {}) if qat is None else (QuantizedClassifier, {"state": qat})
     logits = head(num_classes, use_final_conv=use_final_conv, data_format=data_format,
-                  kernel_initializer=init.conv(), name="output", dtype=policy, **head_kwargs)(x)
+                  kernel_initializer=init.classifier(num_classes), name="output", dtype=policy, **head_kwargs)(x)
     return keras.Model(images, logits, name=arch)
 
 

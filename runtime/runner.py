@@ -240,14 +240,11 @@ class Runner:
         static_scale = config.static_loss_scale if self.loss_scaling == "static" else None
         dynamic = self.loss_scaling == "dynamic"
 
-        def replica_step(images, labels):
+        def step_with_weights(images, labels, lam):
             lr = schedule()
             with tf.GradientTape() as tape:
                 targets = losses.smoothed_one_hot(labels, config.num_classes, config.label_smoothing)
-                if config.mixup > 0:
-                    batch = tf.shape(images)[0]
-                    lam = losses.sample_beta([batch], config.mixup,
-                                             seed=tf.stack([mixup_seed, self.global_step]))
+                if lam is not None:
                     images, targets = losses.mixup(images, targets, lam)
                 logits = model(images, training=True)
                 cross_entropy = losses.softmax_cross_entropy(targets, logits)
@@ -274,7 +271,19 @@ class Runner:
         jit = config.xla and self.distribution.jit_in_step
         if config.xla and not jit:  # collectives in the step: let XLA cluster around them
             tf.config.optimizer.set_jit("autoclustering")
-        compiled = tf.function(replica_step, jit_compile=jit or None, reduce_retracing=True)
+        # Under jit_compile the mixup weights are drawn outside the compiled part: their Gamma sampler
+        # (StatelessRandomGammaV3) has no XLA kernel. Same op, same seed: the same numbers with or without XLA.
+        # Without jit the step stays one function (a nested tf.function must not hold the gradient all-reduce).
+        core = tf.function(step_with_weights, jit_compile=True, reduce_retracing=True) if jit else step_with_weights
+
+        def replica_step(images, labels):
+            lam = None
+            if config.mixup > 0:
+                lam = losses.sample_beta([tf.shape(images)[0]], config.mixup,
+                                         seed=tf.stack([mixup_seed, self.global_step]))
+            return core(images, labels, lam)
+
+        compiled = tf.function(replica_step, reduce_retracing=True)
 
         @tf.function
         def train_step(images, labels):
@@ -485,6 +494,10 @@ class Runner:
                 progress.update(1)
         if progress is not None:
             progress.close()
+        if config.data_dir is not None:
+            log.print(evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size))
+        if is_benchmark and meter.warmup_warning():
+            log.print(meter.warmup_warning())
         results = {"top1_accuracy": top1 / max(seen, 1), "top5_accuracy": top5 / max(seen, 1)}
         results.update(meter.summary("eval"))
         results.update(meter.latencies())
@@ -623,6 +636,14 @@ class ThroughputMeter:
     def _measured(self):
         return self.times[self.warmup:] if len(self.times) > self.warmup else self.times
 
+    def warmup_warning(self):
+        """The warning for figures that include the warm-up (no step ran after it), else None."""
+        if not 0 < len(self.times) <= self.warmup:
+            return None
+        return ("WARNING: {} step(s) ran, not more than --warmup_steps {}: the throughput and latency figures "
+                "count all of them, warm-up included (run more than {} steps for a steady-state figure)".format(
+                    len(self.times), self.warmup, self.warmup))
+
     def summary(self, prefix):
         times = self._measured()
         if not times:
@@ -683,17 +704,58 @@ def loss_scaling_mode(config):
     return "dynamic" if precision_policy(True) == "mixed_float16" else None
 
 
-def load_class_names(labels_file, config):
+def load_class_names(labels_file, config, warn=None):
     candidates = [labels_file] if labels_file else [
         os.path.join(config.model_dir, "labels.txt"),
         os.path.join(config.data_dir, "labels.txt") if config.data_dir else None]
     for path in candidates:
         if path and os.path.isfile(path):
             with open(path, encoding="utf-8") as handle:
-                return [line.strip() for line in handle if line.strip()]
+                names = [line.strip() for line in handle if line.strip()]
+            _check_class_names(path, names, config.num_classes, warn)
+            return names
     if labels_file:
         raise UserError("--labels_file {} does not exist".format(labels_file))
     return None
+
+
+def _check_class_names(path, names, num_classes, warn=None):
+    """One warning when the labels file names fewer classes than the model has outputs. 1000 names for 1001
+    outputs is the ImageNet layout (labels 1..1000 -> outputs 0..999; output 1000 is never a label) and passes."""
+    if len(names) >= num_classes or (num_classes == 1001 and len(names) == 1000):
+        return
+    (warn or _print_stderr)("WARNING: labels file {} names {} classes but the model has {} outputs; outputs {}..{} "
+                            "are shown by number only".format(path, len(names), num_classes, len(names),
+                                                             num_classes - 1))
+
+
+def _print_stderr(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size):
+    """How much of the validation set an evaluation covered. Batches are whole (drop_remainder, as the original),
+    so up to batch_size - 1 images of every pass are left out."""
+    if iter_unit != "epoch":
+        return "Evaluated {:,} images ({:,} batches of {}) of the {:,} in the validation set".format(
+            seen, seen // batch_size, batch_size, num_samples)
+    total = num_samples * num_epochs
+    line = "Evaluated {:,} of {:,} images".format(seen, total)
+    dropped = total - seen
+    if dropped > 0 and num_epochs == 1:
+        line += " (the last partial batch of {:,} is dropped, as the original)".format(dropped)
+    elif dropped > 0:
+        line += " ({:,} epochs of {:,} in whole batches of {}: {:,} left out, as the original)".format(
+            num_epochs, num_samples, batch_size, dropped)
+    return line
+
+
+class PredictCounts:
+    """What `Runner.predict` did: files predicted, and files skipped because they could not be used."""
+
+    def __init__(self):
+        self.predicted = 0
+        self.failed = 0
 
 
 def format_prediction(filename, probabilities, top, class_names):

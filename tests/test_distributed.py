@@ -13,6 +13,7 @@ ALLOW_NO_HOROVOD=1.
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -140,6 +141,14 @@ def _checkpoint_steps(directory):
 
 def _check_two_worker_run(result, results_dir, weights_dir, backend, expected_step, start_step):
     stdout = result.stdout
+    # no TF start-up noise from the workers (utils/quiet.py) and no false crash report at the end (main.py's final
+    # barrier). horovodrun itself imports TensorFlow before any worker starts: only its workers' lines
+    # (`[rank]<stream>:`) are ours.
+    output = (stdout + result.stderr).splitlines()
+    if backend == "horovod":
+        output = [line for line in output if re.match(r"^\[\d+\]<std(out|err)>:", line)]
+    for noise in ("cuInit", "absl::InitializeLog", "NodeDef mentions", "StartAbort"):
+        assert not [line for line in output if noise in line], noise
     records = [line for line in open(os.path.join(results_dir, "log.json")) if line.startswith("DLLL")]
     # rank 0 alone logs: one PARAMETER dump per run in log.json, no DLL line from worker 1
     assert sum('"PARAMETER"' in line and '"arch"' in line for line in records) == (2 if start_step else 1)

@@ -68,6 +68,22 @@ def test_beta_samples_have_beta_moments():
     np.testing.assert_array_equal(lam, again)
 
 
+@pytest.mark.parametrize("alpha", [0.2, 1.0, 4.0])
+def test_beta_samples_follow_the_beta_a_a_distribution(alpha):
+    n = 20000
+    lam = losses.sample_beta([n], alpha, seed=tf.constant([5, 6], tf.int64)).numpy().astype(np.float64)
+    variance = 1 / (4 * (2 * alpha + 1))  # Beta(a, a): mean 1/2, variance 1 / (4 (2a + 1))
+    assert abs(lam.mean() - 0.5) < 4 * np.sqrt(variance / n)
+    assert lam.var() == pytest.approx(variance, rel=0.05)
+    # The whole distribution: two-sample Kolmogorov-Smirnov against NumPy's Beta sampler, at the 0.1% level.
+    reference = np.sort(np.random.default_rng(0).beta(alpha, alpha, n))
+    ours = np.sort(lam)
+    grid = np.concatenate([ours, reference])
+    distance = np.max(np.abs(np.searchsorted(ours, grid, side="right") -
+                             np.searchsorted(reference, grid, side="right"))) / n
+    assert distance < 1.95 * np.sqrt(2 / n)
+
+
 def test_l2_is_half_sum_of_squares_times_decay():
     a = tf.Variable(np.arange(6, dtype=np.float32).reshape(2, 3))
     b = tf.Variable(np.array([1.5, -2.0], np.float32))

@@ -255,6 +255,23 @@ def test_model_uses_weight_init_mode_and_glorot_grouped_filter(models_1001):
     np.testing.assert_array_equal(se.excite.bias.numpy(), 0)
 
 
+@pytest.mark.parametrize("num_classes,fan", [(1001, 1001), (10, 1001), (3, 1001), (2000, 2000)])
+def test_classifier_init_fan_out_counts_at_least_the_original_1001_classes(num_classes, fan):
+    """fan_out: variance 2 / max(K, 1001), i.e. the original's exactly at 1001 (and any K >= 1001) and its
+    1001-class logit scale below (2 / K would give K = 10 ten times the original's logits)."""
+    values = Initializers("fan_out", seed=3).classifier(num_classes)((2048, num_classes)).numpy()
+    target = math.sqrt(2.0 / fan)  # std after truncation
+    assert abs(values.std() / target - 1) < 0.03
+    assert np.abs(values).max() <= 2 * target / 0.87962566103423978 * (1 + 1e-5)
+    fan_in = Initializers("fan_in", seed=3).classifier(num_classes)((2048, num_classes)).numpy()
+    assert abs(fan_in.std() / math.sqrt(2.0 / 2048) - 1) < 0.03  # fan_in does not depend on K
+
+
+def test_small_class_count_model_uses_the_capped_classifier_init():
+    head = build_model("resnet50", num_classes=10, image_size=32, seed=4).get_layer("output").dense
+    assert abs(head.kernel.numpy().std() / math.sqrt(2.0 / 1001) - 1) < 0.1  # 20480 values
+
+
 def test_seed_makes_init_deterministic_but_not_repetitive():
     first = build_model("resnet50", num_classes=10, image_size=32, seed=11)
     second = build_model("resnet50", num_classes=10, image_size=32, seed=11)

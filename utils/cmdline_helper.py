@@ -8,6 +8,7 @@ The original parsed with `parse_known_args` and rejected leftovers with
 import argparse
 import sys
 
+from utils import quiet
 from utils.errors import UserError
 
 ARCH_CHOICES = ("resnet50", "resnext101-32x4d", "se-resnext101-32x4d")
@@ -145,6 +146,7 @@ def build_parser():
                        help="Never show progress bars (they are shown only when stdout is a terminal).")
     extra.add_argument("--max_skipped_steps", type=int, default=100,
                        help="With dynamic loss scaling, stop the run after this many non-finite steps in a row.")
+    quiet.add_verbose_flag(extra)
     return parser
 
 

@@ -5,6 +5,8 @@ import functools
 import os
 import sys
 
+from utils import quiet
+
 
 class UserError(Exception):
     """Raised for bad input; the CLI prints `ERROR: <message>` on one line and exits non-zero."""
@@ -19,10 +21,14 @@ def restrict_umask():
 def command(body):
     """Decorates a tool's `main(argv=None)`: restricts the umask, turns a UserError into one line
     `ERROR: <message>` on stderr and exit status 2, and maps a `None` return to 0. argparse's own usage errors
-    (SystemExit 2) pass through unchanged."""
+    (SystemExit 2) pass through unchanged. Run as a script (`python tool.py`, `python -m pkg.tool`), the tool
+    first gets the quiet TensorFlow output of utils/quiet.py (`--verbose` / RN50_VERBOSE=1 turn it off); called
+    in-process (tests) it leaves the caller's environment and stderr alone."""
 
     @functools.wraps(body)
     def main(argv=None):
+        if body.__module__ == "__main__":
+            quiet.setup(argv)
         restrict_umask()
         try:
             status = body(argv)
