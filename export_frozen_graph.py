@@ -146,10 +146,10 @@ def export(args, log=print):
     if args.checkpoint:
         describe = (f"--model_name {args.model_name} --num_classes {args.num_classes} "
                     f"--use_final_conv {args.use_final_conv}")
-        path = checkpoint_io.restore_weights(model, args.checkpoint, args.model_name, describe,
-                                             build_twin=lambda: build_export_model(args))
-        log(f"Restored {path}")
-        if quantization is not None and not checkpoint_io.has_quantization_ranges(path):
+        info = checkpoint_io.inspect(checkpoint_io.find_checkpoint(args.checkpoint, "--checkpoint", warn=log))
+        checkpoint_io.check_fits(info, args.model_name, args.num_classes, arch_flag="--model_name")
+        log(checkpoint_io.restore_model(model, info, args.model_name, describe).describe())
+        if quantization is not None and not info.has_quantization_ranges:
             log("WARNING: the checkpoint has no quantisation ranges (not QAT-trained); activation ranges keep "
                 "their initial [-6, 6]")
     else:

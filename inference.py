@@ -32,6 +32,7 @@ import types
 
 import numpy as np
 
+from utils import quiet
 from utils.errors import UserError, command
 
 ARCHITECTURES = ("resnet50", "resnext101-32x4d", "se-resnext101-32x4d")
@@ -52,11 +53,13 @@ def parse_args(argv=None):
     parser.add_argument("--data-dir", default=None, help="validation TFRecords; random inputs if absent")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--backend", choices=BACKENDS, default="tf")
-    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--image-size", type=int, default=None,
+                        help="input height = width; default: read from --model (224 for --architecture)")
     parser.add_argument("--num-classes", type=int, default=1001, help="classes of the --architecture model")
     parser.add_argument("--num-iter", type=int, default=None,
                         help="steps on random inputs (default 60000 // batch size, as the original)")
     parser.add_argument("--warmup-steps", type=int, default=20, help="steps left out of the final statistics")
+    quiet.add_verbose_flag(parser)
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         parser.error("--batch-size must be >= 1")
@@ -115,6 +118,11 @@ class TFRunner:
         if "probabilities" not in self.signature.structured_outputs:
             raise UserError(f"SavedModel {saved_model_dir}: serving_default has no `probabilities` output")
 
+    @property
+    def input_size(self):
+        shape = self.signature.structured_input_signature[1]["input"].shape
+        return shape[1] if len(shape) == 4 and shape[1] == shape[2] else None
+
     def __call__(self, images):
         return self.signature(input=images)["probabilities"].numpy()
 
@@ -126,6 +134,11 @@ class ONNXRuntimeRunner:
         providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
         self.session = onnxruntime.InferenceSession(onnx_path, providers=providers)
         self.providers = self.session.get_providers()
+
+    @property
+    def input_size(self):
+        shape = self.session.get_inputs()[0].shape
+        return shape[1] if len(shape) == 4 and isinstance(shape[1], int) and shape[1] == shape[2] else None
 
     def __call__(self, images):
         return self.session.run(["probabilities"], {"input": images})[0]
@@ -205,6 +218,10 @@ def make_runner(args, saved_model_dir, onnx_path, workdir):
                 f"ONNX Runtime cannot load {onnx_path}: {first[:200]} (a SavedModel exported by main.py on CPU "
                 "computes small convs as matmul/patches, which tf2onnx mis-converts; export a frozen graph with "
                 "export_frozen_graph.py and pass its export_onnx.py output as --model)") from None
+    if args.image_size is None:
+        import onnx
+        dims = onnx.load(onnx_path, load_external_data=False).graph.input[0].type.tensor_type.shape.dim
+        args.image_size = dims[1].dim_value or None if len(dims) == 4 else None
     return TensorRTRunner(onnx_path, args.batch_size, args.image_size, args.amp)
 
 
@@ -264,6 +281,20 @@ def benchmark(run, data, steps, batch_size, warmup_steps, logger):
     return results
 
 
+def resolve_image_size(args, model_size, log):
+    """--image-size from the model's input signature when not given; a given one must agree with it."""
+    if model_size is None:
+        if args.image_size is None:
+            raise UserError("cannot read the input size from --model; pass --image-size")
+        return
+    if args.image_size is None:
+        args.image_size = model_size
+        log(f"Input size {model_size}x{model_size}, read from the model")
+    elif args.image_size != model_size:
+        raise UserError(f"--image-size {args.image_size} but the model takes {model_size}x{model_size} inputs "
+                        "(omit --image-size to use the model's)")
+
+
 def run(args):
     from utils.logger import DLLogger
     logger = DLLogger(args.log_path)
@@ -276,6 +307,7 @@ def run(args):
         with tempfile.TemporaryDirectory(prefix="inference-") as workdir:
             onnx_path = saved_model_dir = None
             if args.architecture:
+                args.image_size = args.image_size or 224
                 if args.tf_trt and not tf_trt_available():
                     raise UserError(NO_TF_TRT)  # before the (slow) export
                 saved_model_dir = export_random_model(args, os.path.join(workdir, "savedmodel"))
@@ -293,6 +325,7 @@ def run(args):
             if args.amp and args.backend == "tf" and not args.tf_trt and args.model:
                 logger.print("--amp: a given SavedModel runs in the precision it was exported in")
             runner = make_runner(args, saved_model_dir, onnx_path, workdir)
+            resolve_image_size(args, getattr(runner, "input_size", None), logger.print)
             data, steps = batches(args)
             logger.print(f"Running {steps} steps of batch {args.batch_size} with backend {args.backend}")
             return benchmark(runner, data, steps, args.batch_size, args.warmup_steps, logger)

@@ -9,7 +9,7 @@ Bad input ends with one line `ERROR: <what is wrong>` on stderr and exit status 
 import os
 import sys
 
-from utils.cmdline_helper import ORIGINAL_FLAG_DESTS, parse_cmdline
+from utils.cmdline_helper import ORIGINAL_FLAG_DESTS, given_flags, parse_cmdline
 from utils.errors import UserError, command
 
 # The original's environment (SPEC §4.14), where the variables still mean something in TF 2.21.
@@ -43,6 +43,39 @@ def check_mode_arguments(config):
     if config.finetune_checkpoint and not (os.path.exists(config.finetune_checkpoint)
                                            or os.path.exists(config.finetune_checkpoint + ".index")):
         raise UserError("--finetune_checkpoint {} does not exist".format(config.finetune_checkpoint))
+
+
+INFERENCE_MODES = ("evaluate", "predict", "inference_benchmark")
+# RunConfig field -> (checkpoint metadata field, flag) that inference modes take from model_dir's checkpoint.
+CHECKPOINT_SETTINGS = (("arch", "arch", "--arch"), ("num_classes", "num_classes", "--num_classes"),
+                       ("image_size", "image_size", "--image_size"))
+
+
+def adopt_checkpoint_settings(config, given, log=print):
+    """Evaluate / predict / inference_benchmark build the model the checkpoint in model_dir was trained as: a
+    setting left at its default is taken from the checkpoint (and said so), one given that contradicts it is
+    refused. Training modes keep the flags (a resume checks them when it restores)."""
+    import dataclasses
+    from model import checkpoint_io
+    if config.mode not in INFERENCE_MODES:
+        return config
+    path = checkpoint_io.latest_checkpoint(config.model_dir, warn=log)
+    if path is None:
+        return config
+    info = checkpoint_io.inspect(path)
+    changes = {}
+    for field, source, flag in CHECKPOINT_SETTINGS:
+        recorded, current = getattr(info, source), getattr(config, field)
+        if recorded is None or recorded == current:
+            continue
+        if field == "image_size" and config.input_size != config.image_size:
+            continue  # synthetic benchmark: --synthetic_data_size sets the input, any size runs
+        if field in given:
+            raise UserError("{} {} contradicts checkpoint {}, trained with {} {} (omit the flag to use the "
+                            "checkpoint's)".format(flag, current, path, flag, recorded))
+        changes[field] = recorded
+        log("Using {} {} from checkpoint {}".format(flag, recorded, path))
+    return dataclasses.replace(config, **changes) if changes else config
 
 
 def setup_devices(config, engine=None):
@@ -93,6 +126,7 @@ def run(argv=None):
         raise UserError("Only single GPU inference is implemented.")
     setup_devices(config, engine)
     distribution = distributed.create(engine)
+    config = adopt_checkpoint_settings(config, given_flags(argv))
     if distribution.num_replicas > 1 and config.mode in ("inference_benchmark", "predict"):
         raise UserError("Only single GPU inference is implemented.")
     try:

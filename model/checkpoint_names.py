@@ -1,16 +1,12 @@
-"""Map between our Keras variables and the original's TF1 variable names (SPEC §3.8), and a TF1 checkpoint reader.
+"""Map between our Keras variables and the original's TF1 variable names (SPEC §3.8); model/checkpoint_io.py reads
+and writes checkpoints by it.
 
 The map is built by walking the model's structure (stem `conv2d`, blocks `btlnck_block_{s}_{l}`, head `output`),
 never from Keras' own variable paths, so it does not depend on Keras naming rules.
 """
-import numpy as np
-import tensorflow as tf
-
 from model.resnet import block_name, get_arch
-from utils.errors import UserError
 
 BN_VARIABLES = ("beta", "gamma", "moving_mean", "moving_variance")
-_MAX_LISTED = 10
 
 
 def _bn_entries(scope, bn):
@@ -63,51 +59,3 @@ def keras_to_tf1_names(model, arch):
     if len(inverse) != len([v for v in model.variables if "quant" not in v.path]):
         raise AssertionError("Keras variable paths are not unique")
     return inverse
-
-
-def _is_ignored(name):
-    """Checkpoint entries that are not model variables: step counter, optimizer slots, loss scale, QAT ranges."""
-    lowered = name.lower()
-    return (name == "global_step" or name.endswith("/Momentum") or "loss_scale" in lowered
-            or "lossscale" in lowered or "good_steps" in lowered or "quant" in lowered)
-
-
-def _listing(title, items):
-    items = sorted(items)
-    shown = ", ".join(items[:_MAX_LISTED])
-    more = f" ... and {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else ""
-    return f"{len(items)} {title}: {shown}{more}"
-
-
-def _compatible(checkpoint_shape, variable_shape):
-    """Equal shapes, or the classifier kernel as dense [2048,N] vs 1x1 conv [1,1,2048,N] (SPEC §3.5)."""
-    a, b = tuple(checkpoint_shape), tuple(variable_shape)
-    return a == b or (1, 1) + a == b or a == (1, 1) + b
-
-
-def load_tf1_checkpoint(model, path, arch, trainable_only=False):
-    """Assign every mapped variable from a TF1 name-based checkpoint; refuse (UserError) on any mismatch.
-
-    `trainable_only` restores trainables only (the original's --finetune_checkpoint: BN moving statistics keep
-    their initial values). Returns the list of TF1 names that were restored.
-    """
-    try:
-        reader = tf.train.load_checkpoint(path)
-    except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as error:
-        raise UserError(f"cannot read TF1 checkpoint {path!r}: {str(error).splitlines()[0]}") from None
-    checkpoint_shapes = reader.get_variable_to_shape_map()
-    name_map = tf1_variable_map(model, arch)
-    wanted = {name: variable for name, variable in name_map.items() if variable.trainable or not trainable_only}
-    missing = [name for name in wanted if name not in checkpoint_shapes]
-    unexpected = [name for name in checkpoint_shapes if name not in name_map and not _is_ignored(name)]
-    mis_shaped = [f"{name} {list(checkpoint_shapes[name])} vs model {list(variable.shape)}"
-                  for name, variable in wanted.items()
-                  if name in checkpoint_shapes and not _compatible(checkpoint_shapes[name], variable.shape)]
-    problems = [_listing(title, items) for title, items in
-                (("missing", missing), ("unexpected", unexpected), ("mis-shaped", mis_shaped)) if items]
-    if problems:
-        raise UserError(f"checkpoint {path} does not match {arch}: " + "; ".join(problems))
-    for name, variable in wanted.items():
-        value = reader.get_tensor(name)
-        variable.assign(np.reshape(value, variable.shape).astype(variable.dtype))
-    return sorted(wanted)

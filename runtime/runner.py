@@ -24,7 +24,6 @@ from utils.logger import progress_enabled
 
 TRAIN_LOG_WARMUP_STEPS = 20
 SUMMARY_EVERY_STEPS = 100
-CHECKPOINT_PREFIX = "model.ckpt"
 
 
 def _mean_or_none(values):
@@ -138,62 +137,28 @@ class Runner:
             num_steps = config.num_iter
             return num_steps, 1, num_steps, float(num_steps)
         filenames = runner_utils.list_filenames_in_dataset(config.data_dir, "train")
-        num_samples = runner_utils.estimate_num_samples(filenames)
+        num_samples = runner_utils.count_samples(filenames, "Training", self.logger.print)
         num_steps, num_epochs, num_decay_steps = runner_utils.count_steps(
             config.iter_unit, num_samples, config.num_iter, self.global_batch_size)
         return num_steps, num_epochs, num_decay_steps, num_steps / num_epochs
 
-    # ------------------------------------------------------------------ checkpoints
-    def _checkpoint(self, optimizer=None):
-        objects = {"model": self.model, "global_step": self.global_step}
-        if optimizer is not None:
-            objects["optimizer"] = optimizer
-        return tf.train.Checkpoint(**objects)
+    # ------------------------------------------------------------------ checkpoints (model/checkpoint_io.py)
+    def _describe_model(self):
+        config = self.config
+        return "this model (--arch {} --num_classes {}{})".format(
+            config.arch, config.num_classes, " --use_final_conv" if config.use_final_conv else "")
 
-    def _checkpoint_manager(self, checkpoint):
-        return tf.train.CheckpointManager(
-            checkpoint, self.config.model_dir, max_to_keep=5, keep_checkpoint_every_n_hours=3,
-            checkpoint_name=CHECKPOINT_PREFIX)
-
-    def _restore(self, checkpoint, path, partial=False):
-        try:
-            status = checkpoint.read(path)
-            if partial:
-                status.expect_partial()
-            else:
-                status.assert_existing_objects_matched()
-        except (ValueError, tf.errors.InvalidArgumentError, tf.errors.NotFoundError, AssertionError) as error:
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise UserError("checkpoint {} does not fit this model (--arch {}, --num_classes {}, "
-                            "--use_final_conv {}): {}".format(path, self.config.arch, self.config.num_classes,
-                                                              self.config.use_final_conv, first[:300])) from None
-        except (tf.errors.DataLossError, IndexError) as error:  # IndexError: TF's "Read less bytes than requested"
-            raise UserError("checkpoint {} is corrupt or truncated: {}".format(
-                path, str(error).splitlines()[0][:300])) from None
-
-    def _save_checkpoint(self, manager, step):
-        """manager.save, with a full disk or an unwritable model_dir as a UserError naming the directory.
-
-        TF writes the shards under `<prefix>_temp/`, renames them into place, then replaces the `checkpoint` state
-        file atomically (temp + rename): a failed or killed save leaves the previous checkpoint the latest one
-        (docs/RELIABILITY.md). The debris of a failed save is removed so that it does not fill the disk further."""
-        try:
-            return manager.save(checkpoint_number=step, check_interval=False)
-        except (OSError, tf.errors.OpError) as error:
-            prefix = os.path.join(self.config.model_dir, "{}-{}".format(CHECKPOINT_PREFIX, step))
-            shutil.rmtree(prefix + "_temp", ignore_errors=True)
-            if not (manager.latest_checkpoint or "").endswith("-{}".format(step)):
-                for path in tf.io.gfile.glob(prefix + ".*"):
-                    tf.io.gfile.remove(path)
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise UserError("cannot write checkpoint {} ({}); the last complete checkpoint is kept: {}".format(
-                prefix, first[:300], manager.latest_checkpoint)) from None
+    def _checkpoint_metadata(self):
+        config = self.config
+        return checkpoint_io.metadata(config.arch, config.num_classes, config.input_size, config.use_final_conv,
+                                      config.uses_dali)
 
     def latest_checkpoint(self):
-        return tf.train.latest_checkpoint(self.config.model_dir) if os.path.isdir(self.config.model_dir) else None
+        return checkpoint_io.latest_checkpoint(self.config.model_dir, warn=self.logger.print)
 
     def restore_for_inference(self, required):
-        """Loads the latest checkpoint of model_dir into the model; returns its path or None (fresh weights)."""
+        """Loads the latest checkpoint of model_dir into the model (every variable, verified); returns its path,
+        or None when there is none and `required` is false (fresh weights, said so)."""
         path = self.latest_checkpoint()
         if path is None:
             if required:
@@ -202,34 +167,48 @@ class Runner:
             self.logger.print("No checkpoint in {}: running with freshly initialised weights".format(
                 self.config.model_dir))
             return None
-        self._restore(self._checkpoint(), path, partial=True)
-        self.logger.print("Restored checkpoint {}".format(path))
+        info = checkpoint_io.inspect(path)
+        checkpoint_io.check_fits(info, self.config.arch, self.config.num_classes)
+        report = checkpoint_io.restore_model(self.model, info, self.config.arch, self._describe_model())
+        self.global_step.assign(info.step or 0)  # evaluation summaries land at the checkpoint's step
+        self.logger.print(report.describe())
         return path
 
     def _finetune_from(self, path):
-        """Initialises the trainable variables from `path` (ours or the original's TF1 checkpoint), SPEC §4.10."""
-        from model import checkpoint_names
-        if os.path.isdir(path):
-            latest = tf.train.latest_checkpoint(path)
-            if latest is None:
-                raise UserError("--finetune_checkpoint {}: no checkpoint in that directory".format(path))
-            path = latest
-        try:
-            names = [name for name, _ in tf.train.list_variables(path)]
-        except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as error:
-            raise UserError("--finetune_checkpoint {} cannot be read: {}".format(
-                path, str(error).splitlines()[0][:300])) from None
-        if any(name.startswith(self.config.arch + "/") for name in names):
-            checkpoint_names.load_tf1_checkpoint(self.model, path, self.config.arch, trainable_only=True)
-        else:
-            source = resnet.build_model(
-                self.config.arch, num_classes=self.config.num_classes, compute_format=self.config.data_format,
-                use_final_conv=self.config.use_final_conv, input_normalized=self.config.uses_dali,
-                image_size=self.config.input_size, quantization=quantization_config(self.config))
-            self._restore(tf.train.Checkpoint(model=source), path, partial=True)
-            for target, value in zip(self.model.trainable_variables, source.trainable_variables):
-                target.assign(value)
-        self.logger.log(step="PARAMETER", data={"Restoring variables from checkpoint": path})
+        """Initialises the trainable variables from `path` (the original's --finetune_checkpoint: BN moving
+        statistics and the optimizer start fresh). A checkpoint with another class count gives everything but the
+        classifier, which starts from its initialisation (transfer learning)."""
+        config = self.config
+        prefix = checkpoint_io.find_checkpoint(path, "--finetune_checkpoint", warn=self.logger.print)
+        info = checkpoint_io.inspect(prefix)
+        checkpoint_io.check_fits(info, config.arch, config.num_classes, allow_other_classes=True)
+        new_classifier = info.num_classes is not None and info.num_classes != config.num_classes
+        report = checkpoint_io.restore_model(self.model, info, config.arch, self._describe_model(),
+                                             trainable_only=True, skip_classifier=new_classifier)
+        if new_classifier:
+            self.logger.print("Fine-tuning from {} to {} classes: the classifier is initialised fresh, every other "
+                              "trainable variable comes from the checkpoint".format(info.num_classes,
+                                                                                    config.num_classes))
+        self.logger.print(report.describe())
+        self.logger.log(step="PARAMETER", data={"Restoring variables from checkpoint": prefix})
+
+    def _restore_or_initialise(self, optimizer):
+        """Resume from model_dir's newest complete checkpoint, else --finetune_checkpoint, else fresh weights."""
+        config = self.config
+        latest = self.latest_checkpoint()
+        if latest is None:
+            if config.finetune_checkpoint:
+                self._finetune_from(config.finetune_checkpoint)
+            return
+        if config.finetune_checkpoint:
+            self.logger.print("WARNING: --finetune_checkpoint {} is ignored: model_dir {} already has checkpoint {}, "
+                              "and training resumes from it (use a new --model_dir to fine-tune)".format(
+                                  config.finetune_checkpoint, config.model_dir, latest))
+        info = checkpoint_io.inspect(latest)
+        checkpoint_io.check_fits(info, config.arch, config.num_classes)
+        report = checkpoint_io.restore_training(self.model, optimizer, self.global_step, info, config.arch,
+                                                self._describe_model())
+        self.logger.print(report.describe() + " with the optimizer state")
 
     # ------------------------------------------------------------------ training
     def _make_train_step(self, optimizer, schedule, mixup_seed):
@@ -306,14 +285,12 @@ class Runner:
             optimizer.build(self.model.trainable_variables)
             self.distribution.prepare_optimizer(optimizer)
 
-        checkpoint = self._checkpoint(optimizer)
-        manager = None
+        saver = None
         if not is_benchmark:
-            manager = self._checkpoint_manager(checkpoint)
-            if manager.latest_checkpoint:
-                self._restore(checkpoint, manager.latest_checkpoint)
-            elif config.finetune_checkpoint:
-                self._finetune_from(config.finetune_checkpoint)
+            saver = checkpoint_io.CheckpointWriter(
+                config.model_dir, checkpoint_io.training_entries(self.model, optimizer, self.global_step, config.arch),
+                self._checkpoint_metadata(), max_to_keep=5, keep_every_hours=3)
+            self._restore_or_initialise(optimizer)
         self.distribution.broadcast_variables(self.model.variables + optimizer.variables + [self.global_step])
         current_step = int(self.global_step.numpy())
 
@@ -350,13 +327,11 @@ class Runner:
         dataset = self._train_dataset(is_benchmark, start_step=current_step if config.seed is not None else 0)
         dataset = self.distribution.distribute_dataset(dataset)
         dataset = prefetch_to_accelerator(dataset, config.uses_dali)
-        if manager is not None and self.distribution.is_chief:
-            # A save killed midway leaves `<prefix>-N_temp/` (never read, but large): clear it before going on.
-            for debris in tf.io.gfile.glob(os.path.join(config.model_dir, CHECKPOINT_PREFIX + "-*_temp")):
-                shutil.rmtree(debris, ignore_errors=True)
-        if manager is not None and self.distribution.is_chief and manager.latest_checkpoint is None:
-            self._save_checkpoint(manager, current_step)
-            self._copy_labels_file()
+        if saver is not None and self.distribution.is_chief:
+            checkpoint_io.remove_save_debris(config.model_dir)
+            if saver.latest_checkpoint is None:
+                saver.save(current_step)
+                self._copy_labels_file()
         mixup_seed = tf.constant(config.seed if config.seed is not None else np.random.randint(2 ** 31 - 1),
                                  tf.int64)
         train_step = self._make_train_step(optimizer, schedule, mixup_seed)
@@ -385,8 +360,8 @@ class Runner:
                             for key in ("cross_entropy", "l2_loss", "total_loss", "learning_rate", "loss_scale"):
                                 tf.summary.scalar(key, float(values[key]))
                             tf.summary.scalar("train_imgs_per_sec", meter.last_ips)
-                    if manager is not None and step % config.checkpoint_interval == 0:
-                        self._save_checkpoint(manager, step)
+                    if saver is not None and step % config.checkpoint_interval == 0:
+                        saver.save(step)
                 if progress is not None:
                     progress.update(1)
                 if self.distribution.any_worker_flag(stop.requested):
@@ -396,15 +371,17 @@ class Runner:
             progress.close()
 
         final_step = int(self.global_step.numpy())
-        if manager is not None and self.distribution.is_chief and \
-                not (manager.latest_checkpoint or "").endswith("-{}".format(final_step)):
-            self._save_checkpoint(manager, final_step)
+        if saver is not None and self.distribution.is_chief and \
+                not (saver.latest_checkpoint or "").endswith("-{}".format(final_step)):
+            saver.save(final_step)
         if writer is not None:
             writer.flush()
         self.distribution.debug_dump_weights(  # test hook, only with RN50_DEBUG_WEIGHTS_DIR (utils/distributed.py)
             self.model.trainable_variables + optimizer.variables,
             self.model.non_trainable_variables + [self.global_step], final_step)
         if self.distribution.is_chief:
+            if is_benchmark and meter.warmup_warning():
+                log.print(meter.warmup_warning())
             log.log(step=(), data=meter.summary("train"))
             if stats.skipped_total:
                 log.log(step=(), data={"skipped_steps": stats.skipped_total})

@@ -93,8 +93,8 @@ def latest_checkpoint(model_dir):
 
 
 def read_all_tensors(path):
-    """Every tensor of a checkpoint (raises if any file is missing, truncated or fails its checksum), except
-    `save_counter`: the number of saves, bookkeeping that differs between a resumed and an uninterrupted run."""
+    """Every tensor of a checkpoint (raises if any file is missing, truncated or fails its checksum); for the
+    object-based format of earlier versions, not `save_counter` (bookkeeping that differs after a resume)."""
     import tensorflow as tf
     reader = tf.train.load_checkpoint(path)
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()

@@ -103,3 +103,17 @@ def test_bad_inputs(tmp_path):
     assert no_signature.returncode == 2 and "has no serving_default signature" in no_signature.stderr
     assert [line for line in no_signature.stderr.splitlines() if "ERROR" in line or "Traceback" in line] == \
         [no_signature.stderr.strip().splitlines()[-1]]
+
+
+@pytest.mark.parametrize("backend", ["tf", "onnxruntime"])
+def test_input_size_is_read_from_the_model(saved_model, backend, tmp_path):
+    """A 32 px SavedModel without --image-size runs at 32; a contradicting --image-size is one clear line."""
+    args = ["--model", saved_model, "--backend", backend, "--num-iter", "2", "--batch-size", "2", "--warmup-steps",
+            "0", "--log-path", str(tmp_path / "log.json")]
+    result = run(*args)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Input size 32x32, read from the model" in result.stdout
+    wrong = run(*args, "--image-size", "224")
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip().splitlines()[-1] == (
+        "ERROR: --image-size 224 but the model takes 32x32 inputs (omit --image-size to use the model's)")

@@ -191,9 +191,11 @@ def test_export_round_trip_matches_in_memory_model(trained, data_dir, tmp_path):
     assert not os.path.basename(exported).startswith(".tmp")
     script = """
 import json, sys, numpy as np, tensorflow as tf
-from model import resnet
+from model import checkpoint_io, resnet
 model = resnet.build_model("resnet50", num_classes=%d, image_size=32)
-tf.train.Checkpoint(model=model).read(tf.train.latest_checkpoint(%r)).expect_partial()
+info = checkpoint_io.inspect(checkpoint_io.latest_checkpoint(%r))
+report = checkpoint_io.restore_model(model, info, "resnet50", "the test model")
+assert report.restored == report.total == len(model.variables), report.describe()
 images = np.random.default_rng(0).uniform(0, 255, (3, 32, 32, 3)).astype(np.float32)
 loaded = tf.saved_model.load(%r)
 sig = loaded.signatures["serving_default"]
@@ -283,9 +285,9 @@ def test_qat_workflow_end_to_end(trained, data_dir, tmp_path):
     # ReLU output's range starts exactly at 0 (a plain EMA from the initial [-6, 6] would be at -5.99).
     reader = tf.train.load_checkpoint(qat)
     ranges = {name: float(reader.get_tensor(name)) for name in reader.get_variable_to_shape_map()
-              if "/range_min/" in name or "/range_max/" in name}
-    minima = [value for name, value in ranges.items() if "/range_min/" in name]
-    maxima = [value for name, value in ranges.items() if "/range_max/" in name]
+              if name.endswith(("act_quant/min", "act_quant/max"))}
+    minima = [value for name, value in ranges.items() if name.endswith("/min")]
+    maxima = [value for name, value in ranges.items() if name.endswith("/max")]
     assert len(minima) == len(maxima) > 60
     assert all(value <= 0.0 for value in minima) and all(value >= 0.0 for value in maxima)
     assert sum(value == 0.0 for value in minima) >= 1 + 16 * 3  # stem, and per bottleneck 2 conv ReLUs + add-ReLU

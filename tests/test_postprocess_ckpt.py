@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model import resnet
+from model import checkpoint_io, resnet
 from model.layers.quantization import QuantizationConfig
 from tests.test_checkpoint_names import random_values, write_tf1_checkpoint
 
@@ -27,7 +27,7 @@ def images():
 
 @pytest.fixture(scope="module")
 def qat_checkpoint(tmp_path_factory):
-    """A QAT-trained resnet50 checkpoint written as the runner does (model + optimizer-less + global_step)."""
+    """A QAT-trained resnet50 checkpoint in the object-based format earlier versions of the runner wrote."""
     directory = tmp_path_factory.mktemp("ours")
     model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32, seed=1,
                                quantization=QuantizationConfig())
@@ -49,10 +49,12 @@ def test_ours_round_trip(qat_checkpoint, tmp_path):
     assert "Rewriting checkpoint completed" in result.stdout
     latest = tf.train.latest_checkpoint(str(output))
     assert latest.endswith("model.ckpt-42")
-    assert tf.train.load_checkpoint(latest).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 42
+    info = checkpoint_io.inspect(latest)
+    assert (info.format, info.step, info.use_final_conv, info.has_quantization_ranges) == ("named", 42, True, True)
     converted = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32, use_final_conv=True,
                                    quantization=QuantizationConfig())
-    tf.train.Checkpoint(model=converted).read(latest).assert_existing_objects_matched().expect_partial()
+    report = checkpoint_io.restore_model(converted, info, "resnet50", "the converted model")
+    assert report.restored == len(converted.variables)
     assert converted.get_layer("output").dense.kernel.shape == (1, 1, 2048, NUM_CLASSES)
     np.testing.assert_allclose(converted(images(), training=False), model(images(), training=False), atol=1e-4)
     # QAT ranges came along too.
@@ -78,7 +80,6 @@ def test_missing_checkpoint(tmp_path):
 
 
 def test_tf1_round_trip(tmp_path):
-    from model.checkpoint_names import load_tf1_checkpoint
     rng = np.random.RandomState(3)
     values = random_values("resnet50", rng)
     values["global_step"] = np.array(1234, dtype=np.int64)
@@ -96,10 +97,33 @@ def test_tf1_round_trip(tmp_path):
     np.testing.assert_array_equal(reader.get_tensor("resnet50/output/dense/kernel/Momentum"),
                                   values["resnet50/output/dense/kernel/Momentum"])
     dense = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32)
-    load_tf1_checkpoint(dense, prefix, "resnet50")
+    checkpoint_io.load(dense, prefix, "resnet50")
     conv = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32, use_final_conv=True)
-    load_tf1_checkpoint(conv, new, "resnet50")
+    assert checkpoint_io.inspect(new).format == "tf1"  # the original's format in, the original's format out
+    checkpoint_io.load(conv, new, "resnet50")
     np.testing.assert_allclose(conv(images(), training=False), dense(images(), training=False), rtol=1e-4,
                                atol=1e-3)
     wrong = run("--input", prefix, "--output", str(tmp_path / "out2"), "--dense_layer", "resnet50/nope/kernel")
     assert wrong.returncode == 2 and "--dense_layer resnet50/nope/kernel is not in" in wrong.stderr
+
+
+def test_named_round_trip_keeps_everything_and_records_the_final_conv(tmp_path):
+    from tests.test_checkpoint_io import randomise, save_named
+    model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32)
+    randomise(model, 4)
+    _, prefix, _ = save_named(tmp_path / "in", model, step=12)
+    output = tmp_path / "out"
+    result = run("--input", str(tmp_path / "in"), "--output", str(output))
+    assert result.returncode == 0, result.stderr
+    latest = tf.train.latest_checkpoint(str(output))
+    assert latest.endswith("model.ckpt-12")
+    info = checkpoint_io.inspect(latest)
+    assert (info.format, info.step, info.use_final_conv, info.image_size) == ("named", 12, True, 32)
+    before, after = tf.train.load_checkpoint(prefix), tf.train.load_checkpoint(latest)
+    assert set(before.get_variable_to_shape_map()) == set(after.get_variable_to_shape_map())
+    np.testing.assert_array_equal(after.get_tensor("resnet50/conv2d/conv2d/kernel/Momentum"),
+                                  before.get_tensor("resnet50/conv2d/conv2d/kernel/Momentum"))
+    conv = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32, use_final_conv=True)
+    assert checkpoint_io.restore_model(conv, info, "resnet50", "conv").restored == len(conv.variables)
+    np.testing.assert_allclose(conv(images(), training=False), model(images(), training=False), rtol=1e-4,
+                               atol=1e-4)

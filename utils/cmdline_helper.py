@@ -194,6 +194,17 @@ def validate_args(args):
     return args
 
 
+_NOT_GIVEN = object()
+
+
+def given_flags(argv=None):
+    """The destinations of the flags `argv` sets explicitly (a flag left at its default is not among them)."""
+    parser = build_parser()
+    parser.set_defaults(**{action.dest: _NOT_GIVEN for action in parser._actions if action.dest != "help"})
+    args, _ = parser.parse_known_args(argv)
+    return {dest for dest, value in vars(args).items() if value is not _NOT_GIVEN}
+
+
 def parse_cmdline(argv=None):
     """Parses and validates `argv` (default sys.argv[1:]). Unknown arguments are rejected with the original's text."""
     parser = build_parser()

@@ -1,0 +1,181 @@
+"""The checkpoint flows a user runs, from the CLI: the original's TF1 checkpoints in predict / evaluate /
+inference_benchmark, a checkpoint missing a variable, settings read from the checkpoint, transfer learning from a
+1001-class model to the embedded 10-class data."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from model import resnet
+from model.checkpoint_names import tf1_variable_map
+from tests._data_helpers import write_tfrecord_shards
+from tests.test_checkpoint_io import randomise, save_named
+from tests.test_checkpoint_names import write_tf1_checkpoint
+from utils import data_utils
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NUM_CLASSES = 5
+SIZE = 32
+
+
+def run_main(*args):
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    return subprocess.run([sys.executable, "main.py", *map(str, args)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+
+
+def model_with_real_logits(num_classes=NUM_CLASSES, seed=3):
+    """He-initialised weights with non-trivial BN statistics: distinct, non-saturated probabilities per image."""
+    model = resnet.build_model("resnet50", num_classes=num_classes, image_size=SIZE, seed=seed, weight_init="fan_in")
+    rng = np.random.default_rng(seed)
+    for variable in model.variables:
+        if "moving_variance" in variable.path:
+            variable.assign(rng.uniform(0.5, 2.0, variable.shape).astype("float32"))
+        elif "moving_mean" in variable.path:
+            variable.assign(rng.normal(0, 0.2, variable.shape).astype("float32"))
+    return model
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("photos")
+    rng = np.random.default_rng(0)
+    for index in range(3):
+        pixels = rng.integers(0, 256, (48, 40, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(directory / f"photo_{index}.png")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def tf1_model_dir(tmp_path_factory):
+    """An NGC-layout directory: `checkpoint` + model.ckpt-N.index/.data-* with the original's names only."""
+    model = model_with_real_logits()
+    values = {name: variable.numpy() for name, variable in tf1_variable_map(model, "resnet50").items()}
+    values["global_step"] = np.array(100, np.int64)
+    directory = tmp_path_factory.mktemp("ngc")
+    write_tf1_checkpoint(str(directory), values)
+    with open(directory / "checkpoint", "w") as handle:  # recorded on the machine that trained it
+        handle.write('model_checkpoint_path: "/results/model.ckpt-100"\n'
+                     'all_model_checkpoint_paths: "/results/model.ckpt-100"\n')
+    return directory, model, values
+
+
+def predicted_top1(stdout):
+    """{file name: (top-1 index, its probability)} from predict's lines `path: i p, ...`."""
+    found = {}
+    for line in stdout.splitlines():
+        if line.startswith("/") and ": " in line:
+            path, entries = line.split(": ", 1)
+            first = entries.split(", ")[0].split()
+            found[os.path.basename(path)] = (int(first[0]), float(first[-1]))
+    return found
+
+
+def test_predict_on_an_original_tf1_checkpoint_directory_uses_its_weights(tf1_model_dir, photos, tmp_path):
+    directory, model, _ = tf1_model_dir
+    result = run_main("--mode", "predict", "--model_dir", directory, "--results_dir", tmp_path, "--to_predict",
+                      photos, "--num_classes", NUM_CLASSES, "--image_size", SIZE, "--batch_size", 2, "--cpu")
+    assert result.returncode == 0, result.stderr[-3000:]
+    total = len(model.variables)
+    assert f"Restored {total} of {total} variables from {directory}/model.ckpt-100 (tf1 format, step 100, resnet50, " \
+           f"{NUM_CLASSES} classes)" in result.stdout
+    got = predicted_top1(result.stdout)
+    assert len(got) == 3
+    for name, (index, probability) in got.items():
+        image = data_utils.load_inference_image(str(photos / name), SIZE, SIZE)
+        expected = tf.nn.softmax(model(image[None], training=False))[0].numpy()
+        assert index == int(np.argmax(expected)), name
+        assert abs(probability - float(expected.max())) < 1e-3, name
+
+
+def test_evaluate_and_inference_benchmark_on_the_original_checkpoint(tf1_model_dir, tmp_path):
+    directory, _, _ = tf1_model_dir
+    data = tmp_path / "data"
+    data.mkdir()
+    write_tfrecord_shards(str(data), "validation", 1, 8, SIZE, num_classes=NUM_CLASSES)
+    common = ["--model_dir", directory, "--num_classes", NUM_CLASSES, "--image_size", SIZE, "--batch_size", 4,
+              "--cpu", "--no_progress", "--warmup_steps", 0]
+    evaluate = run_main("--mode", "evaluate", "--data_dir", data, "--results_dir", tmp_path / "e", *common)
+    assert evaluate.returncode == 0, evaluate.stderr[-3000:]
+    assert "(tf1 format, step 100, resnet50" in evaluate.stdout and "top1_accuracy" in evaluate.stdout
+    benchmark = run_main("--mode", "inference_benchmark", "--data_dir", data, "--results_dir", tmp_path / "b",
+                         "--num_iter", 2, "--iter_unit", "batch", *common)
+    assert benchmark.returncode == 0, benchmark.stderr[-3000:]
+    assert "(tf1 format, step 100, resnet50" in benchmark.stdout
+
+
+def test_a_checkpoint_missing_one_variable_is_one_line_and_exit_2(tf1_model_dir, photos, tmp_path):
+    _, _, values = tf1_model_dir
+    broken = dict(values)
+    del broken["resnet50/btlnck_block_2_3/bottleneck_2/BatchNorm/moving_variance"]
+    directory = tmp_path / "broken"
+    directory.mkdir()
+    write_tf1_checkpoint(str(directory), broken)
+    result = run_main("--mode", "predict", "--model_dir", directory, "--results_dir", tmp_path, "--to_predict",
+                      photos, "--num_classes", NUM_CLASSES, "--image_size", SIZE, "--batch_size", 2, "--cpu")
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
+    assert errors == [result.stderr.strip().splitlines()[-1]]
+    assert "1 missing: resnet50/btlnck_block_2_3/bottleneck_2/BatchNorm/moving_variance" in errors[0]
+    assert "Restored" not in result.stdout and "Traceback" not in result.stderr
+    assert "could not be found" not in result.stderr  # no flood of TF's restore warnings
+
+
+def test_predict_takes_settings_from_the_checkpoint_and_refuses_contradictions(photos, tmp_path):
+    model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE, seed=1)
+    randomise(model, 2)
+    save_named(tmp_path / "run", model, image_size=SIZE)
+    quiet = run_main("--mode", "predict", "--model_dir", tmp_path / "run", "--results_dir", tmp_path, "--to_predict",
+                     photos, "--batch_size", 3, "--cpu")  # neither --num_classes nor --image_size
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    assert f"Using --num_classes {NUM_CLASSES} from checkpoint" in quiet.stdout
+    assert f"Using --image_size {SIZE} from checkpoint" in quiet.stdout
+    assert len(predicted_top1(quiet.stdout)) == 3
+    contradiction = run_main("--mode", "predict", "--model_dir", tmp_path / "run", "--results_dir", tmp_path,
+                             "--to_predict", photos, "--batch_size", 3, "--cpu", "--image_size", 224)
+    assert contradiction.returncode == 2
+    assert contradiction.stderr.strip().splitlines()[-1].startswith(
+        "ERROR: --image_size 224 contradicts checkpoint ")
+
+
+@pytest.mark.slow
+def test_finetune_from_1001_classes_onto_the_embedded_10_class_data(tmp_path):
+    source = model_with_real_logits(num_classes=1001, seed=4)
+    from model import checkpoint_io
+    entries = dict(checkpoint_io.model_entries(source, "resnet50"), global_step=tf.constant(500, tf.int64))
+    (tmp_path / "imagenet").mkdir()
+    checkpoint_io.write(str(tmp_path / "imagenet" / "model.ckpt-500"), entries,
+                        checkpoint_io.metadata("resnet50", 1001, SIZE, False, False))
+    data = tmp_path / "data"
+    prep = subprocess.run([sys.executable, "-m", "dataprep.fashion_mnist", "--out", str(data), "--image_size",
+                           str(SIZE), "--train_count", "64", "--val_count", "16", "--no_progress"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert prep.returncode == 0, prep.stderr[-2000:]
+    result = run_main("--mode", "train", "--data_dir", data, "--results_dir", tmp_path / "tuned", "--num_classes", 10,
+                      "--image_size", SIZE, "--batch_size", 8, "--num_iter", 1, "--iter_unit", "batch", "--cpu",
+                      "--finetune_checkpoint", tmp_path / "imagenet", "--no_progress", "--lr_warmup_epochs", 0)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Fine-tuning from 1001 to 10 classes: the classifier is initialised fresh" in result.stdout
+    trainable = len(source.trainable_variables)
+    assert f"Restored {trainable - 2} of {len(source.variables)} variables" in result.stdout
+    # Checkpoint 0 is written right after the restore, before the first step.
+    restored = tf.train.load_checkpoint(str(tmp_path / "tuned" / "model.ckpt-0"))
+    for name, variable in tf1_variable_map(source, "resnet50").items():
+        value = restored.get_tensor(name)
+        if name.startswith("resnet50/output/"):
+            assert value.shape[-1] == 10, name
+        elif variable.trainable:
+            np.testing.assert_array_equal(value, variable.numpy(), err_msg=name)
+        else:  # BN moving statistics start fresh, as the original's --finetune_checkpoint
+            np.testing.assert_array_equal(value, 1.0 if "variance" in name else 0.0, err_msg=name)
+    other_arch = run_main("--mode", "train", "--data_dir", data, "--results_dir", tmp_path / "x", "--arch",
+                          "se-resnext101-32x4d", "--num_classes", 10, "--image_size", SIZE, "--batch_size", 8,
+                          "--num_iter", 1, "--iter_unit", "batch", "--cpu", "--finetune_checkpoint",
+                          tmp_path / "imagenet")
+    assert other_arch.returncode == 2
+    assert "is a resnet50 checkpoint; this run builds se-resnext101-32x4d (pass --arch resnet50)" in \
+        other_arch.stderr.strip().splitlines()[-1]
