@@ -76,9 +76,12 @@ class RestoreReport:
     restored: int                     # variables assigned from the checkpoint
     total: int                        # variables the model has
     fresh: tuple = ()                 # variables deliberately left at their initial values, e.g. a new classifier
+    trainable_only: bool = False      # BN moving statistics (and QAT ranges) deliberately not restored
 
     def describe(self):
         text = f"Restored {self.restored} of {self.total} variables from {self.info.path} ({self.info.describe()})"
+        if self.trainable_only:
+            text += "; trainable variables only (BN moving statistics start fresh, as the original's fine-tune)"
         if self.fresh:
             text += f"; {len(self.fresh)} initialised fresh: {_listing(self.fresh)}"
         return text
@@ -353,7 +356,7 @@ def restore_model(model, info, arch, describe, *, trainable_only=False, skip_cla
                 _refuse(info, [f"missing {variable.path}"], describe)
         for value, variable in pairs:
             variable.assign(tf.reshape(tf.cast(value, variable.dtype), variable.shape))
-        return RestoreReport(info, len(pairs), len(model.variables), tuple(fresh))
+        return RestoreReport(info, len(pairs), len(model.variables), tuple(fresh), trainable_only)
 
     reader = _reader(info.path)
     shapes = reader.get_variable_to_shape_map()
@@ -370,7 +373,7 @@ def restore_model(model, info, arch, describe, *, trainable_only=False, skip_cla
     _verify_shapes(info, shapes, wanted, optional, describe, unexpected)
     pairs = [(key, variable) for key, variable in wanted.items() if key in shapes]
     _assign(reader, pairs)
-    return RestoreReport(info, len(pairs), len(model.variables), tuple(fresh))
+    return RestoreReport(info, len(pairs), len(model.variables), tuple(fresh), trainable_only)
 
 
 def load(model, path, arch, describe=None, **options):
