@@ -238,15 +238,15 @@ def inspect(path):
     if OBJECT_GRAPH_KEY in shapes:
         arch, num_classes, final_conv, normalized, quantized, _ = _object_settings(reader)
         step_key = "global_step/.ATTRIBUTES/VARIABLE_VALUE"
-        step = int(reader.get_tensor(step_key)) if step_key in shapes else None
+        step = int(_read(reader, step_key, path)) if step_key in shapes else None
         return CheckpointInfo(path, "object", step, arch, num_classes, final_conv, None, normalized, quantized,
                               any(k.startswith("optimizer/") for k in shapes))
-    step = int(reader.get_tensor(GLOBAL_STEP_KEY)) if GLOBAL_STEP_KEY in shapes else None
+    step = int(_read(reader, GLOBAL_STEP_KEY, path)) if GLOBAL_STEP_KEY in shapes else None
     has_slots = any(name.endswith(SLOT_SUFFIX) for name in shapes)
     has_ranges = any("quant" in name.lower() for name in shapes)
     if METADATA_KEY in shapes:
         try:
-            meta = json.loads(reader.get_tensor(METADATA_KEY).decode("utf-8"))
+            meta = json.loads(_read(reader, METADATA_KEY, path).decode("utf-8"))
         except (ValueError, AttributeError) as error:
             raise UserError(f"checkpoint {path}: unreadable {METADATA_KEY} ({error})") from None
         return CheckpointInfo(path, "named", step, meta.get("arch"), meta.get("num_classes"),
@@ -306,9 +306,17 @@ def _verify_shapes(info, shapes, wanted, optional, describe, unexpected=()):
         _refuse(info, problems, describe)
 
 
-def _assign(reader, pairs):
-    for key, variable in pairs:
-        value = reader.get_tensor(key)
+def _read(reader, key, path):
+    try:
+        return reader.get_tensor(key)
+    except (tf.errors.OpError, IndexError, ValueError) as error:  # IndexError: "Read less bytes than requested"
+        raise UserError(f"checkpoint {path} is corrupt or truncated ({key}: {_first_line(error)})") from None
+
+
+def _assign(reader, pairs, path):
+    """Read every value first, so a corrupt checkpoint assigns nothing."""
+    values = [_read(reader, key, path) for key, _ in pairs]
+    for value, (_, variable) in zip(values, pairs):
         variable.assign(tf.cast(np.reshape(value, variable.shape), variable.dtype))
 
 
@@ -325,7 +333,7 @@ def _read_legacy(info, describe):
         status = tf.train.Checkpoint(model=twin).read(info.path)
         status.expect_partial()  # optimizer and step are read by restore_training, not here
         status.assert_existing_objects_matched()
-    except (ValueError, AssertionError, tf.errors.OpError) as error:
+    except (ValueError, AssertionError, IndexError, tf.errors.OpError) as error:
         _refuse(info, [_first_line(error)], describe)
     saved = _object_settings(_reader(info.path))[-1]
     if saved != len(twin.variables):
@@ -372,7 +380,7 @@ def restore_model(model, info, arch, describe, *, trainable_only=False, skip_cla
                   and not key.endswith(SLOT_SUFFIX) and "quant" not in key]
     _verify_shapes(info, shapes, wanted, optional, describe, unexpected)
     pairs = [(key, variable) for key, variable in wanted.items() if key in shapes]
-    _assign(reader, pairs)
+    _assign(reader, pairs, info.path)
     return RestoreReport(info, len(pairs), len(model.variables), tuple(fresh), trainable_only)
 
 
@@ -410,7 +418,7 @@ def restore_training(model, optimizer, global_step, info, arch, describe):
         try:
             status = tf.train.Checkpoint(model=model, optimizer=optimizer, global_step=global_step).read(info.path)
             status.assert_existing_objects_matched()
-        except (ValueError, AssertionError, tf.errors.OpError) as error:
+        except (ValueError, AssertionError, IndexError, tf.errors.OpError) as error:
             _refuse(info, [_first_line(error) + " (checkpoints of earlier versions resume only with the NHWC "
                            "layout and the flags they were trained with)"], describe)
         return RestoreReport(info, len(model.variables), len(model.variables))
@@ -424,7 +432,7 @@ def restore_training(model, optimizer, global_step, info, arch, describe):
     optional |= set(LOSS_SCALE_KEYS.values()) | {OPTIMIZER_ITERATIONS_KEY}
     _verify_shapes(info, shapes, entries, optional, describe)
     pairs = [(key, variable) for key, variable in entries.items() if key in shapes]
-    _assign(reader, pairs)
+    _assign(reader, pairs, info.path)
     return RestoreReport(info, sum(1 for key, _ in pairs if key in model_entries(model, arch)),
                          len(model.variables))
 
