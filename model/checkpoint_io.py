@@ -126,10 +126,8 @@ def _candidates(directory):
         state = None
     if state is not None:
         for path in reversed(list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]):
-            for candidate in (path, os.path.join(directory, os.path.basename(path))):
-                if os.path.exists(candidate + ".index") or candidate == path:
-                    listed.append(candidate)
-                    break
+            local = os.path.join(directory, os.path.basename(path))
+            listed.append(path if os.path.exists(path + ".index") else local)
     on_disk = sorted((path[:-len(".index")] for path in glob.glob(os.path.join(glob.escape(directory), "*.index"))),
                      key=lambda prefix: (_step_of(prefix), os.path.getmtime(prefix + ".index")), reverse=True)
     seen = set()

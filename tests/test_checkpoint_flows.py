@@ -83,6 +83,7 @@ def test_predict_on_an_original_tf1_checkpoint_directory_uses_its_weights(tf1_mo
     total = len(model.variables)
     assert f"Restored {total} of {total} variables from {directory}/model.ckpt-100 (tf1 format, step 100, resnet50, " \
            f"{NUM_CLASSES} classes)" in result.stdout
+    assert "incomplete" not in result.stdout  # the state file's /results/... path is found by its basename
     got = predicted_top1(result.stdout)
     assert len(got) == 3
     for name, (index, probability) in got.items():
