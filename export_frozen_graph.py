@@ -1,11 +1,12 @@
-"""Frozen GraphDef of a model for deployment (TensorRT, ONNX), SPEC §2.4 / §8.2.
+"""Frozen GraphDef of a model for deployment (TensorRT, ONNX), docs/ORIGINAL.md#frozen-graph.
 
     python export_frozen_graph.py --model_name resnet50 --checkpoint results/model.ckpt-1000 \
         --output_file rn50.pb [--quantize --use_qdq --symmetric --use_final_conv] [--input_format NHWC]
 
 Graph: placeholder `input` float32 [batch_size, 3, S, S] (NCHW) or [batch_size, S, S, 3] (NHWC) -> network in
 --compute_format -> node `<model_name>/output/softmax` (float32 probabilities). Differences from the original,
-which built only ResNet-50 correctly and left the normalisation out (SPEC §13): every architecture is built with
+which built only ResNet-50 correctly and left the normalisation out (docs/ORIGINAL.md#known-bugs-of-the-original):
+every architecture is built with
 its own cardinality/SE, and the raw-pixel normalisation is inside the graph unless `--no_normalization`.
 --quantize builds the QAT eval graph: BN folded into the conv weights, weights and activations fake-quantised with
 the trained ranges (model/layers/quantization.py). --checkpoint takes our checkpoints (prefix or directory) or the

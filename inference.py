@@ -1,4 +1,4 @@
-"""Serving benchmark (SPEC §2.3 / §8.1): a SavedModel, its ONNX conversion, or a TensorRT engine.
+"""Serving benchmark (docs/ORIGINAL.md#serving-benchmark): a SavedModel, its ONNX conversion, or a TensorRT engine.
 
     python inference.py --model EXPORT_DIR/1700000000 --data-dir DATA --batch-size 64          # TF SavedModel
     python inference.py --architecture resnet50 --batch-size 8 --backend onnxruntime --num-iter 100

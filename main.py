@@ -1,4 +1,5 @@
-"""Entry point: parse flags -> set up devices, precision and distribution -> Runner -> run the mode (SPEC §2.2).
+"""Entry point: parse flags -> set up devices, precision and distribution -> Runner -> run the mode
+(docs/ORIGINAL.md#modes).
 
     python main.py --mode {train,train_and_evaluate,evaluate,predict,training_benchmark,inference_benchmark} \
         --batch_size N [flags]
@@ -12,7 +13,8 @@ import sys
 from utils.cmdline_helper import ORIGINAL_FLAG_DESTS, given_flags, parse_cmdline
 from utils.errors import UserError, command
 
-# The original's environment (SPEC §4.14), where the variables still mean something in TF 2.21.
+# The original's environment (docs/ORIGINAL.md#runtime-environment), where the variables still mean something in
+# TF 2.21.
 RUNTIME_ENVIRONMENT = {
     "TF_CPP_MIN_LOG_LEVEL": "2",
     "TF_GPU_THREAD_MODE": "gpu_private",
@@ -25,7 +27,7 @@ RUNTIME_ENVIRONMENT = {
 
 
 def check_mode_arguments(config):
-    """The mode checks of SPEC §2.2 that need no TensorFlow, so bad input fails fast and writes nothing."""
+    """The mode checks (docs/ORIGINAL.md#modes) that need no TensorFlow, so bad input fails fast and writes nothing."""
     if config.mode == "predict":
         if config.to_predict is None:
             raise UserError("No data to predict on.")

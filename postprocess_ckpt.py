@@ -1,4 +1,6 @@
-"""Classifier dense kernel [C, N] -> 1x1 conv kernel [1, 1, C, N] in a checkpoint (SPEC §2.5 / §8.3).
+"""Classifier dense kernel [C, N] -> 1x1 conv kernel [1, 1, C, N] in a checkpoint.
+
+docs/ORIGINAL.md#checkpoint-post-processing describes the original tool.
 
     python postprocess_ckpt.py --input results/model.ckpt-1000 --output results_final_conv
     python postprocess_ckpt.py --input nvidia_rn50_qat/model.ckpt-5005 --output out   # the original's TF1 format

@@ -3,7 +3,8 @@
     python -m bench.qat_accuracy --work_dir /tmp/qat_bench [--fp32_epochs 3] [--qat_iter 1 --qat_iter_unit epoch]
     python -m bench.qat_accuracy --work_dir /tmp/qat_bench --data DIR --fp32_dir DIR   # reuse a converged FP32 run
 
-The original's workflow end to end (SPEC §4.9): main.py trains an FP32 ResNet-50 (32 px, 10 classes) - or
+The original's workflow end to end (docs/ORIGINAL.md#quantisation-aware-training): main.py trains an FP32
+ResNet-50 (32 px, 10 classes) - or
 --fp32_dir names one already trained, e.g. the results of `python -m bench.convergence` with --data its data dir;
 main.py --quantize --symmetric --use_qdq --finetune_checkpoint fine-tunes it with QAT (the original's
 GPU1_RN50_QAT.sh recipe: lr_init 5e-5, label smoothing 0.1, momentum 0.875; length and batch are options);

@@ -1,4 +1,5 @@
-"""The one record-writing code path: images -> TF-slim `tf.train.Example`s -> sharded TFRecord files (SPEC §5.1).
+"""The one record-writing code path: images -> TF-slim `tf.train.Example`s -> sharded TFRecord files
+(docs/ORIGINAL.md#tfrecord-format).
 
 Used by `dataprep.build_tfrecords` (JPEG folders, ImageNet) and `dataprep.fashion_mnist` (in-memory JPEGs).
 
@@ -109,7 +110,7 @@ def _tf():
 
 
 def make_example(item: ImageItem, encoded: bytes, height: int, width: int):
-    """The TF-slim / inception `tf.train.Example` of SPEC §5.1."""
+    """The TF-slim / inception `tf.train.Example` (docs/ORIGINAL.md#tfrecord-format)."""
     tf = _tf()
 
     def _bytes(values):

@@ -1,4 +1,4 @@
-"""ResNet-50 v1.5, ResNeXt101-32x4d and SE-ResNeXt101-32x4d as Keras models (SPEC §3).
+"""ResNet-50 v1.5, ResNeXt101-32x4d and SE-ResNeXt101-32x4d as Keras models (docs/ORIGINAL.md#architectures).
 
 `python -m model.resnet --arch ARCH [--num_classes N] [--image_size S]` prints a per-stage summary.
 """
@@ -131,7 +131,8 @@ def _all_layers(model):
 
 
 def regularized_variables(model):
-    """SPEC §4.3: every trainable variable except BN gamma/beta (biases included), identified by layer type."""
+    """The L2 set (docs/ORIGINAL.md#weight-decay): every trainable variable except BN gamma/beta (biases included),
+    identified by layer type."""
     bn_variables = {id(v) for layer in _all_layers(model) if isinstance(layer, keras.layers.BatchNormalization)
                     for v in layer.weights}
     return [v for v in model.trainable_variables if id(v) not in bn_variables]

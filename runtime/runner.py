@@ -1,4 +1,4 @@
-"""The Runner: train / evaluate / predict / benchmarks / SavedModel export (SPEC §2.2, §4, §6).
+"""The Runner: train / evaluate / predict / benchmarks / SavedModel export (docs/ORIGINAL.md#modes).
 
 A custom training loop replaces the original's Estimator: one `tf.function` train step (XLA-compiled under
 `--xla`) does forward, loss (smoothed CE + coupled L2), backward, loss scaling and the TF1-momentum update, and
@@ -131,7 +131,7 @@ class Runner:
                                                  num_classes=config.num_classes)
 
     def _training_steps(self, is_benchmark):
-        """(num_steps, num_epochs, num_decay_steps, steps_per_epoch) of SPEC §4.6."""
+        """(num_steps, num_epochs, num_decay_steps, steps_per_epoch) of docs/ORIGINAL.md#step-counting."""
         config = self.config
         if config.data_dir is None:
             num_steps = config.num_iter
@@ -315,7 +315,7 @@ class Runner:
             log.print("Using {} learning rate schedule".format("cosine" if config.cosine_lr else "step"))
             if config.mixup > 0:
                 log.print("Using mixup training with beta=", config.mixup)
-            if config.quantize:  # SPEC §4.9: the original's two QAT log lines
+            if config.quantize:  # the original's two QAT log lines (docs/ORIGINAL.md#quantisation-aware-training)
                 log.log(step="PARAMETER", data={"MODE": "USING SYMMETRIC MODE" if config.symmetric
                                                 else "USING ASSYMETRIC MODE"})
                 log.log(step="PARAMETER", data={"QUANTIZATION AWARE TRAINING ENABLED": True})
@@ -531,8 +531,9 @@ class Runner:
 
     # ------------------------------------------------------------------ export
     def export(self, export_dir):
-        """SavedModel with `serving_default` and `predict` (SPEC §6.6) in a timestamped subdirectory, written to a
-        temporary name first so an interrupted export never leaves a half SavedModel under the final name."""
+        """SavedModel with `serving_default` and `predict` (docs/ORIGINAL.md#savedmodel-export) in a timestamped
+        subdirectory, written to a temporary name first so an interrupted export never leaves a half SavedModel
+        under the final name."""
         size = self.config.input_size
         model = self.model
         module = tf.Module()
@@ -644,7 +645,8 @@ class ThroughputMeter:
 
 def prefetch_to_accelerator(dataset, uses_dali):
     """GPU, one replica in this process, tf.data input: keep the next 2 batches already on the GPU (the
-    original's host + device StagingAreas, SPEC §4.14), so the step never waits for a host-to-device copy.
+    original's host + device StagingAreas, docs/ORIGINAL.md#input-pipeline), so the step never waits for a
+    host-to-device copy.
     No-op on CPU, for DALI (its batches are produced on the GPU) and for distributed datasets (MirroredStrategy
     prefetches to each replica's device itself)."""
     if uses_dali or not isinstance(dataset, tf.data.Dataset):
@@ -657,7 +659,7 @@ def prefetch_to_accelerator(dataset, uses_dali):
 
 def quantization_config(config):
     """QAT settings for resnet.build_model (None without --quantize); training calls quantise, evaluation,
-    predict and export run the float path (SPEC §4.9)."""
+    predict and export run the float path (docs/ORIGINAL.md#quantisation-aware-training)."""
     if not config.quantize:
         return None
     from model.layers.quantization import QuantizationConfig
@@ -753,7 +755,7 @@ def _progress(total, description, disabled):
 
 
 def set_seeds(seed, rank):
-    """Per-rank seeding of SPEC §4.12: seed * 2 + rank for Python, NumPy and TF."""
+    """Per-rank seeding (docs/ORIGINAL.md#seeds): seed * 2 + rank for Python, NumPy and TF."""
     if seed is None:
         return
     keras.utils.set_random_seed(seed * 2 + rank)

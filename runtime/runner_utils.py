@@ -1,4 +1,5 @@
-"""Step counting and file listing of the original (SPEC §4.6, §5.5), with clear errors for missing data."""
+"""Step counting and file listing of the original (docs/ORIGINAL.md#step-counting,
+docs/ORIGINAL.md#predict-input), with clear errors for missing data."""
 
 import glob
 import math
@@ -54,7 +55,7 @@ def count_samples(filenames: Sequence[str], what: str = "", log: Callable[[str],
 
 
 def count_steps(iter_unit, num_samples, num_iter, global_batch_size):
-    """(num_steps, num_epochs, num_decay_steps) of SPEC §4.6."""
+    """(num_steps, num_epochs, num_decay_steps) of docs/ORIGINAL.md#step-counting."""
     steps_per_real_epoch = num_samples // global_batch_size
     if steps_per_real_epoch == 0:
         raise UserError("the dataset has {} samples, fewer than one global batch of {}".format(

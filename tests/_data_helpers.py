@@ -1,4 +1,5 @@
-"""Tiny TF-slim-format TFRecord shards (SPEC §5.1) with numpy/PIL JPEGs, for tests of any module."""
+"""Tiny TF-slim-format TFRecord shards (docs/ORIGINAL.md#tfrecord-format) with numpy/PIL JPEGs, for tests of any
+module."""
 from __future__ import annotations
 
 import io

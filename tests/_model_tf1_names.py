@@ -1,4 +1,5 @@
-"""The original's TF1 variable names and shapes, generated from the SPEC §3.8 rules (independent of model/)."""
+"""The original's TF1 variable names and shapes, generated from the rules of docs/ORIGINAL.md#variable-names
+(independent of model/)."""
 
 TABLE = {  # arch: (blocks per stage, widths, expansion, cardinality, se)
     "resnet50": ((3, 4, 6, 3), (64, 128, 256, 512), 4, 1, False),

@@ -1,4 +1,5 @@
-"""Flags of SPEC §2.1: names, aliases, defaults, choices, and the clear errors for bad values."""
+"""Flags of the original (docs/ORIGINAL.md#command-line): names, aliases, defaults, choices, and the clear errors
+for bad values."""
 
 import pytest
 

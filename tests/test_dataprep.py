@@ -1,4 +1,5 @@
-"""Dataset preparation: folder/ImageNet -> TF-slim TFRecords, DALI index, Fashion-MNIST converter (SPEC §2.6, §5.1).
+"""Dataset preparation: folder/ImageNet -> TF-slim TFRecords, DALI index, Fashion-MNIST converter
+(docs/ORIGINAL.md#dataset-preparation, docs/ORIGINAL.md#tfrecord-format).
 
 Records are read back with tf.data + tf.io.parse_single_example (tests/_dataprep_helpers.py), independently of
 utils/data_utils.py and of dataprep's own framing parser.

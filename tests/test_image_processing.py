@@ -10,7 +10,7 @@ from utils import data_utils, image_processing
 from utils.errors import UserError
 
 
-# ------------------------------------------------------------------ NumPy reference of SPEC §5.4
+# ------------------------------------------------ NumPy reference of docs/ORIGINAL.md#evaluation-preprocessing
 def legacy_bilinear(image, out_h, out_w):
     """TF1 resize_images bilinear: src = dst * in / out (float32), no half-pixel offset, edge clamp."""
     image = image.astype(np.float32)

@@ -1,5 +1,6 @@
 """Every launch script of training/ in DRY_RUN=1 mode: it prints the command(s) it would run, and the main.py
-arguments in them parse with utils.cmdline_helper.parse_cmdline (SPEC §7.1-7.2, script bugs of §13 fixed)."""
+arguments in them parse with utils.cmdline_helper.parse_cmdline (docs/ORIGINAL.md#training-recipes,
+docs/ORIGINAL.md#benchmark-scripts; the script bugs fixed)."""
 
 import glob
 import os

@@ -1,4 +1,4 @@
-"""LR schedule against the SPEC §4.5 formulas, written independently here in plain Python."""
+"""LR schedule against the formulas of docs/ORIGINAL.md#learning-rate, written independently here in plain Python."""
 
 import math
 
@@ -38,7 +38,7 @@ def test_step_schedule_matches_formula(t):
 
 def test_warmup_starts_at_zero_and_base_lr_scales_with_global_batch():
     assert lr(0, **STEP) == 0.0
-    assert lr(800, **STEP) == pytest.approx(2.048, rel=1e-6)  # SPEC worked value: 0.256 * 2048 / 256
+    assert lr(800, **STEP) == pytest.approx(2.048, rel=1e-6)  # docs/ORIGINAL.md#learning-rate: 0.256 * 2048 / 256
     # piecewise_constant: the boundary step itself still has the earlier value
     assert lr(3000, **STEP) == pytest.approx(2.048, rel=1e-6)
     assert lr(3001, **STEP) == pytest.approx(0.2048, rel=1e-6)

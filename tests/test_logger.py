@@ -1,4 +1,4 @@
-"""dllogger formats of SPEC §6.3."""
+"""dllogger formats (docs/ORIGINAL.md#logging)."""
 
 import json
 import re

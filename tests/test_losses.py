@@ -1,4 +1,5 @@
-"""Loss pieces against NumPy references (SPEC §4.1-4.3)."""
+"""Loss pieces against NumPy references (docs/ORIGINAL.md#loss-and-label-smoothing, docs/ORIGINAL.md#mixup,
+docs/ORIGINAL.md#weight-decay)."""
 
 import numpy as np
 import pytest

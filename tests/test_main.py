@@ -1,4 +1,5 @@
-"""End-to-end CLI tests of every mode (SPEC §2.2) on synthetic data and on tiny TFRecords, in subprocesses."""
+"""End-to-end CLI tests of every mode (docs/ORIGINAL.md#modes) on synthetic data and on tiny TFRecords, in
+subprocesses."""
 
 import glob
 import json

@@ -22,7 +22,7 @@ from tests import _model_reference as ref
 from utils.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXPECTED_COUNTS = {  # SPEC §3.9, 1001 classes
+EXPECTED_COUNTS = {  # docs/ORIGINAL.md#parameter-counts, 1001 classes
     "resnet50": (25559081, 53120, 161),
     "resnext101-32x4d": (44179753, 137856, 314),
     "se-resnext101-32x4d": (48957465, 137856, 446),

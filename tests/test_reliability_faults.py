@@ -130,7 +130,7 @@ def test_two_workers_sigterm_to_launcher_all_agree_checkpoint_and_exit_0(tmp_pat
     process.signal(signal.SIGTERM)
     assert process.finish(timeout=900) == 0, process.stderr()[-3000:]
     out = process.stdout()
-    # Workers agree every 10 steps (SPEC §4.13): both stop at the same multiple of 10.
+    # Workers agree every 10 steps (docs/ORIGINAL.md#preemption): both stop at the same multiple of 10.
     assert out.count("training stopped by a signal at step 10;") == 2, out[-3000:]
     assert checkpoint_steps(results) == [0, 10]
     read_all_tensors(latest_checkpoint(results))

@@ -1,4 +1,4 @@
-"""Step counting (SPEC §4.6) and file listing with clear errors."""
+"""Step counting (docs/ORIGINAL.md#step-counting) and file listing with clear errors."""
 
 import os
 
@@ -61,7 +61,7 @@ def test_truncated_file_is_a_clear_one_line_error(tmp_path):
 
 
 def test_imagenet_estimate_from_spec():
-    # 1024 shards, first 1251 records, last 1252 -> 1,281,025 (SPEC §4.6)
+    # 1024 shards, first 1251 records, last 1252 -> 1,281,025 (docs/ORIGINAL.md#step-counting)
     assert 1251 * 1023 + 1252 == 1281025
 
 

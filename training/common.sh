@@ -57,7 +57,8 @@ precision_flags() {
   esac
 }
 
-# The recipes of SPEC §7.1: train_and_evaluate with cosine LR, 8 warmup epochs, label smoothing 0.1.
+# The recipes (docs/ORIGINAL.md#training-recipes): train_and_evaluate with cosine LR, 8 warmup epochs, label
+# smoothing 0.1.
 run_recipe() {
   local np=$1 arch=$2 batch=$3 epochs=$4 mixup=$5 precision=$6 wd=$7
   shift 7
@@ -77,7 +78,8 @@ run_recipe() {
     --results_dir="$workspace/results" --weight_init=fan_in "$@"
 }
 
-# GPU1_RN50_QAT.sh: QAT fine-tuning of a converged FP32 checkpoint on one GPU (SPEC §4.9).
+# GPU1_RN50_QAT.sh: QAT fine-tuning of a converged FP32 checkpoint on one GPU
+# (docs/ORIGINAL.md#quantisation-aware-training).
 run_qat() {
   local arch=$1 checkpoint=${2:-} data_dir=${3:-/data/tfrecords} results_dir=${4:-/workspace/rn50v15_tf/results}
   shift 4 2>/dev/null || shift $#
@@ -92,8 +94,8 @@ _gpu_count() {
   if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi -L 2>/dev/null | grep -c '^GPU '; else echo 0; fi
 }
 
-# training_perf.sh (SPEC §7.2): AMP and FP32, without and with XLA, on 1 GPU then on all GPUs; the final
-# train_throughput record goes to ./training_benchmark.txt.
+# training_perf.sh (docs/ORIGINAL.md#benchmark-scripts): AMP and FP32, without and with XLA, on 1 GPU then on all
+# GPUs; the final train_throughput record goes to ./training_benchmark.txt.
 run_training_perf() {
   local arch=$1 fp32_bs=$2 amp_bs=$3
   local gpus
@@ -119,7 +121,8 @@ run_training_perf() {
   done
 }
 
-# inference_benchmark.sh (SPEC §7.2): single GPU, FP32/FP16 x XLA, plus FP16 DALI XLA when an index dir is given.
+# inference_benchmark.sh (docs/ORIGINAL.md#benchmark-scripts): single GPU, FP32/FP16 x XLA, plus FP16 DALI XLA
+# when an index dir is given.
 run_inference_benchmark() {
   local arch=$1 batch_sizes=$2 data_dir=${3:-/data/tfrecords} dali_idx_dir=${4:-}
   local bs name result

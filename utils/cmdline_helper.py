@@ -1,4 +1,4 @@
-"""Every flag of the original `main.py` (SPEC §2.1), with its names, aliases, defaults and choices.
+"""Every flag of the original `main.py` (docs/ORIGINAL.md#command-line), with its names, aliases, defaults and choices.
 
 The original parsed with `parse_known_args` and rejected leftovers with
 `ERROR: Unknown command line arg: <arg>`; we keep that text. Flags we add beyond the original are grouped under
@@ -104,7 +104,8 @@ def build_parser():
     training.add_argument("--mixup", default=0.0, type=float, required=False,
                           help="The alpha parameter for mixup (if 0 then mixup is not applied).")
     # The original meant these four spellings; a missing comma there registered `--use_cosine_lr--cosine`
-    # instead (SPEC §13). We register the intended ones and keep the odd one for old scripts.
+    # instead (docs/ORIGINAL.md#known-bugs-of-the-original). We register the intended ones and keep the odd one
+    # for old scripts.
     training.add_argument("--cosine_lr", "--use_cosine_lr", "--use_cosine", "--cosine",
                           "--use_cosine_lr--cosine", dest="cosine_lr", action="store_true", default=False,
                           required=False, help="Use cosine learning rate schedule.")

@@ -1,4 +1,5 @@
-"""NVIDIA DALI input pipelines (SPEC §5.7), an optional dependency: `pip install -r requirements-dali.txt`.
+"""NVIDIA DALI input pipelines (docs/ORIGINAL.md#dali-pipeline), an optional dependency:
+`pip install -r requirements-dali.txt`.
 
 Same element contract as `data_utils.get_tfrecords_input_fn`, except that images come out normalised with
 CHANNEL_MEANS / CHANNEL_STDS (the model then skips its own normalisation). With a GPU the decode is "mixed"
@@ -65,7 +66,7 @@ def _build_pipeline(filenames, idx_filenames, batch_size, height, width, trainin
             random_shuffle=training, initial_fill=INITIAL_FILL, shard_id=shard_index, num_shards=num_shards,
             name="Reader")
         if training:
-            # As the original: the random crop ignores the bounding boxes (SPEC §13).
+            # As the original: the random crop ignores the bounding boxes (docs/ORIGINAL.md#dali-pipeline).
             images = fn.decoders.image_random_crop(
                 inputs["image/encoded"], device=decode_device, output_type=types.RGB,
                 random_aspect_ratio=list(ASPECT_RATIO_RANGE), random_area=[min_crop_area, AREA_RANGE[1]],

@@ -1,4 +1,4 @@
-"""tf.data input pipelines: TFRecords (SPEC §5.2), synthetic data (§5.6) and predict inputs (§5.5).
+"""tf.data input pipelines: TFRecords, synthetic data and predict inputs (docs/ORIGINAL.md#input-pipeline).
 
 Corrupt data inside shards (design)
 -----------------------------------
@@ -153,7 +153,8 @@ def _corrupt_record_guard(filenames_t):
 def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_threads=10, deterministic=False,
                            seed=None, num_shards=1, shard_index=0, *, num_classes=1001, start_step=0,
                            min_crop_area=image_processing.AREA_RANGE[0]):
-    """Batches of (images float32 [B, H, W, 3] in 0..255, labels int32 [B] 0-based), forever (SPEC §5.2).
+    """Batches of (images float32 [B, H, W, 3] in 0..255, labels int32 [B] 0-based), forever
+    (docs/ORIGINAL.md#input-pipeline).
 
     num_classes: records with a label outside 1..num_classes are skipped as corrupt.
     start_step: batches already consumed (resume); reproduces the same stream when `deterministic`.

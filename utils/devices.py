@@ -1,4 +1,4 @@
-"""GPU memory set-up that replaces the TF1 session options (SPEC §4.14)."""
+"""GPU memory set-up that replaces the TF1 session options (docs/ORIGINAL.md#runtime-environment)."""
 
 import shutil
 import subprocess

@@ -93,9 +93,9 @@ class Distribution:
         creates variables, and all workers restore the same checkpoint, so this is Horovod's business."""
 
     def any_worker_flag(self, flag):
-        """True on every worker when `flag` is True on any (preemption agreement, SPEC §4.13). Called every
-        step; with several workers the collective runs every SIGNAL_SYNC_EVERY-th call, at the same step on all
-        workers, and returns False in between."""
+        """True on every worker when `flag` is True on any (preemption agreement, docs/ORIGINAL.md#preemption).
+        Called every step; with several workers the collective runs every SIGNAL_SYNC_EVERY-th call, at the same step
+        on all workers, and returns False in between."""
         if self.size == 1:
             return bool(flag)
         self._flag_calls += 1

@@ -1,4 +1,5 @@
-"""Record parsing, JPEG decoding, training augmentation and evaluation preprocessing (SPEC §5.1, §5.3-§5.5).
+"""Record parsing, JPEG decoding, training augmentation and evaluation preprocessing (docs/ORIGINAL.md#tfrecord-format,
+docs/ORIGINAL.md#training-augmentation, docs/ORIGINAL.md#evaluation-preprocessing).
 
 Every function here builds graph ops on tensors; none runs Python per image, so they can be used inside
 `tf.data` map functions. Images leave this module as float32 in 0..255 (normalisation happens in the model).
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-# Legacy TF1 `tf.image.resize_images` semantics (SPEC §5.3, §14): src = dst * in / out, no half-pixel offset.
+# Legacy TF1 `tf.image.resize_images` semantics (docs/ORIGINAL.md#training-augmentation): src = dst * in / out, no
+# half-pixel offset.
 _DCT_METHOD = "INTEGER_FAST"
 
 # Training crop distribution of the original (`sample_distorted_bounding_box` arguments).
@@ -26,7 +28,7 @@ EVAL_RESIZE_MIN_AT_224 = 256
 
 
 def feature_map():
-    """The keys the trainer parses (SPEC §5.1), with the original's defaults."""
+    """The keys the trainer parses (docs/ORIGINAL.md#tfrecord-format), with the original's defaults."""
     return {
         "image/encoded": tf.io.FixedLenFeature([], tf.string, default_value=""),
         "image/class/label": tf.io.FixedLenFeature([], tf.int64, default_value=-1),
@@ -78,7 +80,8 @@ def _split_seed(seed):
 
 
 def distorted_crop_window(image_shape, bbox, seed=None, min_area=AREA_RANGE[0]):
-    """(offset [y, x, 0], size [h, w, -1]) of the training crop for an image of `image_shape` (SPEC §5.3).
+    """(offset [y, x, 0], size [h, w, -1]) of the training crop for an image of `image_shape`
+    (docs/ORIGINAL.md#training-augmentation).
 
     min_area: lower end of the crop's area range (the original's 0.05 unless `--min_crop_area` says otherwise).
     """

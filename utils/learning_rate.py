@@ -1,4 +1,5 @@
-"""Learning-rate schedule of the original (SPEC §4.5): linear warmup from 0, then step decay or cosine.
+"""Learning-rate schedule of the original (docs/ORIGINAL.md#learning-rate): linear warmup from 0, then step decay or
+cosine.
 
 Written with TensorFlow ops so the train step computes it from the global-step variable on the device (no host
 round trip); it also accepts Python numbers and then returns a scalar tensor.

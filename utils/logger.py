@@ -1,4 +1,4 @@
-"""A small logger writing NVIDIA dllogger's formats (SPEC §6.3); dllogger itself is not on PyPI.
+"""A small logger writing NVIDIA dllogger's formats (docs/ORIGINAL.md#logging); dllogger itself is not on PyPI.
 
 stdout:  `DLL 2026-11-29 20:41:07.123456 - (0, 40) total_ips : 512.3 images/s`
 file:    `DLLL {"timestamp": "...", "datetime": "...", "elapsedtime": "...", "type": "LOG", "step": [0, 40], "data": {...}}`
@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-# Metadata the original declared (SPEC §6.3) plus the totals we add.
+# Metadata the original declared (docs/ORIGINAL.md#logging) plus the totals we add.
 DEFAULT_METADATA = {
     "train_throughput": {"unit": "images/s"},
     "train_throughput_total": {"unit": "images/s"},

@@ -1,5 +1,5 @@
-"""Loss pieces of the original (SPEC §4.1-4.3): smoothed one-hot targets, mixup, batch-mean softmax cross
-entropy, coupled L2. Pure functions of tensors."""
+"""Loss pieces of the original (docs/ORIGINAL.md#loss-and-label-smoothing): smoothed one-hot targets, mixup,
+batch-mean softmax cross entropy, coupled L2. Pure functions of tensors."""
 
 import tensorflow as tf
 
@@ -26,7 +26,8 @@ def mixup(images, targets, lam):
     """`x' = lam*x + (1-lam)*reverse(x)` and the same for the (smoothed) targets; `lam` has shape [B].
 
     Pairs example i with example B-1-i, as the original. Mixing raw pixels equals mixing normalised ones
-    because the normalisation is affine per channel and the two weights sum to 1 (SPEC §4.2 mixes after it).
+    because the normalisation is affine per channel and the two weights sum to 1 (the original mixes after it,
+    docs/ORIGINAL.md#mixup).
     """
     lam_images = tf.cast(tf.reshape(lam, [-1, 1, 1, 1]), images.dtype)
     lam_targets = tf.reshape(lam, [-1, 1])

@@ -1,4 +1,4 @@
-"""Optimizer semantics of the original (SPEC §4.4, §4.7).
+"""Optimizer semantics of the original (docs/ORIGINAL.md#optimizer, docs/ORIGINAL.md#mixed-precision-and-loss-scaling).
 
 TF1 `MomentumOptimizer` applies the learning rate at update time:
     accum = momentum * accum + grad;  var -= lr * accum

@@ -1,4 +1,4 @@
-"""Training curves from a DLLL log (the JSON lines written by utils.logger.DLLogger, SPEC §6.3).
+"""Training curves from a DLLL log (the JSON lines written by utils.logger.DLLogger, docs/ORIGINAL.md#logging).
 
     python -m utils.plot_log results/log.json -o curves.png [--csv steps.csv]
 

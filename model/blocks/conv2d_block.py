@@ -1,4 +1,4 @@
-"""`conv2d_block` of the original: conv (no bias) -> BN -> optional ReLU (SPEC §3.2).
+"""`conv2d_block` of the original: conv (no bias) -> BN -> optional ReLU (docs/ORIGINAL.md#network-structure).
 
 Sub-layer names mirror the TF1 scopes (`conv2d`, `BatchNorm`); the TF1 variable names themselves come from the
 explicit map in model/checkpoint_names.py.

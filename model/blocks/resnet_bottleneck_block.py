@@ -1,4 +1,5 @@
-"""ResNet v1.5 bottleneck block (SPEC §3.2), optionally grouped (ResNeXt) and with squeeze-excitation.
+"""ResNet v1.5 bottleneck block, optionally grouped (ResNeXt) and with squeeze-excitation
+(docs/ORIGINAL.md#network-structure).
 
 1x1 -> 3x3 (stride here, v1.5; grouped when cardinality > 1) -> 1x1 -> [SE] -> + shortcut -> ReLU.
 The shortcut is a projection (1x1 conv with the block stride + BN, no ReLU) whenever the input depth differs from
@@ -54,7 +55,7 @@ class BottleneckBlock(keras.layers.Layer):
                                         kernel_initializer=conv_init(), name="shortcut", dtype=policy,
                                         quantization=quantization)
         elif strides != 1:
-            # Unreachable with the three architectures (SPEC §3.2); a 1x1 average pool is plain subsampling.
+            # Unreachable with the three architectures; a 1x1 average pool is plain subsampling.
             self.shortcut_pool = keras.layers.AveragePooling2D(1, strides, padding="same", data_format=data_format,
                                                                name="shortcut_pool", dtype=policy)
         if quantization is not None:

@@ -1,4 +1,4 @@
-"""Batch normalisation with the original's TF1 fused-BN semantics (SPEC §3.3).
+"""Batch normalisation with the original's TF1 fused-BN semantics (docs/ORIGINAL.md#batch-normalisation).
 
 Two formulations of the same layer, selected per layer by `implementation` (default "fused"):
 - "fused": one `FusedBatchNormV3` op per call (and `FusedBatchNormGradV3` for its gradient): oneDNN on CPU,

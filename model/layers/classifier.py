@@ -1,8 +1,9 @@
-"""Classifier head (scope `output`, SPEC §3.2/§3.5): spatial mean -> dense or 1x1 conv -> float32 logits.
+"""Classifier head (scope `output`, docs/ORIGINAL.md#classifier): spatial mean -> dense or 1x1 conv -> float32 logits.
 
 With `use_final_conv` the mean keeps its spatial dims and a 1x1 conv named `dense` (kernel [1,1,2048,N] + bias)
 maps it to [B,1,1,N] (NHWC) or [B,N,1,1] (NCHW), squeezed over the spatial axes of the layout. This is the path the
-original meant but broke (SPEC §13); it gives the same logits as the dense head on reshaped weights.
+original meant but broke (docs/ORIGINAL.md#known-bugs-of-the-original); it gives the same logits as the dense head
+on reshaped weights.
 """
 import keras
 from keras import ops

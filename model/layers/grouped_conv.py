@@ -1,4 +1,5 @@
-"""Grouped 3x3 convolution of ResNeXt (SPEC §3.2): one filter variable [k, k, C_in/groups, filters] (HWIO).
+"""Grouped 3x3 convolution of ResNeXt: one filter variable [k, k, C_in/groups, filters] (HWIO)
+(docs/ORIGINAL.md#network-structure).
 
 Formulations (all share the same variable, so checkpoints are unaffected):
 - "split": split input channels and filter into `groups` slices, one conv each, concatenate. Runs forward and

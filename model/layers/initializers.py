@@ -1,4 +1,4 @@
-"""Weight initialisers of SPEC §3.4, handed out with distinct derived seeds.
+"""Weight initialisers of the original (docs/ORIGINAL.md#initialisation), handed out with distinct derived seeds.
 
 Keras initialisers with an integer seed always draw the same values, so every initialiser gets its own seed
 (`seed + k` in construction order) to make a seeded build deterministic without giving identically shaped

@@ -1,4 +1,4 @@
-"""NHWC <-> compute-layout conversion (SPEC §3.2: the pipelines always produce NHWC)."""
+"""NHWC <-> compute-layout conversion (the pipelines always produce NHWC, docs/ORIGINAL.md#network-structure)."""
 import keras
 from keras import ops
 

@@ -1,4 +1,4 @@
-"""Input normalisation of raw 0..255 RGB pixels (SPEC §3.7).
+"""Input normalisation of raw 0..255 RGB pixels (docs/ORIGINAL.md#input-normalisation-and-labels).
 
 The constants are shared with the DALI pipeline, which normalises on its own and builds the model with
 `input_normalized=True`.

@@ -1,4 +1,5 @@
-"""Quantised forward passes of the model's layers (QAT, SPEC §4.9); same variables as the float layers.
+"""Quantised forward passes of the model's layers (QAT, docs/ORIGINAL.md#quantisation-aware-training); same variables
+as the float layers.
 
 Batch-norm folding (contrib.quantize's approach, without its `freeze_bn_delay`, which defaults to never):
 - training call: a float conv with the raw kernel gives the batch mean/variance (and updates the moving

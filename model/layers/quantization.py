@@ -1,4 +1,5 @@
-"""Fake quantisation for quantisation-aware training (SPEC §4.9), our Keras 3 stand-in for `tf.contrib.quantize`.
+"""Fake quantisation for quantisation-aware training, our Keras 3 stand-in for `tf.contrib.quantize`
+(docs/ORIGINAL.md#quantisation-aware-training).
 
 Numerics (8 bits, per tensor):
 - weights: range = the current min/max of the (BN-folded) weight tensor, recomputed every call (no variables);
@@ -38,7 +39,7 @@ class QuantizationConfig:
     symmetric: bool = False
     use_qdq: bool = False
     quant_delay: int = 0
-    # Quantise in training=False calls too (QAT eval graph). False = the float eval graph main.py uses (SPEC §4.9).
+    # Quantise in training=False calls too (QAT eval graph). False = the float eval graph main.py uses.
     quantized_inference: bool = False
 
 

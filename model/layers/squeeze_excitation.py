@@ -1,4 +1,5 @@
-"""Squeeze-and-excitation (SPEC §3.2): spatial mean -> dense d/r + ReLU -> dense d + sigmoid -> scale."""
+"""Squeeze-and-excitation: spatial mean -> dense d/r + ReLU -> dense d + sigmoid -> scale
+(docs/ORIGINAL.md#network-structure)."""
 import keras
 from keras import ops
 
