@@ -10,7 +10,7 @@ Bad input ends with one line `ERROR: <what is wrong>` on stderr and exit status 
 import os
 import sys
 
-from utils.cmdline_helper import ORIGINAL_FLAG_DESTS, given_flags, parse_cmdline
+from runtime.config import ORIGINAL_FLAG_DESTS, RunConfig, given_flags, parse_cmdline
 from utils.errors import UserError, command
 
 # The original's environment (docs/ORIGINAL.md#runtime-environment), where the variables still mean something in
@@ -114,7 +114,6 @@ def run(argv=None):
     args = parse_cmdline(argv)
     for key, value in RUNTIME_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
-    from runtime.config import RunConfig
     config = RunConfig.from_args(args)
     check_mode_arguments(config)
 

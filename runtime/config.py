@@ -1,76 +1,295 @@
-"""The run configuration: built once from the parsed flags, then passed explicitly (no global state)."""
+"""The run configuration and main.py's flags, defined once: built from the parsed flags, then passed explicitly (no
+global state).
 
+Every `RunConfig` field is one flag of main.py. The field's default is the flag's default, its annotation the flag's
+type (a `bool` field is a `store_true` flag), and its metadata (`Flag`) holds the aliases, help text, `--help`
+group, choices and value check. `build_parser` generates the argparse parser from these fields and
+`RunConfig.__post_init__` runs the checks, so a RunConfig built in Python is checked like one from the command line.
+
+The flags of the original main.py (docs/ORIGINAL.md#command-line) keep its names, aliases, defaults and choices;
+the ones we add are the fields of the group "Additions (not in the original)". The original parsed with
+`parse_known_args` and rejected leftovers with `ERROR: Unknown command line arg: <arg>`; we keep that text.
+
+No TensorFlow here: main.py parses its flags before it imports TensorFlow.
+"""
+
+import argparse
 import dataclasses
 import os
-from typing import Optional
+import sys
+import typing
+from typing import Any, Callable, Optional, Sequence
+
+from model.arch_names import ARCH_NAMES
+from utils import quiet
+from utils.errors import UserError
+
+MODE_CHOICES = (
+    "train",
+    "train_and_evaluate",
+    "evaluate",
+    "predict",
+    "training_benchmark",
+    "inference_benchmark",
+)
+
+# Titles of the `--help` argument groups; None is argparse's top-level "options".
+DATASET = "Dataset arguments"
+TRAINING = "Training arguments"
+OPTIMIZATION = "Generic optimization arguments"
+AMP = "Automatic Mixed Precision arguments"
+ADDITIONS = "Additions (not in the original)"
+
+DESCRIPTION = "JoC-RN50v1.5-TF"
+_FLAG = "flag"  # the key of a field's metadata that holds its Flag
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """How one RunConfig field appears on the command line and which values it accepts."""
+
+    help: str
+    group: Optional[str]
+    aliases: tuple[str, ...] = ()  # option strings accepted besides --<field name>
+    choices: Optional[tuple[str, ...]] = None
+    required: bool = False  # must be given on the command line; the field default serves Python callers only
+    check: Optional[Callable[[Any], bool]] = None  # the value is valid when check(value) holds
+    problem: str = ""  # the UserError message when check fails, `{}` replaced by the value
+
+    @property
+    def original(self) -> bool:
+        """The original main.py had this flag; every flag we add lives in the ADDITIONS group."""
+        return self.group != ADDITIONS
+
+    def option_strings(self, name: str) -> tuple[str, ...]:
+        return ("--" + name,) + self.aliases
+
+
+def _flag(default: Any, help: str, *, group: Optional[str] = None, aliases: tuple[str, ...] = (),
+          choices: Optional[tuple[str, ...]] = None, required: bool = False,
+          check: Optional[Callable[[Any], bool]] = None, problem: str = "") -> Any:
+    return dataclasses.field(default=default, metadata={_FLAG: Flag(help=help, group=group, aliases=aliases,
+                                                                     choices=choices, required=required,
+                                                                     check=check, problem=problem)})
+
+
+def flag_of(field: dataclasses.Field) -> Flag:
+    return field.metadata[_FLAG]
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    arch: str = "resnet50"
-    mode: str = "train_and_evaluate"
-    batch_size: int = 32
-    num_iter: int = 1
-    run_iter: int = -1
-    iter_unit: str = "epoch"
-    warmup_steps: int = 50
-    model_dir: str = "."
-    results_dir: str = "."
-    log_filename: str = "log.json"
-    display_every: int = 10
-    seed: Optional[int] = None
-    gpu_memory_fraction: float = 0.7
-    gpu_id: int = 0
-    finetune_checkpoint: Optional[str] = None
-    use_final_conv: bool = False
-    quant_delay: int = 0
-    quantize: bool = False
-    use_qdq: bool = False
-    symmetric: bool = False
-    data_dir: Optional[str] = None
-    data_idx_dir: Optional[str] = None
-    dali: bool = False
-    synthetic_data_size: int = 224
-    lr_init: float = 0.1
-    lr_warmup_epochs: int = 5
-    weight_decay: float = 1e-4
-    weight_init: str = "fan_out"
-    momentum: float = 0.9
-    label_smoothing: float = 0.0
-    mixup: float = 0.0
-    cosine_lr: bool = False
-    xla: bool = False
-    data_format: str = "NHWC"
-    amp: bool = False
-    cpu: bool = False
-    static_loss_scale: float = -1.0
-    export_dir: Optional[str] = None
-    to_predict: Optional[str] = None
-    num_classes: int = 1001
-    image_size: int = 224
-    min_crop_area: float = 0.05
-    labels_file: Optional[str] = None
-    checkpoint_interval: int = 1000
-    no_progress: bool = False
-    max_skipped_steps: int = 100
+    # The field order is the order of `--help` and of the value checks.
+    arch: str = _flag("resnet50", "Architecture of model to run.", choices=ARCH_NAMES)
+    mode: str = _flag("train_and_evaluate", "The execution mode of the script.", choices=MODE_CHOICES)
+    export_dir: Optional[str] = _flag(None, "Directory in which to write exported SavedModel.")
+    to_predict: Optional[str] = _flag(None, "Path to file or directory of files to run prediction on.")
+    batch_size: int = _flag(32, "Size of each minibatch per GPU.", required=True,
+                            check=lambda v: v > 0, problem="--batch_size must be a positive integer (got {})")
+    num_iter: int = _flag(1, "Number of iterations to run.",
+                          check=lambda v: v > 0, problem="--num_iter must be a positive integer (got {})")
+    run_iter: int = _flag(-1, "Number of training iterations to run on single run.",
+                          check=lambda v: v == -1 or v > 0, problem="--run_iter must be -1 (all) or positive (got {})")
+    iter_unit: str = _flag("epoch", "Unit of iterations.", choices=("epoch", "batch"))
+    warmup_steps: int = _flag(50, "Number of steps considered as warmup and not taken into account for performance "
+                                  "measurements.",
+                              check=lambda v: v >= 0, problem="--warmup_steps must be >= 0 (got {})")
+    # None (the flag not given) means the same directory as results_dir; __post_init__ fills it in.
+    model_dir: Optional[str] = _flag(None, "Directory in which to write model. If undefined, results dir will be "
+                                           "used.")
+    results_dir: str = _flag(".", "Directory in which to write training logs, summaries and checkpoints.")
+    log_filename: str = _flag("log.json", "Name of the JSON file to which write the training log.")
+    display_every: int = _flag(10, "How often (in batches) to print out running information.",
+                               check=lambda v: v > 0, problem="--display_every must be a positive integer (got {})")
+    seed: Optional[int] = _flag(None, "Random seed.")
+    gpu_memory_fraction: float = _flag(0.7, "Limit memory fraction used by training script for DALI.",
+                                       check=lambda v: 0.0 < v <= 1.0,
+                                       problem="--gpu_memory_fraction must be in (0, 1] (got {})")
+    gpu_id: int = _flag(0, "Specify ID of the target GPU on multi-device platform. Effective only for single-GPU "
+                           "mode.",
+                        check=lambda v: v >= 0, problem="--gpu_id must be >= 0 (got {})")
+    finetune_checkpoint: Optional[str] = _flag(None, "Path to pre-trained checkpoint which will be used for "
+                                                     "fine-tuning (ours or the original's TF1 checkpoint).")
+    use_final_conv: bool = _flag(False, "Use convolution operator instead of MLP as last layer.")
+    quant_delay: int = _flag(0, "Number of steps to be run before quantization starts to happen.",
+                             check=lambda v: v >= 0, problem="--quant_delay must be >= 0 (got {})")
+    quantize: bool = _flag(False, "Quantize weights and activations during training. (Defaults to Assymmetric "
+                                  "quantization)")
+    use_qdq: bool = _flag(False, "Use QDQV3 op instead of FakeQuantWithMinMaxVars op for quantization. QDQv3 does "
+                                 "only scaling")
+    symmetric: bool = _flag(False, "Quantize weights and activations during training using symmetric quantization.")
+
+    data_dir: Optional[str] = _flag(None, "Path to dataset in TFRecord format. Files should be named 'train-*' and "
+                                          "'validation-*'.", group=DATASET)
+    data_idx_dir: Optional[str] = _flag(None, "Path to index files for DALI. Files should be named 'train-*' and "
+                                              "'validation-*'.", group=DATASET)
+    dali: bool = _flag(False, "Enable DALI data input (requires --data_idx_dir).", group=DATASET)
+    synthetic_data_size: int = _flag(224, "Dimension of image for synthetic dataset", group=DATASET,
+                                     check=lambda v: v >= 32,
+                                     problem="--synthetic_data_size must be at least 32 (got {})")
+
+    lr_init: float = _flag(0.1, "Initial value for the learning rate.", group=TRAINING,
+                           check=lambda v: v >= 0, problem="--lr_init must be >= 0 (got {})")
+    lr_warmup_epochs: int = _flag(5, "Number of warmup epochs for learning rate schedule.", group=TRAINING,
+                                  check=lambda v: v >= 0, problem="--lr_warmup_epochs must be >= 0 (got {})")
+    weight_decay: float = _flag(1e-4, "Weight Decay scale factor.", group=TRAINING,
+                                check=lambda v: v >= 0, problem="--weight_decay must be >= 0 (got {})")
+    weight_init: str = _flag("fan_out", "Model weight initialization method.", group=TRAINING,
+                             choices=("fan_in", "fan_out"))
+    momentum: float = _flag(0.9, "SGD momentum value.", group=TRAINING,
+                            check=lambda v: 0 <= v < 1, problem="--momentum must be in [0, 1) (got {})")
+    label_smoothing: float = _flag(0.0, "The value of label smoothing.", group=TRAINING,
+                                   check=lambda v: 0 <= v < 1, problem="--label_smoothing must be in [0, 1) (got {})")
+    mixup: float = _flag(0.0, "The alpha parameter for mixup (if 0 then mixup is not applied).", group=TRAINING,
+                         check=lambda v: v >= 0, problem="--mixup must be >= 0 (got {})")
+    # The original meant the first four spellings; a missing comma there registered `--use_cosine_lr--cosine`
+    # instead (docs/ORIGINAL.md#known-bugs-of-the-original). We accept the intended ones and the odd one, which
+    # old scripts may use.
+    cosine_lr: bool = _flag(False, "Use cosine learning rate schedule.", group=TRAINING,
+                            aliases=("--use_cosine_lr", "--use_cosine", "--cosine", "--use_cosine_lr--cosine"))
+
+    xla: bool = _flag(False, "Enable XLA (Accelerated Linear Algebra) computation for improved performance.",
+                      group=OPTIMIZATION, aliases=("--use_xla",))
+    data_format: str = _flag("NHWC", "Data format used to do calculations", group=OPTIMIZATION,
+                             choices=("NHWC", "NCHW"))
+    amp: bool = _flag(False, "Enable Automatic Mixed Precision to speedup computation using tensor cores (float16 on "
+                             "GPU, bfloat16 on CPU).", group=OPTIMIZATION, aliases=("--use_tf_amp",))
+    cpu: bool = _flag(False, "Run model on CPU instead of GPU", group=OPTIMIZATION)
+
+    # An int default, as the original's: `--help` and the PARAMETER log line show -1.
+    static_loss_scale: float = _flag(-1, "Use static loss scaling in FP32 AMP (-1 = dynamic loss scaling).",
+                                     group=AMP, aliases=("--loss_scale",),
+                                     check=lambda v: v == -1 or v > 0,
+                                     problem="--static_loss_scale must be -1 (dynamic) or positive (got {})")
+    # Accepted, hidden and unused, as in the original.
+    use_static_loss_scaling: bool = _flag(False, argparse.SUPPRESS, group=AMP)
+
+    num_classes: int = _flag(1001, "Width of the classifier. ImageNet TFRecords use labels 1..1000 and 1001 outputs; "
+                                   "a K-class dataset from dataprep uses labels 1..K and needs --num_classes >= K.",
+                             group=ADDITIONS,
+                             check=lambda v: v >= 2, problem="--num_classes must be at least 2 (got {})")
+    image_size: int = _flag(224, "Training/evaluation image size (H = W) for real data. Evaluation resizes the "
+                                 "shorter side to image_size * 256 / 224 before the central crop.",
+                            group=ADDITIONS,
+                            check=lambda v: v >= 32, problem="--image_size must be at least 32 (got {})")
+    # `%%`: argparse %-formats help texts.
+    min_crop_area: float = _flag(0.05, "Smallest fraction of the image area a training crop keeps (the original: "
+                                       "0.05, its ImageNet crop of 5-100%%). Raise it for small, centred images such "
+                                       "as Fashion-MNIST.",
+                                 group=ADDITIONS,
+                                 check=lambda v: 0 < v <= 1, problem="--min_crop_area must be in (0, 1] (got {})")
+    labels_file: Optional[str] = _flag(None, "Class names for predict, one per line; the i-th line (from 0) names "
+                                             "output index i. Default: labels.txt in model_dir or data_dir when "
+                                             "present.", group=ADDITIONS)
+    checkpoint_interval: int = _flag(1000, "Save a checkpoint every N training steps (the original: 1000).",
+                                     group=ADDITIONS, check=lambda v: v > 0,
+                                     problem="--checkpoint_interval must be a positive integer (got {})")
+    no_progress: bool = _flag(False, "Never show progress bars (they are shown only when stdout is a terminal).",
+                              group=ADDITIONS)
+    max_skipped_steps: int = _flag(100, "With dynamic loss scaling, stop the run after this many non-finite steps in "
+                                        "a row.", group=ADDITIONS,
+                                   check=lambda v: v > 0, problem="--max_skipped_steps must be positive (got {})")
+
+    def __post_init__(self) -> None:
+        if not self.model_dir:
+            object.__setattr__(self, "model_dir", self.results_dir)
+        for field in dataclasses.fields(self):
+            flag, value = flag_of(field), getattr(self, field.name)
+            if flag.choices is not None and value not in flag.choices:
+                raise UserError("--{} must be one of {} (got {!r})".format(field.name, ", ".join(flag.choices),
+                                                                          value))
+            if flag.check is not None and not flag.check(value):
+                raise UserError(flag.problem.format(value))
+        for holds, problem in _COMBINATION_CHECKS:
+            if not holds(self):
+                raise UserError(problem)
 
     @classmethod
-    def from_args(cls, args):
-        fields = {field.name for field in dataclasses.fields(cls)}
-        values = {key: value for key, value in vars(args).items() if key in fields}
-        values["model_dir"] = args.model_dir or args.results_dir
-        return cls(**values)
+    def from_args(cls, args: argparse.Namespace) -> "RunConfig":
+        """The RunConfig of parsed flags; flags that are not fields (--verbose) are left out."""
+        names = {field.name for field in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in vars(args).items() if key in names})
 
     @property
-    def input_size(self):
+    def input_size(self) -> int:
         """H = W of the images: --synthetic_data_size for the benchmarks on synthetic data, else --image_size."""
         synthetic = self.data_dir is None and self.mode in ("training_benchmark", "inference_benchmark")
         return self.synthetic_data_size if synthetic else self.image_size
 
     @property
-    def log_path(self):
+    def log_path(self) -> str:
         return os.path.join(self.results_dir, self.log_filename)
 
     @property
-    def uses_dali(self):
+    def uses_dali(self) -> bool:
         return self.dali and self.data_idx_dir is not None
+
+
+# Checks of several fields together, after the per-field ones: (holds(config), message).
+_COMBINATION_CHECKS: tuple[tuple[Callable[[RunConfig], bool], str], ...] = (
+    (lambda c: not (c.dali and c.data_idx_dir is None),
+     "--dali needs --data_idx_dir (DALI index files; see `python -m dataprep.make_dali_index`)"),
+    (lambda c: not (c.data_idx_dir and not c.data_dir),
+     "--data_idx_dir needs --data_dir (the TFRecords the index files describe)"),
+    (lambda c: not ((c.symmetric or c.use_qdq or c.quant_delay) and not c.quantize
+                    and c.mode in ("train", "train_and_evaluate")),
+     "--symmetric, --use_qdq and --quant_delay only take effect with --quantize"),
+)
+
+# The flags the original main.py had, by destination; sorted, which is the key order of the PARAMETER log line.
+ORIGINAL_FLAG_DESTS: tuple[str, ...] = tuple(sorted(field.name for field in dataclasses.fields(RunConfig)
+                                                    if flag_of(field).original))
+
+
+def _value_type(annotation: Any) -> type:
+    """int for `int` and `Optional[int]`, and so on."""
+    arguments = [argument for argument in typing.get_args(annotation) if argument is not type(None)]
+    return arguments[0] if arguments else annotation
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """main.py's argparse parser: one argument per RunConfig field, plus --verbose (utils/quiet.py, every tool's)."""
+    parser = argparse.ArgumentParser(description=DESCRIPTION, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    groups: dict[Optional[str], Any] = {None: parser}
+    annotations = typing.get_type_hints(RunConfig)
+    for field in dataclasses.fields(RunConfig):
+        flag = flag_of(field)
+        if flag.group not in groups:
+            groups[flag.group] = parser.add_argument_group(flag.group)
+        options: dict[str, Any] = dict(dest=field.name, help=flag.help, required=flag.required)
+        if not flag.required:
+            options["default"] = field.default
+        value_type = _value_type(annotations[field.name])
+        if value_type is bool:
+            options["action"] = "store_true"
+        else:
+            options["type"] = value_type
+            if flag.choices is not None:
+                options["choices"] = flag.choices
+        groups[flag.group].add_argument(*flag.option_strings(field.name), **options)
+    quiet.add_verbose_flag(groups[ADDITIONS])
+    return parser
+
+
+_NOT_GIVEN = object()
+
+
+def given_flags(argv: Optional[Sequence[str]] = None) -> set[str]:
+    """The destinations of the flags `argv` sets explicitly (a flag left at its default is not among them)."""
+    parser = build_parser()
+    parser.set_defaults(**{action.dest: _NOT_GIVEN for action in parser._actions if action.dest != "help"})
+    args, _ = parser.parse_known_args(argv)
+    return {dest for dest, value in vars(args).items() if value is not _NOT_GIVEN}
+
+
+def parse_cmdline(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """Parses and checks `argv` (default sys.argv[1:]). Unknown arguments are rejected with the original's text;
+    values are checked by building the RunConfig (its UserError propagates)."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        for arg in unknown:
+            print("ERROR: Unknown command line arg: {}".format(arg), file=sys.stderr)
+        raise UserError("Invalid command line arg(s)")
+    RunConfig.from_args(args)
+    return args

@@ -1,26 +1,125 @@
 """Flags of the original (docs/ORIGINAL.md#command-line): names, aliases, defaults, choices, and the clear errors
-for bad values."""
+for bad values; RunConfig and the parser generated from it agree."""
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 
-from utils.cmdline_helper import ORIGINAL_FLAG_DESTS, build_parser, parse_cmdline
+from runtime.config import ORIGINAL_FLAG_DESTS, RunConfig, build_parser, given_flags, parse_cmdline
 from utils.errors import UserError
+
+# Every flag of the original main.py, written out independently of runtime/config.py:
+# destination -> (option strings, default, a non-default value to give it).
+ORIGINAL_FLAGS = {
+    "arch": (("--arch",), "resnet50", "se-resnext101-32x4d"),
+    "mode": (("--mode",), "train_and_evaluate", "evaluate"),
+    "export_dir": (("--export_dir",), None, "/export"),
+    "to_predict": (("--to_predict",), None, "/predict"),
+    "batch_size": (("--batch_size",), None, 7),
+    "num_iter": (("--num_iter",), 1, 3),
+    "run_iter": (("--run_iter",), -1, 2),
+    "iter_unit": (("--iter_unit",), "epoch", "batch"),
+    "warmup_steps": (("--warmup_steps",), 50, 5),
+    "model_dir": (("--model_dir",), None, "/model"),
+    "results_dir": (("--results_dir",), ".", "/results"),
+    "log_filename": (("--log_filename",), "log.json", "other.json"),
+    "display_every": (("--display_every",), 10, 3),
+    "seed": (("--seed",), None, 4),
+    "gpu_memory_fraction": (("--gpu_memory_fraction",), 0.7, 0.5),
+    "gpu_id": (("--gpu_id",), 0, 1),
+    "finetune_checkpoint": (("--finetune_checkpoint",), None, "/ckpt"),
+    "use_final_conv": (("--use_final_conv",), False, True),
+    "quant_delay": (("--quant_delay",), 0, 9),
+    "quantize": (("--quantize",), False, True),
+    "use_qdq": (("--use_qdq",), False, True),
+    "symmetric": (("--symmetric",), False, True),
+    "data_dir": (("--data_dir",), None, "/data"),
+    "data_idx_dir": (("--data_idx_dir",), None, "/idx"),
+    "dali": (("--dali",), False, True),
+    "synthetic_data_size": (("--synthetic_data_size",), 224, 64),
+    "lr_init": (("--lr_init",), 0.1, 0.2),
+    "lr_warmup_epochs": (("--lr_warmup_epochs",), 5, 2),
+    "weight_decay": (("--weight_decay",), 1e-4, 0.5),
+    "weight_init": (("--weight_init",), "fan_out", "fan_in"),
+    "momentum": (("--momentum",), 0.9, 0.5),
+    "label_smoothing": (("--label_smoothing",), 0.0, 0.1),
+    "mixup": (("--mixup",), 0.0, 0.2),
+    "cosine_lr": (("--cosine_lr", "--use_cosine_lr", "--use_cosine", "--cosine", "--use_cosine_lr--cosine"),
+                  False, True),
+    "xla": (("--xla", "--use_xla"), False, True),
+    "data_format": (("--data_format",), "NHWC", "NCHW"),
+    "amp": (("--amp", "--use_tf_amp"), False, True),
+    "cpu": (("--cpu",), False, True),
+    "static_loss_scale": (("--static_loss_scale", "--loss_scale"), -1, 128.0),
+    "use_static_loss_scaling": (("--use_static_loss_scaling",), False, True),
+}
 
 
 def test_defaults_match_the_original():
     args = parse_cmdline(["--batch_size", "8"])
-    expected = dict(arch="resnet50", mode="train_and_evaluate", export_dir=None, to_predict=None, num_iter=1,
-                    run_iter=-1, iter_unit="epoch", warmup_steps=50, model_dir=None, results_dir=".",
-                    log_filename="log.json", display_every=10, seed=None, gpu_memory_fraction=0.7, gpu_id=0,
-                    finetune_checkpoint=None, use_final_conv=False, quant_delay=0, quantize=False, use_qdq=False,
-                    symmetric=False, data_dir=None, data_idx_dir=None, dali=False, synthetic_data_size=224,
-                    lr_init=0.1, lr_warmup_epochs=5, weight_decay=1e-4, weight_init="fan_out", momentum=0.9,
-                    label_smoothing=0.0, mixup=0.0, cosine_lr=False, xla=False, data_format="NHWC", amp=False,
-                    cpu=False, static_loss_scale=-1, use_static_loss_scaling=False)
+    expected = {dest: default for dest, (_, default, _) in ORIGINAL_FLAGS.items() if dest != "batch_size"}
     for key, value in expected.items():
         assert getattr(args, key) == value, key
     assert set(expected) == set(ORIGINAL_FLAG_DESTS) - {"batch_size"}
     assert args.num_classes == 1001 and args.image_size == 224
+
+
+def test_every_original_flag_and_alias_sets_its_destination():
+    parser = build_parser()
+    option_strings = {action.dest: tuple(action.option_strings) for action in parser._actions}
+    for dest, (options, _, value) in ORIGINAL_FLAGS.items():
+        assert option_strings[dest] == options, dest
+        for option in options:
+            given = [option] if isinstance(value, bool) else [option, str(value)]
+            argv = given if dest == "batch_size" else ["--batch_size", "1"] + given
+            assert getattr(parser.parse_args(argv), dest) == value, option
+
+
+def test_run_config_defaults_are_the_parser_defaults():
+    args = parse_cmdline(["--batch_size", "1"])
+    fields = dataclasses.fields(RunConfig)
+    assert {field.name for field in fields} == set(vars(args)) - {"verbose"}
+    for field in fields:
+        if field.name != "batch_size":  # required on the command line
+            parsed = getattr(args, field.name)
+            assert (parsed, type(parsed)) == (field.default, type(field.default)), field.name
+    assert RunConfig.from_args(args) == dataclasses.replace(RunConfig(), batch_size=1)
+
+
+def test_model_dir_defaults_to_results_dir():
+    assert RunConfig().model_dir == "."
+    assert RunConfig(results_dir="/r").model_dir == "/r"
+    assert RunConfig(results_dir="/r", model_dir="/m").model_dir == "/m"
+    assert RunConfig.from_args(parse_cmdline(["--batch_size", "1", "--results_dir", "/r"])).model_dir == "/r"
+
+
+@pytest.mark.parametrize("values,message", [
+    (dict(iter_unit="day"), "--iter_unit must be one of epoch, batch (got 'day')"),
+    (dict(arch="resnet18"), "--arch must be one of resnet50, resnext101-32x4d, se-resnext101-32x4d (got 'resnet18')"),
+    (dict(batch_size=0), "--batch_size must be a positive integer (got 0)"),
+    (dict(momentum=1.0), "--momentum must be in [0, 1) (got 1.0)"),
+    (dict(image_size=16), "--image_size must be at least 32 (got 16)"),
+    (dict(dali=True), "--dali needs --data_idx_dir (DALI index files; see `python -m dataprep.make_dali_index`)"),
+    (dict(mode="train", quant_delay=5), "--symmetric, --use_qdq and --quant_delay only take effect with --quantize"),
+])
+def test_a_run_config_built_in_python_is_checked(values, message):
+    with pytest.raises(UserError, match="^" + re.escape(message) + "$"):
+        RunConfig(**values)
+
+
+def test_given_flags_are_the_explicit_ones_by_destination():
+    assert given_flags(["--batch_size", "1", "--use_xla", "--loss_scale", "8", "--verbose"]) == {
+        "batch_size", "xla", "static_loss_scale", "verbose"}
+
+
+def test_the_parser_module_imports_no_tensorflow():
+    code = "import sys, runtime.config; sys.exit('tensorflow' in sys.modules)"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    assert subprocess.run([sys.executable, "-c", code], cwd=root, timeout=60).returncode == 0
 
 
 @pytest.mark.parametrize("flag,dest", [

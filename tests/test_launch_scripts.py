@@ -1,5 +1,5 @@
 """Every launch script of training/ in DRY_RUN=1 mode: it prints the command(s) it would run, and the main.py
-arguments in them parse with utils.cmdline_helper.parse_cmdline (docs/ORIGINAL.md#training-recipes,
+arguments in them parse with runtime.config.parse_cmdline (docs/ORIGINAL.md#training-recipes,
 docs/ORIGINAL.md#benchmark-scripts; the script bugs fixed)."""
 
 import glob
@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from utils.cmdline_helper import parse_cmdline
+from runtime.config import parse_cmdline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "training", "*", "*.sh")))
