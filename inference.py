@@ -6,9 +6,9 @@
 
 Model: --model (a SavedModel directory with a `serving_default` signature, input `input`, output
 `probabilities`; for --backend onnxruntime/tensorrt also an .onnx file) or --architecture (random weights, exported
-first through Runner.export into a temporary directory, as the original). Data: one epoch of the validation TFRecords
-of --data-dir (eval preprocessing), or --num-iter batches of one fixed random batch of pixels in 0..255 (the
-original fed standard-normal values, which the in-graph normalisation would turn into near-constant images).
+first as a SavedModel into a temporary directory, as the original; model/export.py). Data: one epoch of the
+validation TFRecords of --data-dir (eval preprocessing), or --num-iter batches of one fixed random batch of pixels
+in 0..255 (the original fed standard-normal values, which the in-graph normalisation would turn into near-constant images).
 Logs (dllogger format): per-100-step throughput with step (0, i); at the end throughput = images / seconds over
 all steps after --warmup-steps (the original divided by the time of its last periodic log and crashed under 101
 steps), latency avg/p90/p95/p99 in ms per batch, and accuracy with real data.
@@ -19,7 +19,7 @@ Backends:
   was exported in (the original's AMP graph-rewrite variable does not exist in TF 2), which is said on stdout.
 - --tf-trt: TF-TRT conversion (FP16 with --amp) when this TensorFlow has TensorRT; TF 2.21 pip builds do not,
   and the tool then stops with a one-line message naming --backend onnxruntime and --backend tensorrt.
-- onnxruntime: the SavedModel converted with tf2onnx (export_onnx.py), or a given .onnx; CUDA provider if present.
+- onnxruntime: the SavedModel converted with tf2onnx (model/export.py), or a given .onnx; CUDA provider if present.
 - tensorrt: an engine built from the ONNX model with the `tensorrt` Python API (FP32; FP16 with --amp; INT8 when
   the ONNX graph carries Q/DQ nodes from a QAT frozen graph); needs the tensorrt package and a GPU.
 """
@@ -28,14 +28,13 @@ import os
 import sys
 import tempfile
 import time
-import types
 
 import numpy as np
 
+from model.arch_names import ARCH_NAMES
 from utils import quiet
 from utils.errors import UserError, command
 
-ARCHITECTURES = ("resnet50", "resnext101-32x4d", "se-resnext101-32x4d")
 BACKENDS = ("tf", "onnxruntime", "tensorrt")
 LOG_EVERY = 100
 NO_TF_TRT = ("Tensorflow has not been built with TensorRT support (TF-TRT is absent from TF 2.18+ pip builds); "
@@ -46,7 +45,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", default=None, help="SavedModel directory (or .onnx for onnxruntime/tensorrt)")
-    source.add_argument("--architecture", choices=ARCHITECTURES, help="build this model with random weights")
+    source.add_argument("--architecture", choices=ARCH_NAMES, help="build this model with random weights")
     parser.add_argument("--log-path", default="./log.json")
     parser.add_argument("--tf-trt", action="store_true", help="convert the SavedModel with TF-TRT first")
     parser.add_argument("--amp", action="store_true", help="reduced precision (see --help text above)")
@@ -67,6 +66,10 @@ def parse_args(argv=None):
         parser.error("--num-iter must be >= 1")
     if args.warmup_steps < 0:
         parser.error("--warmup-steps must be >= 0")
+    if args.image_size is not None and args.image_size < 32:
+        parser.error("--image-size must be at least 32")
+    if args.num_classes < 2:
+        parser.error("--num-classes must be at least 2")
     if args.tf_trt and args.backend != "tf":
         parser.error("--tf-trt applies to --backend tf only")
     return args
@@ -75,19 +78,16 @@ def parse_args(argv=None):
 # ------------------------------------------------------------------ model sources
 
 def export_random_model(args, directory):
-    """Runner.export of a freshly built model (random weights), as the original's inference.py did."""
-    from export_frozen_graph import use_native_convolutions
+    """The SavedModel of a freshly built model (random weights), as the original's inference.py did: plain conv ops
+    (what converters and engines expect), --amp's precision."""
+    from model import export, resnet
+    from runtime import startup
     from runtime.config import RunConfig
-    from runtime.runner import Runner
-    import tensorflow as tf
     config = RunConfig(arch=args.architecture, num_classes=args.num_classes, image_size=args.image_size,
-                       synthetic_data_size=args.image_size, amp=args.amp, model_dir=directory, results_dir=directory,
-                       no_progress=True)
-    distribution = types.SimpleNamespace(strategy=tf.distribute.get_strategy(), num_replicas=1, rank=0, size=1,
-                                         is_chief=True)
-    runner = Runner(config, logger=None, distribution=distribution)
-    use_native_convolutions(runner.model)  # plain Conv2D ops: what converters and engines expect
-    return runner.export(directory)
+                       amp=args.amp, no_progress=True)
+    platform, precision = startup.set_up(config)
+    model = resnet.use_native_convolutions(startup.build_model(config, platform, precision), platform)
+    return export.save_saved_model(model, config.image_size, directory)
 
 
 def tf_trt_available():
@@ -109,7 +109,7 @@ def convert_tf_trt(saved_model_dir, amp, directory):
 
 class TFRunner:
     def __init__(self, saved_model_dir):
-        from export_onnx import load_serving_signature
+        from model.export import load_serving_signature
         self._loaded, self.signature = load_serving_signature(saved_model_dir)
         spec = self.signature.structured_input_signature[1]
         if "input" not in spec:
@@ -206,9 +206,9 @@ def make_runner(args, saved_model_dir, onnx_path, workdir):
             saved_model_dir = convert_tf_trt(saved_model_dir, args.amp, os.path.join(workdir, "tftrt-converted"))
         return TFRunner(saved_model_dir)
     if onnx_path is None:
-        import export_onnx
+        from model import export
         onnx_path = os.path.join(workdir, "model.onnx")
-        export_onnx.convert(saved_model_dir, onnx_path)
+        export.to_onnx(saved_model_dir, onnx_path)
     if args.backend == "onnxruntime":
         try:
             return ONNXRuntimeRunner(onnx_path)
@@ -266,15 +266,10 @@ def benchmark(run, data, steps, batch_size, warmup_steps, logger):
             logger.log(step=(0, index), data={"throughput": LOG_EVERY * batch_size / window})
         if index % LOG_EVERY == 0:
             last_log = now
+    from runtime.metrics import latency_percentiles
     measured = times[warmup_steps:] if len(times) > warmup_steps else times
-    latencies = np.array(measured) * 1000.0
-    results = {
-        "throughput": batch_size * len(measured) / max(sum(measured), 1e-9),
-        "latency_avg": float(np.mean(latencies)),
-        "latency_p90": float(np.quantile(latencies, 0.9)),
-        "latency_p95": float(np.quantile(latencies, 0.95)),
-        "latency_p99": float(np.quantile(latencies, 0.99)),
-    }
+    results = {"throughput": batch_size * len(measured) / max(sum(measured), 1e-9)}
+    results.update(latency_percentiles(measured))
     if counted:
         results["accuracy"] = correct / counted
     logger.log(step=(), data=results)

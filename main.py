@@ -33,10 +33,11 @@ def check_mode_arguments(config):
             raise UserError("No data to predict on.")
         if not os.path.exists(config.to_predict):
             raise UserError("--to_predict {} does not exist".format(config.to_predict))
-    if config.mode in ("train", "train_and_evaluate") and config.data_dir is None:
-        raise UserError("`data_dir` must be specified for training!")
-    if config.mode == "evaluate" and config.data_dir is None:
-        raise UserError("`data_dir` must be specified for evaluation!")
+    from runtime.runner_utils import require_data_dir
+    if config.mode in ("train", "train_and_evaluate"):
+        require_data_dir(config.data_dir, "train")
+    if config.mode == "evaluate":
+        require_data_dir(config.data_dir, "validation")
     if config.data_dir is not None and not os.path.isdir(config.data_dir):
         raise UserError("--data_dir {} does not exist or is not a directory".format(config.data_dir))
     for flag, path in (("--results_dir", config.results_dir), ("--model_dir", config.model_dir)):
@@ -80,36 +81,6 @@ def adopt_checkpoint_settings(config, given, log=print):
     return dataclasses.replace(config, **changes) if changes else config
 
 
-def setup_devices(config, engine=None):
-    """One GPU per process (--gpu_id alone; the local rank's under multi-process engines), all visible GPUs
-    under RN50_ENGINE=mirrored, none with --cpu."""
-    import tensorflow as tf
-    gpus = tf.config.list_physical_devices("GPU")
-    if config.cpu or not gpus:
-        if gpus:
-            tf.config.set_visible_devices([], "GPU")
-        if config.data_format == "NCHW":
-            raise UserError("--data_format NCHW needs a GPU (TensorFlow's CPU convolution and pooling kernels "
-                            "are NHWC only); use --data_format NHWC")
-        return
-    if engine is not None and engine.name == "mirrored":
-        selected_gpus = gpus
-    elif engine is not None and engine.multi_process:
-        # The launchers that pin one GPU per worker leave it alone visible; mpirun leaves all: take local_rank's.
-        selected_gpus = [gpus[engine.local_rank % len(gpus)]]
-    else:
-        if config.gpu_id >= len(gpus):
-            raise UserError("--gpu_id {} but only {} GPU(s) visible".format(config.gpu_id, len(gpus)))
-        selected_gpus = [gpus[config.gpu_id]]
-    tf.config.set_visible_devices(selected_gpus, "GPU")
-    for selected in selected_gpus:
-        if config.uses_dali:
-            from utils.devices import limit_gpu_memory
-            limit_gpu_memory(selected, config.gpu_memory_fraction)
-        else:
-            tf.config.experimental.set_memory_growth(selected, True)
-
-
 def run(argv=None):
     args = parse_cmdline(argv)
     for key, value in RUNTIME_ENVIRONMENT.items():
@@ -119,13 +90,14 @@ def run(argv=None):
 
     import tensorflow as tf
     from runtime import runner as runner_module
+    from runtime import startup
     from utils import distributed
     from utils.logger import DLLogger
 
     engine = distributed.init_engine(distributed.detect_engine())
     if engine.size > 1 and config.mode in ("inference_benchmark", "predict"):
         raise UserError("Only single GPU inference is implemented.")
-    setup_devices(config, engine)
+    platform, precision = startup.set_up(config, engine)
     distribution = distributed.create(engine)
     config = adopt_checkpoint_settings(config, given_flags(argv))
     if distribution.num_replicas > 1 and config.mode in ("inference_benchmark", "predict"):
@@ -139,10 +111,11 @@ def run(argv=None):
     logger.log(step="PARAMETER", data={key: getattr(args, key) for key in ORIGINAL_FLAG_DESTS}
                | {"num_classes": args.num_classes, "image_size": args.image_size,
                   "min_crop_area": args.min_crop_area})
-    runner_module.set_seeds(config.seed, distribution.rank)
+    startup.set_seeds(config.seed, distribution.rank)
+    startup.configure_xla(config, distribution)
     if config.seed is not None:
         tf.config.experimental.enable_op_determinism()
-    runner = runner_module.Runner(config, logger, distribution)
+    runner = runner_module.Runner(config, logger, distribution, platform, precision)
 
     interrupted = None
     if config.mode in ("train", "train_and_evaluate", "training_benchmark"):

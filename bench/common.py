@@ -1,4 +1,4 @@
-"""Shared pieces of the benchmarks: our Runner's steps, the keras.applications peer, interleaved timing, FLOPs.
+"""Shared pieces of the benchmarks: our train and eval steps, the keras.applications peer, interleaved timing, FLOPs.
 
 Every benchmark here times its variants *interleaved* (A B C A B C ...) in one process and reports medians, so
 that the load other processes put on the machine hits all variants alike; the load average is recorded with
@@ -71,40 +71,52 @@ def median(values):
     return statistics.median(values)
 
 
-def our_runner(arch="resnet50", batch_size=32, image_size=224, xla=False, amp=False, num_classes=1001, **extra):
-    """A Runner exactly as main.py --mode training_benchmark builds it (single process, synthetic size)."""
-    from runtime.config import RunConfig
-    from runtime.runner import Runner
-    from utils import distributed
-    config = RunConfig(arch=arch, mode="training_benchmark", batch_size=batch_size, image_size=image_size,
-                       synthetic_data_size=image_size, xla=xla, amp=amp, num_classes=num_classes,
-                       model_dir="/tmp/rn50_bench_unused", results_dir="/tmp/rn50_bench_unused", **extra)
-    return Runner(config, None, distributed.single_process())
+class OurModel:
+    """What main.py --mode training_benchmark sets up in one process: config, platform, precision, the model and its
+    step counter (runtime/startup.py)."""
+
+    def __init__(self, arch="resnet50", batch_size=32, image_size=224, xla=False, amp=False, num_classes=1001,
+                 **extra):
+        import tensorflow as tf
+        from runtime import startup
+        from runtime.config import RunConfig
+        self.config = RunConfig(arch=arch, mode="training_benchmark", batch_size=batch_size, image_size=image_size,
+                                synthetic_data_size=image_size, xla=xla, amp=amp, num_classes=num_classes, **extra)
+        self.platform, self.precision = startup.set_up(self.config)
+        self.model = startup.build_model(self.config, self.platform, self.precision)
+        self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
 
 
-def our_train_step(runner):
-    """The train step of `Runner.train` (same optimizer set-up), returning a callable(images, labels) -> dict."""
+def our_train_step(ours):
+    """Runner.train's step (runtime/train_step.make_train_step, same optimizer set-up) for `ours` (an OurModel):
+    a callable(images, labels) -> dict."""
     import numpy as np
     import tensorflow as tf
+    from model import resnet
+    from runtime import train_step
     from utils import learning_rate, optimizers
-    config = runner.config
+    from utils.precision import LossScaler
+    config = ours.config
     num_steps = 1000
-    with runner.strategy.scope():
-        schedule = lambda: learning_rate.learning_rate_schedule(  # noqa: E731 - as Runner.train
-            runner.global_step, config.lr_init, runner.global_batch_size, float(num_steps),
-            config.lr_warmup_epochs, num_steps, config.cosine_lr)
-        optimizer = optimizers.build_optimizer(schedule, config.momentum,
-                                               "dynamic" if runner.loss_scaling == "dynamic" else None)
-        optimizer.build(runner.model.trainable_variables)
-    return runner._make_train_step(optimizer, schedule, tf.constant(np.int64(0)))
+    schedule = lambda: learning_rate.learning_rate_schedule(  # noqa: E731 - as Runner.train
+        ours.global_step, config.lr_init, config.batch_size, float(num_steps), config.lr_warmup_epochs, num_steps,
+        config.cosine_lr)
+    optimizer = optimizers.build_optimizer(schedule, config.momentum, ours.precision)
+    optimizer.build(ours.model.trainable_variables)
+    return train_step.make_train_step(
+        ours.model, optimizer, schedule, ours.global_step,
+        loss=train_step.LossSettings(config.num_classes, config.label_smoothing, config.weight_decay, config.mixup),
+        regularized=resnet.regularized_variables(ours.model), scaler=LossScaler(ours.precision, optimizer),
+        reduce_gradients=lambda grads: grads, strategy=tf.distribute.get_strategy(),
+        mixup_seed=tf.constant(np.int64(0)), jit_compile=config.xla)
 
 
-def our_eval_step(runner, xla=None):
-    """The forward of `Runner.evaluate`'s eval_step (logits only)."""
+def our_eval_step(ours, xla=None):
+    """The model call of `Runner.evaluate`'s eval step (runtime/train_step.make_eval_step), logits only."""
     import tensorflow as tf
-    model = runner.model
+    model = ours.model
 
-    @tf.function(jit_compile=(runner.config.xla if xla is None else xla) or None)
+    @tf.function(jit_compile=(ours.config.xla if xla is None else xla) or None)
     def eval_step(images):
         return model(images, training=False)
     return eval_step

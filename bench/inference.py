@@ -9,9 +9,9 @@ Variants:
               at inference (model/layers/conv.py)
   ours_cpu_conv  ... with the training step's matmul/patches conv formulations kept at inference
   ours_xla    ... with --xla;  ours_amp ... with --amp (mixed_bfloat16)
-  savedmodel  Runner.export (main.py --export_dir) loaded back, serving_default signature
-  frozen      the frozen GraphDef of export_frozen_graph.py (NHWC, native convs) run by TF
-  onnx        export_onnx.py's SavedModel -> ONNX (native convs, as export_frozen_graph.use_native_convolutions),
+  savedmodel  model/export.save_saved_model (main.py --export_dir) loaded back, serving_default signature
+  frozen      the frozen GraphDef of model/export.py (export_frozen_graph.py; NHWC, native convs) run by TF
+  onnx        model/export.py's SavedModel -> ONNX (native convs, as model/resnet.use_native_convolutions),
               run by ONNX Runtime's CPU provider
   keras       keras.applications.ResNet50(weights=None) in a tf.function, training=False
 Fresh random weights everywhere (throughput does not depend on the values).
@@ -28,36 +28,37 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import common  # noqa: E402
 
 
-def _native_runner(args):
-    from export_frozen_graph import use_native_convolutions
-    runner = common.our_runner(args.arch, 1, args.size)
-    use_native_convolutions(runner.model)
-    return runner
+def _native_model(args):
+    from model import resnet
+    ours = common.OurModel(args.arch, 1, args.size)
+    resnet.use_native_convolutions(ours.model, ours.platform)
+    return ours
 
 
 def build_variants(names, args, workdir, log):
     import numpy as np
     import tensorflow as tf
+    from model import export
     makers = {}
     for name in names:
         log(f"building {name}")
         if name in ("ours", "ours_xla", "ours_amp", "ours_cpu_conv"):
-            runner = common.our_runner(args.arch, 1, args.size, xla=name == "ours_xla", amp=name == "ours_amp")
+            ours = common.OurModel(args.arch, 1, args.size, xla=name == "ours_xla", amp=name == "ours_amp")
             if name == "ours_cpu_conv":  # the training step's matmul formulations at inference too
-                for layer in runner.model._flatten_layers():
+                for layer in ours.model._flatten_layers():
                     if hasattr(layer, "native_at_inference"):
                         layer.native_at_inference = False
-            step = common.our_eval_step(runner)
+            step = common.our_eval_step(ours)
             makers[name] = lambda images, step=step: step(images).numpy()
         elif name == "savedmodel":
-            runner = common.our_runner(args.arch, 1, args.size)
-            path = runner.export(os.path.join(workdir, "savedmodel"))
+            ours = common.OurModel(args.arch, 1, args.size)
+            path = export.save_saved_model(ours.model, args.size, os.path.join(workdir, "savedmodel"))
             serve = tf.saved_model.load(path).signatures["serving_default"]
             makers[name] = lambda images, serve=serve: serve(input=images)["probabilities"].numpy()
         elif name == "frozen":
-            from export_frozen_graph import freeze, probabilities_function
-            runner = _native_runner(args)
-            function = probabilities_function(runner.model, args.arch, args.size, "NHWC")
+            from model.export import freeze, probabilities_function
+            ours = _native_model(args)
+            function = probabilities_function(ours.model, args.arch, args.size, "NHWC")
             graph_def = freeze(function.get_concrete_function(), "output")
 
             def _import():
@@ -68,9 +69,9 @@ def build_variants(names, args, workdir, log):
             makers[name] = lambda images, pruned=pruned: pruned(images).numpy()
         elif name == "onnx":
             import onnxruntime
-            from export_onnx import saved_model_to_onnx
-            runner = _native_runner(args)
-            saved = runner.export(os.path.join(workdir, "onnx_savedmodel"))
+            from model.export import saved_model_to_onnx
+            ours = _native_model(args)
+            saved = export.save_saved_model(ours.model, args.size, os.path.join(workdir, "onnx_savedmodel"))
             onnx_path = os.path.join(workdir, "model.onnx")
             saved_model_to_onnx(saved, onnx_path)
             session = onnxruntime.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])

@@ -60,8 +60,8 @@ def main(argv=None):
     parser.add_argument("--logdir", default="/tmp/rn50_prof")
     args = parser.parse_args(argv)
     import tensorflow as tf
-    runner = common.our_runner(args.arch, args.batch, args.size, amp=args.amp)
-    step = common.our_train_step(runner)
+    ours = common.OurModel(args.arch, args.batch, args.size, amp=args.amp)
+    step = common.our_train_step(ours)
     images, labels = common.synthetic_batch(args.batch, args.size)
     common.fetch(step(images, labels))  # trace and warm up outside the profile
     tf.profiler.experimental.start(args.logdir)

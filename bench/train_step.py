@@ -33,14 +33,14 @@ def build_variant(name, args, images, labels):
     if name.startswith("ours"):
         xla = name == "ours_xla"
         amp = name in ("ours_amp", "ours_amp_native")
-        runner = common.our_runner(args.arch, args.batch, args.size, xla=xla, amp=amp)
+        ours = common.OurModel(args.arch, args.batch, args.size, xla=xla, amp=amp)
         if name == "ours_ref_bn":
             from model.layers import batch_norm
-            batch_norm.set_implementation(runner.model, "reference")
+            batch_norm.set_implementation(ours.model, "reference")
         if name in ("ours_native", "ours_amp_native"):
-            from export_frozen_graph import use_native_convolutions
-            use_native_convolutions(runner.model)
-        step = common.our_train_step(runner)
+            from model import resnet
+            resnet.use_native_convolutions(ours.model, ours.platform)
+        step = common.our_train_step(ours)
         return lambda: common.fetch(step(images, labels))
     if name.startswith("keras"):
         if args.arch != "resnet50":

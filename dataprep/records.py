@@ -25,6 +25,7 @@ import sys
 from typing import Callable, Sequence
 
 from utils.errors import UserError
+from utils.logger import progress_enabled  # noqa: F401 - the dataprep tools' progress check
 from utils.tfrecord_framing import count_records
 
 TMP_PREFIX = ".tmp."
@@ -367,10 +368,6 @@ def _progress_bar(total: int, desc: str, enabled: bool):
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit="img", dynamic_ncols=True)
-
-
-def progress_enabled(no_progress_flag: bool) -> bool:
-    return not no_progress_flag and sys.stderr.isatty()
 
 
 def write_labels_file(output_dir: str, class_texts: Sequence[str]) -> str:

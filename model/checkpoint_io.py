@@ -431,8 +431,73 @@ def restore_training(model, optimizer, global_step, info, arch, describe):
     _verify_shapes(info, shapes, entries, optional, describe)
     pairs = [(key, variable) for key, variable in entries.items() if key in shapes]
     _assign(reader, pairs, info.path)
-    return RestoreReport(info, sum(1 for key, _ in pairs if key in model_entries(model, arch)),
-                         len(model.variables))
+    model_keys = model_entries(model, arch)
+    return RestoreReport(info, sum(1 for key, _ in pairs if key in model_keys), len(model.variables))
+
+
+# ---------------------------------------------------------------- what each mode restores
+
+def describe_model(arch, num_classes, use_final_conv=False):
+    return "this model (--arch {} --num_classes {}{})".format(
+        arch, num_classes, " --use_final_conv" if use_final_conv else "")
+
+
+def restore_for_inference(model, global_step, model_dir, arch, num_classes, *, use_final_conv=False, required=True,
+                          log=print):
+    """Evaluate / predict / inference_benchmark: every variable of `model` from model_dir's newest complete
+    checkpoint (verified), `global_step` set to its step; returns its path. With no checkpoint: a UserError when
+    `required`, else None (fresh weights, said so)."""
+    path = latest_checkpoint(model_dir, warn=log)
+    if path is None:
+        if required:
+            raise UserError("no checkpoint in model_dir {} (train first, or point --model_dir at a directory with "
+                            "model.ckpt-* files)".format(model_dir))
+        log("No checkpoint in {}: running with freshly initialised weights".format(model_dir))
+        return None
+    info = inspect(path)
+    check_fits(info, arch, num_classes)
+    report = restore_model(model, info, arch, describe_model(arch, num_classes, use_final_conv))
+    global_step.assign(info.step or 0)  # evaluation summaries land at the checkpoint's step
+    log(report.describe())
+    return path
+
+
+def finetune_from(model, path, arch, num_classes, *, use_final_conv=False, log=print):
+    """The original's --finetune_checkpoint: the trainable variables from `path` (BN moving statistics and the
+    optimizer start fresh). A checkpoint with another class count gives everything but the classifier, which keeps
+    its initialisation (transfer learning). Returns the checkpoint prefix read."""
+    prefix = find_checkpoint(path, "--finetune_checkpoint", warn=log)
+    info = inspect(prefix)
+    check_fits(info, arch, num_classes, allow_other_classes=True)
+    new_classifier = info.num_classes is not None and info.num_classes != num_classes
+    report = restore_model(model, info, arch, describe_model(arch, num_classes, use_final_conv),
+                           trainable_only=True, skip_classifier=new_classifier)
+    if new_classifier:
+        log("Fine-tuning from {} to {} classes: the classifier is initialised fresh, every other trainable variable "
+            "comes from the checkpoint".format(info.num_classes, num_classes))
+    log(report.describe())
+    return prefix
+
+
+def restore_or_initialise(model, optimizer, global_step, model_dir, arch, num_classes, *, use_final_conv=False,
+                          finetune_checkpoint=None, log=print):
+    """Training: resume from model_dir's newest complete checkpoint (weights, optimizer state, step), else
+    fine-tune from `finetune_checkpoint`, else keep the fresh weights. Returns the fine-tuning prefix read, or None."""
+    latest = latest_checkpoint(model_dir, warn=log)
+    if latest is None:
+        if finetune_checkpoint:
+            return finetune_from(model, finetune_checkpoint, arch, num_classes, use_final_conv=use_final_conv,
+                                 log=log)
+        return None
+    if finetune_checkpoint:
+        log("WARNING: --finetune_checkpoint {} is ignored: model_dir {} already has checkpoint {}, and training "
+            "resumes from it (use a new --model_dir to fine-tune)".format(finetune_checkpoint, model_dir, latest))
+    info = inspect(latest)
+    check_fits(info, arch, num_classes)
+    report = restore_training(model, optimizer, global_step, info, arch,
+                              describe_model(arch, num_classes, use_final_conv))
+    log(report.describe() + " with the optimizer state")
+    return None
 
 
 # ---------------------------------------------------------------- saving

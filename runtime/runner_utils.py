@@ -12,12 +12,17 @@ from utils.tfrecord_framing import count_records  # the one record counter (fram
 PREDICT_EXTENSIONS = (".jpg", ".jpeg", ".png")
 
 
-def list_filenames_in_dataset(data_dir, mode):
-    """Sorted `train-*` (mode 'train') or `validation-*` files of `data_dir`; a clear error when there are none."""
-    prefix = {"train": "train", "validation": "validation"}[mode]
+def require_data_dir(data_dir, mode):
+    """The original's error when training ('train') or evaluation ('validation') has no --data_dir."""
     if not data_dir:
         raise UserError("`data_dir` must be specified for {}!".format(
             "training" if mode == "train" else "evaluation"))
+
+
+def list_filenames_in_dataset(data_dir, mode):
+    """Sorted `train-*` (mode 'train') or `validation-*` files of `data_dir`; a clear error when there are none."""
+    prefix = {"train": "train", "validation": "validation"}[mode]
+    require_data_dir(data_dir, mode)
     if not os.path.isdir(data_dir):
         raise UserError("data dir {} does not exist or is not a directory".format(data_dir))
     filenames = sorted(path for path in glob.glob(os.path.join(data_dir, prefix + "-*"))
@@ -69,6 +74,15 @@ def count_steps(iter_unit, num_samples, num_iter, global_batch_size):
         num_epochs = math.ceil(num_steps / steps_per_real_epoch)
         num_decay_steps = 90 * num_samples // global_batch_size
     return num_steps, num_epochs, num_decay_steps
+
+
+def steps_this_run(run_iter, iter_unit, steps_per_epoch, num_steps, current_step):
+    """Training steps of this invocation: --run_iter (in --iter_unit; -1 = all), never past num_steps."""
+    if run_iter == -1:
+        run_iter = num_steps
+    elif iter_unit == "epoch":
+        run_iter = int(run_iter * steps_per_epoch)
+    return max(0, min(run_iter, num_steps - current_step))
 
 
 def parse_inference_input(to_predict):

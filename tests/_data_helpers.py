@@ -116,3 +116,9 @@ def truncate_file(path, drop_bytes=10):
         data = f.read()
     with open(path, "wb") as f:
         f.write(data[:-drop_bytes])
+
+
+def skipped_total(stderr):
+    """The running total of corrupt records a TFRecord pipeline reported skipping in `stderr` (0 if none)."""
+    import re
+    return max([int(count) for count in re.findall(r"total skipped: (\d+)", stderr)] or [0])

@@ -20,6 +20,7 @@ import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
 
 from utils import distributed, optimizers  # noqa: E402
+from utils.precision import Precision  # noqa: E402
 
 FEATURES, CLASSES, BATCH, LR = 4, 3, 8, 0.5
 
@@ -68,7 +69,7 @@ def main(out_dir):
         ours = name != "keras_default"
         with distribution.strategy.scope():
             model = make_model()
-            optimizer = optimizers.build_optimizer(LR, 0.9, "dynamic" if dynamic else None)
+            optimizer = optimizers.build_optimizer(LR, 0.9, Precision(loss_scaling="dynamic" if dynamic else None))
             optimizer.build(model.trainable_variables)
             if ours:
                 distribution.prepare_optimizer(optimizer)

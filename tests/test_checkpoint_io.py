@@ -16,6 +16,7 @@ from tests._model_tf1_names import expected_keras_path
 from tests.test_checkpoint_names import NUM_CLASSES, random_values, write_tf1_checkpoint
 from utils.errors import UserError
 from utils.optimizers import build_optimizer
+from utils.precision import Precision
 
 IMAGES = np.random.RandomState(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
 
@@ -38,7 +39,7 @@ def values_of(model):
 
 
 def training_state(model, loss_scaling=None):
-    optimizer = build_optimizer(0.1, 0.9, loss_scaling)
+    optimizer = build_optimizer(0.1, 0.9, Precision(loss_scaling=loss_scaling))
     optimizer.build(model.trainable_variables)
     return optimizer, tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
 

@@ -3,8 +3,8 @@
 - engine level: the averaged gradient equals the mean of the per-shard gradients computed in one process,
   under MultiWorkerMirroredStrategy and under Horovod (tests/_dist_grad_worker.py);
 - end to end: `python -m runtime.launch --nproc 2 main.py --mode train ...` (and `horovodrun -np 2 --gloo`):
-  identical weights on both workers (RN50_DEBUG_WEIGHTS_DIR hook), only rank 0 logs and checkpoints, a second
-  run resumes from the checkpoint;
+  identical weights on both workers (tests/_dist_train_worker.py records them), only rank 0 logs and checkpoints, a
+  second run resumes from the checkpoint;
 - the launcher: a dead worker stops the job with a message naming it; signals are forwarded.
 The Horovod tests FAIL when horovod.tensorflow is not importable (install: scripts/install_horovod.sh), unless
 ALLOW_NO_HOROVOD=1.
@@ -33,7 +33,7 @@ TIMEOUT = 600
 def _env(**extra):
     env = dict(os.environ)
     env.update({"CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"})
-    for key in ("TF_CONFIG", "RN50_ENGINE", "RN50_DEBUG_WEIGHTS_DIR"):
+    for key in ("TF_CONFIG", "RN50_ENGINE"):
         env.pop(key, None)
     env.update({key: str(value) for key, value in extra.items()})
     return env
@@ -128,9 +128,10 @@ def data_dir(tmp_path_factory):
     return directory
 
 
-def _train_args(data_dir, results_dir, run_iter):
-    return ["main.py", "--mode", "train", "--arch", "resnet50", "--batch_size", 2, "--num_iter", 3,
-            "--iter_unit", "batch", "--run_iter", run_iter, "--data_dir", data_dir, "--num_classes", 5,
+def _train_args(data_dir, results_dir, run_iter, weights_dir):
+    """main.py's flags, run by tests/_dist_train_worker.py, which records each worker's weights in weights_dir."""
+    return ["tests/_dist_train_worker.py", weights_dir, "--mode", "train", "--arch", "resnet50", "--batch_size", 2,
+            "--num_iter", 3, "--iter_unit", "batch", "--run_iter", run_iter, "--data_dir", data_dir, "--num_classes", 5,
             "--image_size", 32, "--results_dir", results_dir, "--seed", 3, "--no_progress", "--display_every", 1,
             "--lr_init", 0.01]
 
@@ -166,20 +167,19 @@ def _check_two_worker_run(result, results_dir, weights_dir, backend, expected_st
 
 def test_two_workers_train_identically_and_resume(tmp_path, data_dir):
     results_dir, weights_dir = str(tmp_path / "results"), str(tmp_path / "weights")
-    env = _env(RN50_DEBUG_WEIGHTS_DIR=weights_dir)
-    first = _check(_launch(*_train_args(data_dir, results_dir, 2), env=env))
+    first = _check(_launch(*_train_args(data_dir, results_dir, 2, weights_dir)))
     _check_two_worker_run(first, results_dir, weights_dir, "multi_worker", expected_step=2, start_step=0)
     assert _checkpoint_steps(results_dir) == [0, 2]  # rank 0's initial and final checkpoints, nothing else
     assert sorted(os.listdir(weights_dir)) == ["weights-rank0.json", "weights-rank1.json"]
     # resume: both workers restore step 2 and finish the 3 steps
-    second = _check(_launch(*_train_args(data_dir, results_dir, -1), env=env))
+    second = _check(_launch(*_train_args(data_dir, results_dir, -1, weights_dir)))
     _check_two_worker_run(second, results_dir, weights_dir, "multi_worker", expected_step=3, start_step=2)
 
 
 def test_horovod_two_workers_train_identically(tmp_path, data_dir):
     _require_horovod()
     results_dir, weights_dir = str(tmp_path / "results"), str(tmp_path / "weights")
-    result = _check(_horovod(*_train_args(data_dir, results_dir, -1), env=_env(RN50_DEBUG_WEIGHTS_DIR=weights_dir)))
+    result = _check(_horovod(*_train_args(data_dir, results_dir, -1, weights_dir)))
     _check_two_worker_run(result, results_dir, weights_dir, "horovod", expected_step=3, start_step=0)
     assert result.stdout.count("Current step: 0") == 2
 

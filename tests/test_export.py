@@ -1,4 +1,4 @@
-"""export_frozen_graph.py and export_onnx.py: frozen graphs and ONNX models equal the Keras model."""
+"""export_frozen_graph.py, export_onnx.py and model/export.py: frozen graphs and ONNX models equal the Keras model."""
 import os
 import subprocess
 import sys
@@ -8,8 +8,7 @@ import pytest
 import tensorflow as tf
 
 import export_frozen_graph
-import export_onnx
-from model import checkpoint_io, resnet
+from model import checkpoint_io, export, resnet
 from model.layers.quantization import QuantizationConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,7 +92,7 @@ def test_frozen_graph_and_onnx_equal_keras(arch, tmp_path):
     got = run_graph_def(reloaded, x, output=f"{arch}/output/softmax")
     np.testing.assert_allclose(got, expected, atol=1e-5)
     onnx_path = tmp_path / "frozen.onnx"
-    export_onnx.convert(str(output), str(onnx_path))
+    export.to_onnx(str(output), str(onnx_path))
     np.testing.assert_allclose(onnx_probabilities(onnx_path, x), expected, atol=1e-4)
 
 
@@ -139,7 +138,7 @@ def test_quantized_eval_graph_matches_quantized_keras_and_has_qdq_in_onnx(tmp_pa
     # The quantised graph differs from the float one (the quantisation is really there).
     assert np.abs(expected - keras_probabilities(trained, x)).max() > 1e-6
     onnx_path = tmp_path / "qat.onnx"
-    proto = export_onnx.convert(str(output), str(onnx_path))
+    proto = export.to_onnx(str(output), str(onnx_path))
     op_types = [node.op_type for node in proto.graph.node]
     assert op_types.count("QuantizeLinear") > 50 and op_types.count("DequantizeLinear") > 50
     # Rounding at a quantisation boundary may differ by one step between TF and ORT: compare loosely.
@@ -160,7 +159,7 @@ def test_saved_model_to_onnx(tmp_path):
 
     tf.saved_model.save(module, str(tmp_path / "sm"), signatures={"serving_default": serve})
     onnx_path = tmp_path / "sm.onnx"
-    export_onnx.convert(str(tmp_path / "sm"), str(onnx_path))
+    export.to_onnx(str(tmp_path / "sm"), str(onnx_path))
     x = images(seed=2)
     np.testing.assert_allclose(onnx_probabilities(onnx_path, x), keras_probabilities(model, x), atol=1e-4)
 

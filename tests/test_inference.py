@@ -27,19 +27,11 @@ def final_record(log_path):
 
 @pytest.fixture(scope="module")
 def saved_model(tmp_path_factory):
-    """A SavedModel exported by Runner.export (the same path main.py --export_dir uses)."""
-    import types
-
-    import tensorflow as tf
-
-    from runtime.config import RunConfig
-    from runtime.runner import Runner
+    """A SavedModel written by model/export.save_saved_model (what main.py --export_dir writes)."""
+    from model import export, resnet
     directory = str(tmp_path_factory.mktemp("export"))
-    config = RunConfig(arch="resnet50", num_classes=11, image_size=32, synthetic_data_size=32, model_dir=directory,
-                       results_dir=directory)
-    distribution = types.SimpleNamespace(strategy=tf.distribute.get_strategy(), num_replicas=1, rank=0, size=1,
-                                         is_chief=True)
-    return Runner(config, None, distribution).export(directory)
+    model = resnet.build_model("resnet50", num_classes=11, image_size=32)
+    return export.save_saved_model(model, 32, directory)
 
 
 def test_tf_backend_on_tfrecords(saved_model, tmp_path):
@@ -117,3 +109,12 @@ def test_input_size_is_read_from_the_model(saved_model, backend, tmp_path):
     assert wrong.returncode == 2
     assert wrong.stderr.strip().splitlines()[-1] == (
         "ERROR: --image-size 224 but the model takes 32x32 inputs (omit --image-size to use the model's)")
+
+
+@pytest.mark.parametrize("flag,value", [("--image-size", "16"), ("--num-classes", "1")])
+def test_a_too_small_model_is_refused_by_inference_flag_name(flag, value, capsys):
+    import inference
+    with pytest.raises(SystemExit) as exit_info:
+        inference.parse_args(["--architecture", "resnet50", flag, value])
+    assert exit_info.value.code == 2
+    assert "{} must be at least".format(flag) in capsys.readouterr().err

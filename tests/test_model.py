@@ -7,7 +7,6 @@ import sys
 import keras
 import numpy as np
 
-import export_frozen_graph
 import pytest
 import tensorflow as tf
 
@@ -17,8 +16,9 @@ from model.layers.classifier import Classifier
 from model.layers.grouped_conv import GroupedConv2D
 from model.layers.initializers import Initializers
 from model.layers.normalization import CHANNEL_MEANS, CHANNEL_STDS
-from model.resnet import ARCHITECTURES, build_model, forward_macs, regularized_variables
+from model.resnet import ARCHITECTURES, build_model, forward_macs, regularized_variables, use_native_convolutions
 from tests import _model_reference as ref
+from utils.devices import CPU, Platform
 from utils.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,7 +27,11 @@ EXPECTED_COUNTS = {  # docs/ORIGINAL.md#parameter-counts, 1001 classes
     "resnext101-32x4d": (44179753, 137856, 314),
     "se-resnext101-32x4d": (48957465, 137856, 446),
 }
-HAS_GPU = bool(tf.config.list_physical_devices("GPU"))
+
+
+def test_the_tf_free_name_list_is_the_architecture_table():
+    from model.arch_names import ARCH_NAMES
+    assert tuple(ARCHITECTURES) == ARCH_NAMES
 
 
 def _counts(model):
@@ -369,12 +373,24 @@ def test_native_grouped_conv_forward_runs_eagerly_on_cpu():
 
 # --- layouts ------------------------------------------------------------------------------------------------------
 
-@pytest.mark.skipif(HAS_GPU, reason="the refusal only applies without a GPU")
 def test_nchw_without_gpu_is_a_clear_user_error():
-    with pytest.raises(UserError, match="--data_format NCHW"):
-        build_model("resnet50", compute_format="NCHW")
+    with pytest.raises(UserError, match="--data_format NCHW needs a GPU"):
+        build_model("resnet50", compute_format="NCHW", platform=CPU)
     with pytest.raises(UserError):
         build_model("resnet50", compute_format="NHCW")
+
+
+@pytest.mark.parametrize("platform,conv,grouped", [(CPU, "cpu", "split"), (Platform(gpu=True), "native", "native")])
+def test_the_platform_picks_the_conv_formulations(platform, conv, grouped):
+    """Decided by the Platform passed in (utils/devices.py), not by what devices this process sees."""
+    model = build_model("resnext101-32x4d", num_classes=10, image_size=32, platform=platform)
+    block = model.get_layer("btlnck_block_0_0")
+    assert block.bottleneck_1.conv.implementation == conv
+    assert block.bottleneck_2.conv.implementation == grouped
+    assert model.get_layer("conv2d").conv.implementation == conv
+    use_native_convolutions(model, platform)
+    assert block.bottleneck_1.conv.implementation == "native"
+    assert block.bottleneck_2.conv.implementation == ("native" if platform.gpu else "per_group_conv")
 
 
 @pytest.mark.parametrize("arch,use_final_conv", [("resnet50", True)])
@@ -383,7 +399,7 @@ def test_nhwc_and_nchw_give_the_same_logits(arch, use_final_conv):
     nhwc = build_model(arch, num_classes=10, image_size=32, seed=9, use_final_conv=use_final_conv)
     # Same conv formulation in both (NCHW always runs tf.nn.conv2d): only the layout differs. Training-mode BN over
     # N*H*W = 2 values at 1x1 maps would amplify the rounding differences of the CPU matmul formulation.
-    export_frozen_graph.use_native_convolutions(nhwc)
+    use_native_convolutions(nhwc, CPU)
     nchw = build_model(arch, num_classes=10, image_size=32, compute_format="NCHW", allow_nchw_on_cpu=True,
                        use_final_conv=use_final_conv)
     assert nchw.get_layer("btlnck_block_1_0").bottleneck_2.conv.data_format == "channels_first"

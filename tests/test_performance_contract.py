@@ -100,13 +100,9 @@ def test_set_implementation_switches_every_layer_and_refuses_unknown_names():
         set_implementation(model, "cudnn")
 
 
-def _runner(tmp_path):
-    from runtime.config import RunConfig
-    from runtime.runner import Runner
-    from utils import distributed
-    config = RunConfig(arch="resnet50", mode="training_benchmark", batch_size=4, image_size=32,
-                       synthetic_data_size=32, num_classes=10, model_dir=str(tmp_path), results_dir=str(tmp_path))
-    return Runner(config, None, distributed.single_process())
+def _ours():
+    from bench import common
+    return common.OurModel("resnet50", batch_size=4, image_size=32, num_classes=10)
 
 
 def _all_op_types(concrete):
@@ -119,14 +115,14 @@ def _all_op_types(concrete):
 
 def test_train_step_traces_once_runs_fused_batch_norm_and_stays_in_the_graph(tmp_path):
     from bench import common
-    runner = _runner(tmp_path)
-    step = common.our_train_step(runner)
+    ours = _ours()
+    step = common.our_train_step(ours)
     outputs = []
     for seed in range(3):  # new data every step, same shapes
         images, labels = common.synthetic_batch(4, 32, num_classes=10, seed=seed)
         outputs.append(step(images, labels))
     assert step.experimental_get_tracing_count() == 1
-    assert int(runner.global_step.numpy()) == 3
+    assert int(ours.global_step.numpy()) == 3
     assert all(set(values) >= {"cross_entropy", "total_loss", "learning_rate"} for values in outputs)
     op_types = _all_op_types(step.get_concrete_function(images, labels))
     assert not PYTHON_OPS & set(op_types)

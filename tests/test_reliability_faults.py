@@ -10,7 +10,6 @@ import signal
 import stat
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -152,18 +151,20 @@ def test_non_finite_loss_in_fp32_stops_naming_the_step_and_keeps_the_checkpoint(
 
 
 def test_train_stats_counts_skipped_steps_and_stops_after_too_many_in_a_row():
-    from runtime.runner import TrainStats
-    stats = TrainStats()
+    from runtime.metrics import TrainStats
+    stats = TrainStats(dynamic_loss_scaling=True, max_skipped=3)
     pattern = [True, True, False, True, True, True]
     for step, skipped in enumerate(pattern[:-1], start=1):
-        stats.check({"skipped": np.bool_(skipped), "total_loss": np.float32("nan")}, step, "dynamic", 3)
+        stats.check({"skipped": np.bool_(skipped), "total_loss": np.float32("nan")}, step)
     assert stats.skipped_total == 4 and stats.skipped_in_a_row == 2
     with pytest.raises(UserError, match="3 training steps in a row had non-finite gradients .last at step 6"):
-        stats.check({"skipped": np.bool_(True), "total_loss": np.float32(1.0)}, 6, "dynamic", 3)
+        stats.check({"skipped": np.bool_(True), "total_loss": np.float32(1.0)}, 6)
     for loss in ("inf", "-inf", "nan"):
         with pytest.raises(UserError, match="the loss became .* at step 7"):
-            TrainStats().check({"skipped": np.bool_(False), "total_loss": np.float32(loss)}, 7, None, 3)
-    TrainStats().check({"skipped": np.bool_(False), "total_loss": np.float32(2.5)}, 8, "static", 3)
+            TrainStats(dynamic_loss_scaling=False, max_skipped=3).check(
+                {"skipped": np.bool_(False), "total_loss": np.float32(loss)}, 7)
+    TrainStats(dynamic_loss_scaling=False, max_skipped=3).check(
+        {"skipped": np.bool_(False), "total_loss": np.float32(2.5)}, 8)
 
 
 # ------------------------------------------------------------------------------------------ full disk

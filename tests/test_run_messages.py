@@ -1,5 +1,6 @@
 """What a run says about itself: how much of the validation set was evaluated, a labels file shorter than the
-classifier, benchmark figures that include the warm-up (runtime/runner.py). Unit tests, then one CLI run."""
+classifier, benchmark figures that include the warm-up (runtime/metrics.py, runtime/predict.py). Unit tests, then
+one CLI run."""
 
 import os
 import subprocess
@@ -8,7 +9,8 @@ import sys
 import pytest
 
 from runtime.config import RunConfig
-from runtime.runner import ThroughputMeter, evaluated_images_line, load_class_names
+from runtime.metrics import ThroughputMeter, evaluated_images_line
+from runtime.predict import load_class_names
 from tests._data_helpers import write_tfrecord_shards
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -60,11 +60,6 @@ def test_truncated_file_is_a_clear_one_line_error(tmp_path):
     _one_line_user_error(tmp_path / "train-missing", "cannot read TFRecord file")
 
 
-def test_imagenet_estimate_from_spec():
-    # 1024 shards, first 1251 records, last 1252 -> 1,281,025 (docs/ORIGINAL.md#step-counting)
-    assert 1251 * 1023 + 1252 == 1281025
-
-
 def test_count_steps_epoch_and_batch_units():
     assert runner_utils.count_steps("epoch", 1281025, 90, 2048) == (625 * 90, 90, 625 * 90)
     steps, epochs, decay = runner_utils.count_steps("batch", 1281025, 500, 2048)

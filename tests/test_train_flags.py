@@ -1,5 +1,6 @@
-"""Training flags that used to crash or diverge, run from the CLI: --xla with --mixup (the Beta sampler has no
-XLA kernel), and a small --num_classes at the default --weight_init fan_out (the classifier init)."""
+"""Training flags at their edges, run from the CLI: --xla with --mixup (the Beta sampler has no XLA kernel, so it
+runs outside the compiled step), and a small --num_classes at the default --weight_init fan_out (the classifier
+init keeps the first loss near ln K)."""
 
 import math
 import os

@@ -10,9 +10,8 @@ from __future__ import annotations
 import os
 
 from utils.errors import UserError
-
-from model.layers.normalization import CHANNEL_MEANS, CHANNEL_STDS
-from utils.image_processing import AREA_RANGE, ASPECT_RATIO_RANGE, MAX_ATTEMPTS, eval_resize_min
+from utils.image_processing import (AREA_RANGE, ASPECT_RATIO_RANGE, CHANNEL_MEANS, CHANNEL_STDS, MAX_ATTEMPTS,
+                                    eval_resize_min)
 
 INSTALL_HINT = ("DALI is not installed: run `INSTALL_DALI=1 bash scripts/install.sh` "
                 "(or `pip install -r requirements-dali.txt`, see the comment in that file)")
@@ -35,12 +34,6 @@ def make_dali_index(tfrecord_path, idx_path) -> int:
     from utils.tfrecord_framing import write_dali_index
 
     return write_dali_index(os.fspath(tfrecord_path), os.fspath(idx_path))
-
-
-def _has_gpu():
-    import tensorflow as tf
-
-    return bool(tf.config.list_physical_devices("GPU"))
 
 
 def _build_pipeline(filenames, idx_filenames, batch_size, height, width, training, num_threads, seed,
@@ -87,12 +80,14 @@ def _build_pipeline(filenames, idx_filenames, batch_size, height, width, trainin
 
 
 def get_dali_input_fn(filenames, idx_filenames, batch_size, height, width, training, num_threads=4,
-                      deterministic=False, seed=None, num_shards=1, shard_index=0, min_crop_area=AREA_RANGE[0]):
+                      deterministic=False, seed=None, num_shards=1, shard_index=0, min_crop_area=AREA_RANGE[0],
+                      use_gpu=False):
     """Batches of (normalised images float32 [B, H, W, 3], labels int32 [B] 0-based), forever.
 
     Sharded by worker for training only (the original also sharded evaluation, which only rank 0 runs).
     Deterministic seed: 7 * (1 + shard_index) as the original, plus 100003 * seed when a seed is given.
     min_crop_area: smallest area fraction of a training crop (`--min_crop_area`; default the original's 0.05).
+    use_gpu: decode with nvJPEG and resize/normalise on GPU 0 (the platform's choice, utils/devices.Platform).
     """
     require_dali()
     import tensorflow as tf
@@ -113,7 +108,6 @@ def get_dali_input_fn(filenames, idx_filenames, batch_size, height, width, train
     dali_seed = None
     if deterministic:
         dali_seed = (7 * (1 + shard_index) + 100003 * (seed or 0)) % (2 ** 31)
-    use_gpu = _has_gpu()
     pipeline = _build_pipeline(filenames, idx_filenames, batch_size, height, width, training, num_threads,
                                dali_seed, num_shards, shard_index, use_gpu, min_crop_area)
     device = "/gpu:0" if use_gpu else "/cpu:0"

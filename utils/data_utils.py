@@ -9,9 +9,8 @@ The expensive parallel map checks what can be checked without failing (missing `
 not an Example fail inside their own ops. Failed elements are dropped by `ignore_errors(log_warning=True)`
 (TF logs the reason). Right after it a sequential `scan` compares each surviving position with the expected
 one; a gap means records were dropped: it adds their number to a `tf.Variable` counter and prints
-`WARNING: skipped corrupt record <n> of <file>` to stderr. On valid records the cost is one scatter into the
-ring buffer and one integer comparison: no Python, no py_function. Read the counter with
-`skipped_record_count(dataset)`.
+`WARNING: skipped corrupt record(s) <n> of <file> ... - total skipped: <count>` to stderr. On valid records the
+cost is one scatter into the ring buffer and one integer comparison: no Python, no py_function.
 A shard whose framing is broken (truncated copy, wrong file) is not a "bad record": `check_tfrecord_files`
 scans the framing of every file before training and raises UserError naming the file.
 
@@ -117,7 +116,8 @@ def _preprocess_fn(filenames_t, height, width, training, num_classes, seed, min_
 
 
 def _corrupt_record_guard(filenames_t):
-    """(remember, check_gap, counter): the two cheap maps around `ignore_errors` (see the module docstring)."""
+    """(remember, check_gap): the two cheap maps around `ignore_errors` (see the module docstring); the warning
+    they print carries the running total of skipped records."""
     counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_records")
     # Row p % size: (p, file index, record index). A row not holding p means the element failed upstream of
     # `remember` (a read error of the TFRecord stream itself), so there is no file to name.
@@ -147,7 +147,7 @@ def _corrupt_record_guard(filenames_t):
         tf.cond(position > expected, lambda: report(expected, position), lambda: tf.constant(False))
         return position + 1, (image, label)
 
-    return remember, check_gap, counter
+    return remember, check_gap
 
 
 def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_threads=10, deterministic=False,
@@ -174,21 +174,13 @@ def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_t
         records = records.skip(first_position)
     records = records.enumerate(start=first_position)
 
-    remember, check_gap, counter = _corrupt_record_guard(filenames_t)
+    remember, check_gap = _corrupt_record_guard(filenames_t)
     dataset = records.map(remember)
     dataset = dataset.map(_preprocess_fn(filenames_t, height, width, training, num_classes, seed, min_crop_area),
                           num_parallel_calls=num_threads, deterministic=True)
     dataset = dataset.ignore_errors(log_warning=True)
     dataset = dataset.scan(tf.constant(first_position, tf.int64), check_gap)
-    dataset = dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-    dataset.skipped_records = counter
-    return dataset
-
-
-def skipped_record_count(dataset) -> int:
-    """Corrupt records dropped so far by a dataset from `get_tfrecords_input_fn` (0 for other datasets)."""
-    counter = getattr(dataset, "skipped_records", None)
-    return 0 if counter is None else int(counter.numpy())
+    return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
 # ---------------------------------------------------------------------------------------------- synthetic

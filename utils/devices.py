@@ -1,9 +1,76 @@
-"""GPU memory set-up that replaces the TF1 session options (docs/ORIGINAL.md#runtime-environment)."""
+"""Devices, decided once at start-up (docs/ORIGINAL.md#runtime-environment): which GPUs this process uses, and
+what that means for the model (`Platform`). Library code takes a `Platform`; it never queries devices itself."""
 
+import dataclasses
 import shutil
 import subprocess
 
-import tensorflow as tf
+from utils.errors import UserError
+
+NCHW_NEEDS_GPU = ("--data_format NCHW needs a GPU (TensorFlow's CPU convolution and pooling kernels are NHWC "
+                  "only); use --data_format NHWC")
+
+
+@dataclasses.dataclass(frozen=True)
+class Platform:
+    """What the process runs on. `gpu`: a GPU is visible to it (after `setup_devices`)."""
+    gpu: bool = False
+
+    @property
+    def conv_implementation(self):
+        """model/layers/conv.py: cuDNN's conv on GPU; on CPU the formulations that are faster there."""
+        return "native" if self.gpu else "cpu"
+
+    @property
+    def grouped_implementation(self):
+        """model/layers/grouped_conv.py: one grouped conv on GPU (cuDNN); per-group convs on CPU."""
+        return "native" if self.gpu else "split"
+
+    @property
+    def amp_policy(self):
+        """`--amp`: float16 compute on GPU, bfloat16 on CPU (no float16 kernels worth using there)."""
+        return "mixed_float16" if self.gpu else "mixed_bfloat16"
+
+    @property
+    def prefetch_device(self):
+        """Where input batches are staged ahead of the step: the GPU, or None (they stay on the host)."""
+        return "/device:GPU:0" if self.gpu else None
+
+    def check_compute_format(self, compute_format):
+        if compute_format == "NCHW" and not self.gpu:
+            raise UserError(NCHW_NEEDS_GPU)
+
+
+CPU = Platform(gpu=False)
+
+
+def setup_devices(*, cpu=False, gpu_id=0, engine=None, dali_memory_fraction=None):
+    """Makes this process's GPUs visible and returns its Platform: one GPU per process (--gpu_id alone; the local
+    rank's under multi-process engines), all visible GPUs under RN50_ENGINE=mirrored, none with --cpu.
+    `dali_memory_fraction` (DALI runs): each GPU gets that share of memory (DALI needs the rest); otherwise memory
+    grows on demand."""
+    import tensorflow as tf
+    gpus = tf.config.list_physical_devices("GPU")
+    if cpu or not gpus:
+        if gpus:
+            tf.config.set_visible_devices([], "GPU")
+        return CPU
+    if engine is not None and engine.name == "mirrored":
+        selected_gpus = gpus
+    elif engine is not None and engine.multi_process:
+        # The launchers that pin one GPU per worker leave it alone visible; mpirun leaves all: take local_rank's.
+        selected_gpus = [gpus[engine.local_rank % len(gpus)]]
+    else:
+        if gpu_id >= len(gpus):
+            raise UserError("--gpu_id {} but only {} GPU(s) visible".format(gpu_id, len(gpus)))
+        selected_gpus = [gpus[gpu_id]]
+    tf.config.set_visible_devices(selected_gpus, "GPU")
+    for selected in selected_gpus:
+        if dali_memory_fraction is not None:
+            limit_gpu_memory(selected, dali_memory_fraction)
+        else:
+            tf.config.experimental.set_memory_growth(selected, True)
+    return Platform(gpu=True)
 
 
 def gpu_total_memory_mb(index):
@@ -22,6 +89,7 @@ def gpu_total_memory_mb(index):
 def limit_gpu_memory(device, fraction):
     """`--gpu_memory_fraction` with DALI (DALI needs the rest): a logical device with that share of memory;
     memory growth when the total is unknown."""
+    import tensorflow as tf
     index = int(device.name.rsplit(":", 1)[-1])
     total = gpu_total_memory_mb(index)
     if total is None:

@@ -25,7 +25,6 @@ tf.distribute's auto-sharding is never applied on top (``distribute_dataset``).
 """
 
 import dataclasses
-import hashlib
 import json
 import os
 
@@ -110,29 +109,6 @@ class Distribution:
 
     def _sum_over_workers(self, value):
         return float(_strategy_sum(self.strategy, value))
-
-    def debug_dump_weights(self, trainable, others, step):
-        """Test hook: with RN50_DEBUG_WEIGHTS_DIR set, every worker writes weights-rank<R>.json with sha256 sums
-        of its trainable+optimizer variables (identical on all workers after a correct step) and of the other
-        variables (BN moving statistics: each worker's own batches, as in the original; rank 0's are saved)."""
-        directory = os.environ.get("RN50_DEBUG_WEIGHTS_DIR")
-        if not directory:
-            return None
-        os.makedirs(directory, exist_ok=True)
-        record = {"rank": self.rank, "size": self.size, "backend": self.backend, "step": int(step),
-                  "num_replicas": self.num_replicas, "trainable_sha256": _checksum(trainable),
-                  "other_sha256": _checksum(others)}
-        path = os.path.join(directory, "weights-rank{}.json".format(self.rank))
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(record, handle)
-        return path
-
-
-def _checksum(variables):
-    digest = hashlib.sha256()
-    for variable in variables:
-        digest.update(tf.convert_to_tensor(variable).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def _no_cross_replica_reduction(grads_and_vars):

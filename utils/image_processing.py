@@ -23,6 +23,11 @@ ASPECT_RATIO_RANGE = (0.75, 1.33)
 AREA_RANGE = (0.05, 1.0)
 MAX_ATTEMPTS = 100
 
+# ImageNet RGB statistics in the 0..255 pixel range, in R, G, B order: the model's input normalisation
+# (model/layers/normalization.py) and the DALI pipeline's (utils/dali_utils.py).
+CHANNEL_MEANS = (123.68, 116.28, 103.53)
+CHANNEL_STDS = (58.395, 57.120, 57.385)
+
 # The reference's evaluation resize: shorter side 256 for a 224 crop.
 EVAL_RESIZE_MIN_AT_224 = 256
 

@@ -96,11 +96,6 @@ class DLLogger:
         if self.enabled:
             print(*args, **kwargs, flush=True)
 
-    def flush(self):
-        if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-
     def close(self):
         if self._file is not None:
             self._file.close()
@@ -115,10 +110,6 @@ def _ends_with_torn_line(path):
             return False
         handle.seek(-1, os.SEEK_END)
         return handle.read(1) != b"\n"
-
-
-def null_logger():
-    return DLLogger(enabled=False)
 
 
 def read_log(path):
@@ -136,4 +127,7 @@ def read_log(path):
 
 
 def progress_enabled(no_progress_flag):
+    """Progress bars (drawn on stderr) only without --no_progress and when stdout is a terminal: an interactive run.
+    stdout, not stderr, because utils/quiet.py may put a pipe behind stderr, and a run whose output goes to a file
+    or a batch scheduler should not fill it with bar redraws (docs/OBSERVABILITY.md#progress-bars)."""
     return not no_progress_flag and sys.stdout.isatty()

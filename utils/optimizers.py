@@ -8,7 +8,6 @@ checkpointing of its slots and `LossScaleOptimizer` work unchanged.
 """
 
 import keras
-import tensorflow as tf
 
 
 class TF1Momentum(keras.optimizers.Optimizer):
@@ -37,22 +36,10 @@ class TF1Momentum(keras.optimizers.Optimizer):
         return config
 
 
-def build_optimizer(learning_rate, momentum, loss_scaling):
-    """`loss_scaling` is "dynamic" (Keras LossScaleOptimizer: 2**15, growth every 2000 steps, skips non-finite
-    steps), or None (no scaling, or static scaling done by the train step: scale the loss, unscale the gradients,
-    never skip — as the original's FixedLossScalerOptimizer)."""
+def build_optimizer(learning_rate, momentum, precision):
+    """TF1 momentum, wrapped in Keras' LossScaleOptimizer for dynamic loss scaling (utils/precision.py); static
+    scaling is the train step's (utils/precision.LossScaler)."""
     optimizer = TF1Momentum(learning_rate=learning_rate, momentum=momentum)
-    if loss_scaling == "dynamic":
+    if precision.dynamic:
         return keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
-
-
-def inner_optimizer(optimizer):
-    return getattr(optimizer, "inner_optimizer", optimizer)
-
-
-def current_loss_scale(optimizer, static_scale=None):
-    """The loss scale in force: the dynamic scale variable, the static value, or 1."""
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        return tf.convert_to_tensor(optimizer.dynamic_scale)
-    return tf.constant(float(static_scale or 1.0))

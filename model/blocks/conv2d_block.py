@@ -16,8 +16,8 @@ from model.layers.quantization import ActivationQuantizer
 
 class Conv2DBlock(keras.layers.Layer):
     def __init__(self, filters, kernel_size, strides=1, use_relu=True, cardinality=1, data_format="channels_last",
-                 kernel_initializer=None, grouped_implementation="auto", quantization=None, owns_quant_step=False,
-                 **kwargs):
+                 kernel_initializer=None, conv_implementation="cpu", grouped_implementation="split", quantization=None,
+                 owns_quant_step=False, **kwargs):
         """`quantization`: a model.layers.quantization.QuantizationState for QAT (None = float block);
         `owns_quant_step`: this block (the stem) holds and increments the QAT step counter."""
         super().__init__(**kwargs)
@@ -31,9 +31,8 @@ class Conv2DBlock(keras.layers.Layer):
                                       dtype=self.dtype_policy)
         else:
             self.conv = Conv2D(filters, kernel_size, strides, padding="same", use_bias=False,
-                                            data_format=data_format,
-                                            kernel_initializer=kernel_initializer or "glorot_uniform",
-                                            name="conv2d", dtype=self.dtype_policy)
+                               data_format=data_format, kernel_initializer=kernel_initializer or "glorot_uniform",
+                               implementation=conv_implementation, name="conv2d", dtype=self.dtype_policy)
         self.bn = BatchNorm(axis=channel_axis(data_format), name="BatchNorm", dtype=self.dtype_policy)
         self._quantization = quantization
         self.owns_quant_step = owns_quant_step

@@ -16,8 +16,8 @@ from model.layers.squeeze_excitation import SqueezeExcitation
 
 class BottleneckBlock(keras.layers.Layer):
     def __init__(self, in_channels, width, expansion, strides=1, cardinality=1, use_se=False, se_ratio=16,
-                 data_format="channels_last", initializers=None, grouped_implementation="auto", quantization=None,
-                 **kwargs):
+                 data_format="channels_last", initializers=None, conv_implementation="cpu",
+                 grouped_implementation="split", quantization=None, **kwargs):
         super().__init__(**kwargs)
         self._quantization = quantization  # QAT state (model/layers/quantization.py) or None
         self.in_channels = in_channels
@@ -26,20 +26,21 @@ class BottleneckBlock(keras.layers.Layer):
         init = initializers
         policy = self.dtype_policy
 
+        convs = {"conv_implementation": conv_implementation, "grouped_implementation": grouped_implementation}
+
         def conv_init():
             return init.conv() if init else None
 
         self.bottleneck_1 = Conv2DBlock(width, 1, 1, use_relu=True, data_format=data_format,
                                         kernel_initializer=conv_init(), name="bottleneck_1", dtype=policy,
-                                        quantization=quantization)
+                                        quantization=quantization, **convs)
         self.bottleneck_2 = Conv2DBlock(
             width, 3, strides, use_relu=True, cardinality=cardinality, data_format=data_format,
             kernel_initializer=(init.grouped_filter() if cardinality > 1 else init.conv()) if init else None,
-            grouped_implementation=grouped_implementation, name="bottleneck_2", dtype=policy,
-            quantization=quantization)
+            name="bottleneck_2", dtype=policy, quantization=quantization, **convs)
         self.bottleneck_3 = Conv2DBlock(self.out_channels, 1, 1, use_relu=False, data_format=data_format,
                                         kernel_initializer=conv_init(), name="bottleneck_3", dtype=policy,
-                                        quantization=quantization)
+                                        quantization=quantization, **convs)
         self.se = None
         if use_se:
             se_inits = (init.se_dense(), init.se_dense()) if init else None
@@ -53,7 +54,7 @@ class BottleneckBlock(keras.layers.Layer):
         if in_channels != self.out_channels:
             self.shortcut = Conv2DBlock(self.out_channels, 1, strides, use_relu=False, data_format=data_format,
                                         kernel_initializer=conv_init(), name="shortcut", dtype=policy,
-                                        quantization=quantization)
+                                        quantization=quantization, **convs)
         elif strides != 1:
             # Unreachable with the three architectures; a 1x1 average pool is plain subsampling.
             self.shortcut_pool = keras.layers.AveragePooling2D(1, strides, padding="same", data_format=data_format,
@@ -61,10 +62,6 @@ class BottleneckBlock(keras.layers.Layer):
         if quantization is not None:
             # contrib.quantize quantised the residual add's output after its ReLU.
             self.act_quant = ActivationQuantizer(quantization, name="act_quant")
-
-    @property
-    def has_projection(self):
-        return self.shortcut is not None
 
     def call(self, inputs, training=None):
         residual = self.bottleneck_1(inputs, training=training)

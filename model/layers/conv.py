@@ -5,12 +5,13 @@ Measured on the 2-vCPU machine (TF 2.21, batch 32, forward + both gradients; doc
   for 1x1 kernels at 7x7 spatial and below (e.g. 512->2048 at 7x7: 190 ms conv vs 72 ms matmul);
 - a kxk conv on a small feature map (<= 7x7) is faster as patches + matmul (c512 at 7x7: 272 ms vs 198 ms;
   at 1x1: 280 ms vs 17 ms); on larger maps the native conv wins, so it is kept there.
-On GPU and in NCHW the native `tf.nn.conv2d` (cuDNN) is used unchanged.
+On GPU (`implementation="native"`, utils/devices.Platform) and in NCHW the native `tf.nn.conv2d` (cuDNN) is used
+unchanged.
 
 Forward-only calls (`training` false: evaluation, predict, SavedModel export) use the native conv as well: the
-formulations pay off in the backward pass, oneDNN's forward conv was faster at batch 32 (the frozen-graph row of
-docs/BENCHMARKS.md, inference; the eval step itself is not re-measured yet), and exported graphs then hold plain
-Conv2D ops that deployment converters (tf2onnx, TensorRT) handle.
+formulations pay off in the backward pass, while oneDNN's forward conv is faster (the eval step at batch 32:
+12.8 img/s with native convs against 10.0 with these formulations, docs/BENCHMARKS.md, inference), and exported
+graphs then hold plain Conv2D ops that deployment converters (tf2onnx, TensorRT) handle.
 `native_at_inference = False` on a layer keeps the training formulation there too (for benchmarks).
 """
 
@@ -19,16 +20,14 @@ import tensorflow as tf
 
 # Spatial positions (H*W of the output) up to which a kxk conv runs as patches + matmul on CPU.
 PATCHES_MAX_POSITIONS = 49
-IMPLEMENTATIONS = ("auto", "native", "cpu")
+IMPLEMENTATIONS = ("native", "cpu")
 
 
 def resolve_implementation(implementation, data_format):
+    """"cpu" (the formulations above) applies to NHWC only: NCHW convs are always native."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
-    if implementation == "auto":
-        on_gpu = bool(tf.config.list_logical_devices("GPU"))
-        return "native" if on_gpu or data_format == "channels_first" else "cpu"
-    return implementation
+    return "native" if data_format == "channels_first" else implementation
 
 
 def _pointwise(inputs, kernel, strides):
@@ -64,7 +63,7 @@ def conv2d_nhwc(inputs, kernel, strides, implementation="cpu"):
 class Conv2D(keras.layers.Conv2D):
     """keras.layers.Conv2D (SAME padding, square strides) with the CPU formulations above; same variables."""
 
-    def __init__(self, *args, implementation="auto", **kwargs):
+    def __init__(self, *args, implementation="cpu", **kwargs):
         super().__init__(*args, **kwargs)
         self.implementation = resolve_implementation(implementation, self.data_format)
         self.native_at_inference = True

@@ -9,12 +9,12 @@ Formulations (all share the same variable, so checkpoints are unaffected):
   calls (`training` false: evaluation, predict, SavedModel export) use plain `tf.nn.conv2d` per group, so an
   exported SavedModel holds only Conv2D/Split/ConcatV2 ops.
 - "per_group_conv": per-group plain `tf.nn.conv2d` always; what exported graphs use on CPU
-  (export_frozen_graph.use_native_convolutions).
+  (model/resnet.use_native_convolutions).
 - "native": one `tf.nn.conv2d` (TF infers the groups from the depth ratio, exactly as the original); cuDNN runs it
   forward and backward on GPU. On CPU its forward alone runs in TF, but Grappler's remapper then fuses it with the
   following BN/ReLU into a `_FusedConv2D`, which has no grouped CPU kernel ("Fused conv implementation does not
   support grouped convolutions"), so frozen graphs built on CPU keep "per_group_conv".
-"auto" picks "native" when a GPU is visible, else "split".
+The model builder takes the platform's choice (utils/devices.Platform): "native" with a GPU, else "split".
 """
 import keras
 import tensorflow as tf
@@ -23,14 +23,12 @@ from keras import ops
 from model.layers.conv import conv2d_nhwc
 from model.layers.layout import channel_axis, spatial_axes
 
-IMPLEMENTATIONS = ("auto", "native", "split", "per_group_conv")
+IMPLEMENTATIONS = ("native", "split", "per_group_conv")
 
 
 def resolve_implementation(implementation):
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
-    if implementation == "auto":
-        return "native" if tf.config.list_logical_devices("GPU") else "split"
     return implementation
 
 
@@ -53,7 +51,7 @@ def grouped_conv2d(inputs, kernel, strides, groups, data_format, implementation,
 
 class GroupedConv2D(keras.layers.Layer):
     def __init__(self, filters, kernel_size=3, strides=1, groups=32, data_format="channels_last",
-                 kernel_initializer="glorot_uniform", implementation="auto", **kwargs):
+                 kernel_initializer="glorot_uniform", implementation="split", **kwargs):
         super().__init__(**kwargs)
         if filters % groups:
             raise ValueError(f"filters ({filters}) must be divisible by groups ({groups})")

@@ -1,14 +1,12 @@
 """Input normalisation of raw 0..255 RGB pixels (docs/ORIGINAL.md#input-normalisation-and-labels).
 
-The constants are shared with the DALI pipeline, which normalises on its own and builds the model with
-`input_normalized=True`.
+The constants (utils/image_processing.py) are shared with the DALI pipeline, which normalises on its own and
+builds the model with `input_normalized=True`.
 """
 import keras
 from keras import ops
 
-# ImageNet RGB statistics in the 0..255 pixel range, in R, G, B order.
-CHANNEL_MEANS = (123.68, 116.28, 103.53)
-CHANNEL_STDS = (58.395, 57.120, 57.385)
+from utils.image_processing import CHANNEL_MEANS, CHANNEL_STDS  # noqa: F401 - re-exported for the model's users
 
 
 class InputNormalization(keras.layers.Layer):

@@ -42,6 +42,15 @@ class QuantizationConfig:
     # Quantise in training=False calls too (QAT eval graph). False = the float eval graph main.py uses.
     quantized_inference: bool = False
 
+    @classmethod
+    def from_flags(cls, quantize, symmetric=False, use_qdq=False, quant_delay=0, quantized_inference=False):
+        """The settings of the --quantize / --symmetric / --use_qdq / --quant_delay flags; None without
+        --quantize (the float model)."""
+        if not quantize:
+            return None
+        return cls(symmetric=symmetric, use_qdq=use_qdq, quant_delay=quant_delay,
+                   quantized_inference=quantized_inference)
+
 
 def is_quantization_variable(variable):
     """QAT range/step variables: the only variables QAT adds; every one has 'quant' in its path."""

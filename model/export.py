@@ -1,0 +1,225 @@
+"""Every export of a model: SavedModel (docs/ORIGINAL.md#savedmodel-export), frozen GraphDef
+(docs/ORIGINAL.md#frozen-graph) and ONNX (tf2onnx). main.py, inference.py, export_frozen_graph.py, export_onnx.py
+and bench/ call these functions; none of them needs a Runner.
+
+SavedModel: signatures `serving_default` and `predict`, input `input` (float32 [B, S, S, 3] raw pixels), outputs
+`classes` (int32) and `probabilities` (float32), as the original's receiver.
+Frozen GraphDef: placeholder `input` -> node `<arch>/output/softmax` (float32 probabilities), no variables.
+ONNX: a SavedModel's `serving_default` frozen first (input `input`, outputs `classes` and `probabilities`), or a
+frozen GraphDef (input `input`, output `probabilities`). QAT graphs keep their quantisation as
+QuantizeLinear/DequantizeLinear pairs (what TensorRT's explicit INT8 mode consumes); tf2onnx cannot convert FakeQuant
+ops with a narrow range (symmetric FakeQuant weights), so those graphs are exported with QDQ ops.
+"""
+
+import os
+import shutil
+import time
+
+from utils.errors import UserError
+
+DEFAULT_OPSET = 17
+
+
+# ------------------------------------------------------------------ SavedModel
+
+def save_saved_model(model, image_size, export_dir):
+    """Writes `model` as a SavedModel in a new timestamped subdirectory of `export_dir` and returns its path.
+    It is written under a temporary name first, so an interrupted export never leaves a half SavedModel under the
+    final name."""
+    import tensorflow as tf
+    module = tf.Module()
+    module.model = model
+
+    @tf.function(input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name="input")])
+    def serve(input):  # noqa: A002 - the signature's input key is "input", as the original's receiver
+        logits = tf.cast(model(input, training=False), tf.float32)
+        return {"classes": tf.argmax(logits, axis=1, output_type=tf.int32),
+                "probabilities": tf.nn.softmax(logits)}
+
+    module.serve = serve
+    os.makedirs(export_dir, exist_ok=True)
+    stamp = str(int(time.time()))
+    final = os.path.join(export_dir, stamp)
+    while os.path.exists(final):
+        stamp = str(int(stamp) + 1)
+        final = os.path.join(export_dir, stamp)
+    temporary = os.path.join(export_dir, ".tmp-" + stamp)
+    shutil.rmtree(temporary, ignore_errors=True)
+    try:
+        tf.saved_model.save(module, temporary, signatures={"serving_default": serve, "predict": serve})
+        os.replace(temporary, final)
+    except (OSError, tf.errors.OpError) as error:
+        shutil.rmtree(temporary, ignore_errors=True)
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UserError("cannot write the SavedModel under {}: {}".format(export_dir, first[:300])) from None
+    return final
+
+
+def load_serving_signature(saved_model_dir):
+    """(loaded object, its `serving_default` concrete function) of a SavedModel; UserError if absent or unreadable."""
+    import tensorflow as tf
+    if not os.path.isdir(saved_model_dir) or not tf.saved_model.contains_saved_model(saved_model_dir):
+        raise UserError(f"{saved_model_dir} is not a SavedModel directory (expected saved_model.pb inside; "
+                        "pass the timestamped subdirectory of --export_dir)")
+    loaded = tf.saved_model.load(saved_model_dir)
+    signature = loaded.signatures.get("serving_default")
+    if signature is None:
+        raise UserError(f"SavedModel {saved_model_dir} has no serving_default signature "
+                        f"(signatures: {', '.join(loaded.signatures) or 'none'})")
+    return loaded, signature
+
+
+# ------------------------------------------------------------------ frozen GraphDef
+
+def output_node_name(arch):
+    return f"{arch}/output/softmax"
+
+
+def probabilities_function(model, arch, image_size, input_format="NHWC", batch_size=None):
+    """tf.function: images in `input_format` -> softmax probabilities (inference call), its output op named
+    `<arch>/output/softmax`."""
+    import tensorflow as tf
+    shape = [batch_size, 3, image_size, image_size] if input_format == "NCHW" else \
+        [batch_size, image_size, image_size, 3]
+
+    @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32, name="input")])
+    def probabilities(images):
+        if input_format == "NCHW":
+            images = tf.transpose(images, [0, 2, 3, 1])
+        logits = tf.cast(model(images, training=False), tf.float32)
+        return tf.nn.softmax(logits)
+
+    return probabilities
+
+
+def freeze(concrete_function, output_name=None):
+    """GraphDef with every variable turned into a constant; the single output node renamed to `output_name`."""
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+    frozen = convert_variables_to_constants_v2(concrete_function)
+    graph_def = frozen.graph.as_graph_def()
+    if output_name:
+        outputs = [tensor.name.split(":")[0] for tensor in frozen.outputs]
+        if len(outputs) != 1:
+            raise ValueError(f"expected one output, got {outputs}")
+        consumers = [node for node in graph_def.node if any(i.split(":")[0].lstrip("^") == outputs[0]
+                                                               for i in node.input)]
+        if consumers:
+            raise ValueError(f"output node {outputs[0]} has consumers")
+        for node in graph_def.node:
+            if node.name == outputs[0]:
+                node.name = output_name
+    if any(node.op in ("VarHandleOp", "VariableV2", "ReadVariableOp") for node in graph_def.node):
+        raise AssertionError("frozen graph still has variables")
+    return graph_def
+
+
+def frozen_graph(model, arch, image_size, input_format="NHWC", batch_size=None):
+    """The frozen GraphDef of `model`'s probabilities (placeholder `input` -> `<arch>/output/softmax`)."""
+    function = probabilities_function(model, arch, image_size, input_format, batch_size)
+    return freeze(function.get_concrete_function(), output_node_name(arch))
+
+
+def write_graph_def(graph_def, path, as_text):
+    import tensorflow as tf
+    directory, name = os.path.split(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tf.io.write_graph(graph_def, directory, name, as_text=as_text)
+
+
+def load_graph_def(path):
+    """A GraphDef from a binary or text file; UserError if it is neither."""
+    import tensorflow as tf
+    graph_def = tf.compat.v1.GraphDef()
+    with open(path, "rb") as handle:
+        data = handle.read()
+    try:
+        graph_def.ParseFromString(data)
+    except Exception:  # noqa: BLE001 - protobuf raises DecodeError; fall back to the text format
+        from google.protobuf import text_format
+        try:
+            text_format.Parse(data.decode("utf-8"), graph_def)
+        except Exception as error:  # noqa: BLE001
+            raise UserError(f"{path} is not a GraphDef (binary or text): {str(error)[:200]}") from None
+    return graph_def
+
+
+def graph_def_io(graph_def):
+    """(input names, output names) of a frozen graph: placeholders, and nodes no other node consumes."""
+    consumed = {name.split(":")[0].lstrip("^") for node in graph_def.node for name in node.input}
+    inputs = [node.name for node in graph_def.node if node.op == "Placeholder"]
+    outputs = [node.name for node in graph_def.node if node.name not in consumed and node.op not in ("Const", "NoOp")
+               and node.op != "Placeholder"]
+    return inputs, outputs
+
+
+# ------------------------------------------------------------------ ONNX
+
+def saved_model_to_onnx(saved_model_dir, output_path, opset=DEFAULT_OPSET):
+    import tf2onnx
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+    _, signature = load_serving_signature(saved_model_dir)
+    frozen = convert_variables_to_constants_v2(signature)
+    input_names = [tensor.name for tensor in frozen.inputs]
+    output_names = [tensor.name for tensor in frozen.outputs]
+    # Name the ONNX outputs after the signature keys (classes, probabilities).
+    keys = sorted(signature.structured_outputs)  # the flattening order of a dict of outputs
+    by_tensor = {tensor.name: key for key, tensor in zip(keys, frozen.outputs)}
+    model_proto, _ = tf2onnx.convert.from_graph_def(
+        frozen.graph.as_graph_def(), input_names=input_names, output_names=output_names, opset=opset)
+    _rename_io(model_proto, input_names, ["input"], output_names,
+               [by_tensor.get(name, name.split(":")[0]) for name in output_names])
+    _save_onnx(model_proto, output_path)
+    return model_proto
+
+
+def frozen_graph_to_onnx(graph_def_path, output_path, opset=DEFAULT_OPSET):
+    import tf2onnx
+    graph_def = load_graph_def(graph_def_path)
+    inputs, outputs = graph_def_io(graph_def)
+    if len(inputs) != 1 or len(outputs) != 1:
+        raise UserError(f"{graph_def_path}: expected one placeholder and one output, got {inputs} -> {outputs}")
+    input_names, output_names = [inputs[0] + ":0"], [outputs[0] + ":0"]
+    try:
+        model_proto, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=input_names,
+                                                        output_names=output_names, opset=opset)
+    except Exception as error:  # noqa: BLE001 - tf2onnx raises plain exceptions for unsupported ops
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if "narrow_range" in message:
+            message += " (symmetric FakeQuant weights: export the frozen graph with --use_qdq)"
+        raise UserError(f"tf2onnx cannot convert {graph_def_path}: {message[:300]}") from None
+    _rename_io(model_proto, input_names, ["input"], output_names, ["probabilities"])
+    _save_onnx(model_proto, output_path)
+    return model_proto
+
+
+def to_onnx(input_path, output_path, opset=DEFAULT_OPSET):
+    """A SavedModel directory or a frozen GraphDef file -> ONNX model written to `output_path`; returns it."""
+    if not os.path.exists(input_path):
+        raise UserError(f"--input {input_path} does not exist")
+    if os.path.isdir(input_path):
+        return saved_model_to_onnx(input_path, output_path, opset)
+    return frozen_graph_to_onnx(input_path, output_path, opset)
+
+
+def _rename_io(model_proto, old_inputs, new_inputs, old_outputs, new_outputs):
+    renames = dict(zip(old_inputs, new_inputs))
+    renames.update(zip(old_outputs, new_outputs))
+    graph = model_proto.graph
+    for value in list(graph.input) + list(graph.output):
+        if value.name in renames:
+            value.name = renames[value.name]
+    for node in graph.node:
+        for index, name in enumerate(node.input):
+            if name in renames:
+                node.input[index] = renames[name]
+        for index, name in enumerate(node.output):
+            if name in renames:
+                node.output[index] = renames[name]
+
+
+def _save_onnx(model_proto, output_path):
+    import onnx
+    if output_path:
+        directory = os.path.dirname(os.path.abspath(output_path))
+        os.makedirs(directory, exist_ok=True)
+        onnx.save(model_proto, output_path)

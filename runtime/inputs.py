@@ -1,0 +1,80 @@
+"""The input of each mode from the run configuration: TFRecord, DALI or synthetic data (docs/ORIGINAL.md#input-
+pipeline), and the step counts that follow from the dataset's size (docs/ORIGINAL.md#step-counting)."""
+
+import dataclasses
+
+from runtime import runner_utils
+from utils import data_utils
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingLength:
+    num_steps: int
+    num_epochs: int
+    num_decay_steps: int
+    steps_per_epoch: float
+
+
+def training_length(config, global_batch_size, log=print):
+    """Step counts of training: --num_iter steps on synthetic data, else from the train split's record count."""
+    if config.data_dir is None:
+        return TrainingLength(config.num_iter, 1, config.num_iter, float(config.num_iter))
+    filenames = runner_utils.list_filenames_in_dataset(config.data_dir, "train")
+    num_samples = runner_utils.count_samples(filenames, "Training", log)
+    num_steps, num_epochs, num_decay_steps = runner_utils.count_steps(
+        config.iter_unit, num_samples, config.num_iter, global_batch_size)
+    return TrainingLength(num_steps, num_epochs, num_decay_steps, num_steps / num_epochs)
+
+
+def _dali(config, filenames, batch_size, log, **options):
+    from utils import dali_utils
+    dali_utils.require_dali()
+    log("Using DALI input... ")
+    return dali_utils.get_dali_input_fn(
+        filenames, runner_utils.list_index_files(config.data_idx_dir, filenames), batch_size,
+        config.input_size, config.input_size, **options)
+
+
+def train_dataset(config, platform, rank, num_shards, start_step=0, log=print):
+    """This worker's training batches of --batch_size: synthetic without --data_dir (the benchmark), else its shard
+    of the train split. `start_step` > 0 resumes a seeded stream where it stopped (docs/RELIABILITY.md)."""
+    size = config.input_size
+    seed = None if config.seed is None else config.seed * 2 + rank
+    if config.data_dir is None:
+        log("Using Synthetic Data ...")
+        return data_utils.get_synth_input_fn(config.batch_size, size, size, config.num_classes, seed=seed)
+    filenames = runner_utils.list_filenames_in_dataset(config.data_dir, "train")
+    data_utils.check_tfrecord_files(filenames)
+    if config.uses_dali:
+        return _dali(config, filenames, config.batch_size, log, training=True, deterministic=config.seed is not None,
+                     seed=seed, num_shards=num_shards, shard_index=rank, min_crop_area=config.min_crop_area,
+                     use_gpu=platform.gpu)
+    return data_utils.get_tfrecords_input_fn(
+        filenames, config.batch_size, size, size, training=True, deterministic=config.seed is not None,
+        seed=seed, num_shards=num_shards, shard_index=rank, num_classes=config.num_classes, start_step=start_step,
+        min_crop_area=config.min_crop_area)
+
+
+def eval_dataset(config, platform, batch_size, log=print):
+    """Evaluation batches: synthetic without --data_dir (the benchmark), else the validation split in order."""
+    size = config.input_size
+    if config.data_dir is None:
+        log("Using Synthetic Data ...")
+        return data_utils.get_synth_input_fn(batch_size, size, size, config.num_classes, seed=config.seed)
+    filenames = runner_utils.list_filenames_in_dataset(config.data_dir, "validation")
+    data_utils.check_tfrecord_files(filenames)
+    if config.uses_dali:
+        return _dali(config, filenames, batch_size, log, training=False, use_gpu=platform.gpu)
+    return data_utils.get_tfrecords_input_fn(filenames, batch_size, size, size, training=False,
+                                             num_classes=config.num_classes)
+
+
+def prefetch_to_accelerator(dataset, platform, uses_dali):
+    """GPU, one replica in this process, tf.data input: keep the next 2 batches already on the GPU (the
+    original's host + device StagingAreas, docs/ORIGINAL.md#input-pipeline), so the step never waits for a
+    host-to-device copy. No-op on CPU, for DALI (its batches are produced on the GPU) and for distributed datasets
+    (MirroredStrategy prefetches to each replica's device itself)."""
+    import tensorflow as tf
+    if uses_dali or platform.prefetch_device is None or not isinstance(dataset, tf.data.Dataset):
+        return dataset
+    return dataset.apply(tf.data.experimental.prefetch_to_device(platform.prefetch_device, buffer_size=2))

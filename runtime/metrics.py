@@ -1,0 +1,103 @@
+"""What a run measures and checks as it goes (docs/ORIGINAL.md#logging): throughput and latency, the non-finite
+loss checks of training, and how much of the validation set an evaluation covered."""
+
+import math
+
+import numpy as np
+
+from utils.errors import UserError
+
+LATENCY_QUANTILES = (0.9, 0.95, 0.99)
+
+
+def latency_percentiles(seconds, prefix=""):
+    """{prefix}latency_avg / _p90 / _p95 / _p99 in milliseconds of the step times `seconds` ({} when empty)."""
+    times = np.asarray(seconds, dtype=np.float64) * 1000.0
+    if times.size == 0:
+        return {}
+    results = {prefix + "latency_avg": float(np.mean(times))}
+    for quantile in LATENCY_QUANTILES:
+        results["{}latency_p{}".format(prefix, int(round(quantile * 100)))] = float(np.quantile(times, quantile))
+    return results
+
+
+class ThroughputMeter:
+    """Per-step images/s after `warmup` steps (the original's statistic: the mean of per-step rates) and total
+    images / total time (a statistic stalls cannot hide). When no step passed the warmup, all steps count."""
+
+    def __init__(self, batch_size, warmup):
+        self.batch_size = batch_size
+        self.warmup = warmup
+        self.times = []
+
+    def add(self, seconds):
+        self.times.append(max(seconds, 1e-9))
+
+    @property
+    def last_ips(self):
+        return self.batch_size / self.times[-1]
+
+    def _measured(self):
+        return self.times[self.warmup:] if len(self.times) > self.warmup else self.times
+
+    def warmup_warning(self):
+        """The warning for figures that include the warm-up (no step ran after it), else None."""
+        if not 0 < len(self.times) <= self.warmup:
+            return None
+        return ("WARNING: {} step(s) ran, not more than --warmup_steps {}: the throughput and latency figures "
+                "count all of them, warm-up included (run more than {} steps for a steady-state figure)".format(
+                    len(self.times), self.warmup, self.warmup))
+
+    def summary(self, prefix):
+        times = self._measured()
+        if not times:
+            return {prefix + "_throughput": 0.0, prefix + "_throughput_total": 0.0}
+        return {
+            prefix + "_throughput": float(np.mean([self.batch_size / t for t in times])),
+            prefix + "_throughput_total": float(self.batch_size * len(times) / np.sum(times)),
+        }
+
+    def latencies(self):
+        return latency_percentiles(self._measured(), "eval_")
+
+
+class TrainStats:
+    """Non-finite checks: in fp32 a non-finite loss stops the run; with dynamic loss scaling skipped steps are
+    counted and `max_skipped` in a row stop it."""
+
+    def __init__(self, dynamic_loss_scaling, max_skipped):
+        self.dynamic_loss_scaling = dynamic_loss_scaling
+        self.max_skipped = max_skipped
+        self.skipped_total = 0
+        self.skipped_in_a_row = 0
+
+    def check(self, values, step):
+        if self.dynamic_loss_scaling:
+            if bool(values["skipped"]):
+                self.skipped_total += 1
+                self.skipped_in_a_row += 1
+                if self.skipped_in_a_row >= self.max_skipped:
+                    raise UserError("{} training steps in a row had non-finite gradients (last at step {}); "
+                                    "stopping. The last checkpoint is kept.".format(self.skipped_in_a_row, step))
+            else:
+                self.skipped_in_a_row = 0
+        elif not math.isfinite(float(values["total_loss"])):
+            raise UserError("the loss became {} at step {}; stopping. The last good checkpoint is kept "
+                            "(lower --lr_init or check the data).".format(float(values["total_loss"]), step))
+
+
+def evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size):
+    """How much of the validation set an evaluation covered. Batches are whole (drop_remainder, as the original),
+    so up to batch_size - 1 images of every pass are left out."""
+    if iter_unit != "epoch":
+        return "Evaluated {:,} images ({:,} batches of {}) of the {:,} in the validation set".format(
+            seen, seen // batch_size, batch_size, num_samples)
+    total = num_samples * num_epochs
+    line = "Evaluated {:,} of {:,} images".format(seen, total)
+    dropped = total - seen
+    if dropped > 0 and num_epochs == 1:
+        line += " (the last partial batch of {:,} is dropped, as the original)".format(dropped)
+    elif dropped > 0:
+        line += " ({:,} epochs of {:,} in whole batches of {}: {:,} left out, as the original)".format(
+            num_epochs, num_samples, batch_size, dropped)
+    return line

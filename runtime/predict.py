@@ -1,0 +1,85 @@
+"""`--mode predict` (docs/ORIGINAL.md#modes): top-5 classes of image files, in batches, with class names from a
+labels file when there is one. A file that cannot be used is reported and skipped; the others are still predicted."""
+
+import os
+import sys
+
+import numpy as np
+
+from utils import data_utils
+from utils.errors import UserError
+
+
+class PredictCounts:
+    """What a prediction run did: files predicted, and files skipped because they could not be used."""
+
+    def __init__(self):
+        self.predicted = 0
+        self.failed = 0
+
+
+def predict_files(predict_step, files, image_size, batch_size, class_names=None):
+    """Prints `<file>: <class> <probability>, ...` (top 5) for every file, `SKIPPED <file>: <reason>` on stderr for
+    one that cannot be used, then `predicted N, failed M`; returns PredictCounts. `predict_step`: float32 images
+    [B, S, S, 3] -> probabilities (runtime/train_step.make_predict_step)."""
+    counts = PredictCounts()
+
+    def skip(path, reason):
+        counts.failed += 1
+        print("SKIPPED {}: {}".format(path, reason), file=sys.stderr, flush=True)
+
+    for images, names in data_utils.iter_inference_batches(files, image_size, image_size, batch_size, skip):
+        probabilities = predict_step(images).numpy()
+        for probs, name in zip(probabilities, names):
+            top = np.argsort(-probs, kind="stable")[:5]
+            print(format_prediction(name, probs, top, class_names), flush=True)
+        counts.predicted += len(names)
+    print("Ending Inference ...", flush=True)
+    print("predicted {}, failed {}".format(counts.predicted, counts.failed), flush=True)
+    return counts
+
+
+def check_image(path, image_size):
+    """UserError when the single file to predict on cannot be decoded (before the checkpoint is read)."""
+    data_utils.load_inference_image(path, image_size, image_size)
+
+
+def format_prediction(filename, probabilities, top, class_names):
+    parts = []
+    for index in top:
+        name = ""
+        if class_names is not None and index < len(class_names):
+            name = " ({})".format(class_names[index])
+        parts.append("{}{} {:.4f}".format(index, name, probabilities[index]))
+    return "{}: {}".format(filename, ", ".join(parts))
+
+
+def load_class_names(labels_file, config, warn=None):
+    """Class names from --labels_file, else labels.txt in model_dir (written there by training) or data_dir; None
+    when there is none (classes are shown by number)."""
+    candidates = [labels_file] if labels_file else [
+        os.path.join(config.model_dir, "labels.txt"),
+        os.path.join(config.data_dir, "labels.txt") if config.data_dir else None]
+    for path in candidates:
+        if path and os.path.isfile(path):
+            with open(path, encoding="utf-8") as handle:
+                names = [line.strip() for line in handle if line.strip()]
+            _check_class_names(path, names, config.num_classes, warn)
+            return names
+    if labels_file:
+        raise UserError("--labels_file {} does not exist".format(labels_file))
+    return None
+
+
+def _check_class_names(path, names, num_classes, warn=None):
+    """One warning when the labels file names fewer classes than the model has outputs. 1000 names for 1001
+    outputs is the ImageNet layout (labels 1..1000 -> outputs 0..999; output 1000 is never a label) and passes."""
+    if len(names) >= num_classes or (num_classes == 1001 and len(names) == 1000):
+        return
+    (warn or _print_stderr)("WARNING: labels file {} names {} classes but the model has {} outputs; outputs {}..{} "
+                            "are shown by number only".format(path, len(names), num_classes, len(names),
+                                                             num_classes - 1))
+
+
+def _print_stderr(message):
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,62 @@
+"""What a run decides once, before any model exists: devices (utils/devices.Platform), precision
+(utils/precision.Precision), XLA clustering, seeds; and the model those decisions give. main.py, inference.py and
+bench/ call these; library code below takes the results as arguments."""
+
+import keras
+
+from utils.devices import Platform, setup_devices
+from utils.precision import Precision
+
+
+def set_up(config, engine=None):
+    """(Platform, Precision) of this process: its GPUs made visible (or none with --cpu), the --data_format checked
+    against them, --amp resolved for them."""
+    platform = setup_devices(cpu=config.cpu, gpu_id=config.gpu_id, engine=engine,
+                             dali_memory_fraction=config.gpu_memory_fraction if config.uses_dali else None)
+    platform.check_compute_format(config.data_format)
+    return platform, Precision.resolve(config.amp, config.static_loss_scale, platform)
+
+
+def configure_xla(config, distribution):
+    """--xla: the train step's core is compiled with jit_compile where the engine allows collectives outside it
+    (`distribution.jit_in_step`); otherwise (Horovod) TF's auto-clustering is turned on, process-wide, so XLA
+    clusters around the all-reduce. Returns whether the step itself is jit-compiled."""
+    if not config.xla:
+        return False
+    if distribution.jit_in_step:
+        return True
+    import tensorflow as tf
+    tf.config.optimizer.set_jit("autoclustering")
+    return False
+
+
+def set_seeds(seed, rank):
+    """Per-rank seeding (docs/ORIGINAL.md#seeds): seed * 2 + rank for Python, NumPy and TF."""
+    if seed is None:
+        return
+    keras.utils.set_random_seed(seed * 2 + rank)
+
+
+def quantization_config(config):
+    """QAT settings for resnet.build_model (None without --quantize); training calls quantise, evaluation,
+    predict and export run the float path (docs/ORIGINAL.md#quantisation-aware-training)."""
+    from model.layers.quantization import QuantizationConfig
+    return QuantizationConfig.from_flags(config.quantize, config.symmetric, config.use_qdq, config.quant_delay)
+
+
+def build_model(config, platform=Platform(), precision=Precision()):
+    """The model of the run configuration (call it inside the distribution strategy's scope)."""
+    from model import resnet
+    return resnet.build_model(
+        config.arch,
+        num_classes=config.num_classes,
+        compute_format=config.data_format,
+        dtype_policy=precision.policy,
+        weight_init=config.weight_init,
+        use_final_conv=config.use_final_conv,
+        input_normalized=config.uses_dali,
+        image_size=config.input_size,
+        seed=config.seed,
+        platform=platform,
+        quantization=quantization_config(config),
+    )

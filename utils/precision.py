@@ -1,0 +1,73 @@
+"""Mixed precision, decided once at start-up (docs/ORIGINAL.md#mixed-precision-and-loss-scaling).
+
+`Precision.resolve` turns `--amp` / `--static_loss_scale` and the platform into one frozen value: the Keras dtype
+policy of the model, and the kind of loss scaling. `LossScaler` is what the train step does with it.
+"""
+
+import dataclasses
+from typing import Optional
+
+LOSS_SCALING_KINDS = (None, "static", "dynamic")
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+    """`policy`: the model's Keras dtype policy (None = float32). `loss_scaling`: None, "static" (multiply the loss
+    by `static_scale`, divide the gradients by it, never skip a step; the original's FixedLossScalerOptimizer) or
+    "dynamic" (Keras LossScaleOptimizer: 2**15, grows every 2000 good steps, skips non-finite steps)."""
+    policy: Optional[str] = None
+    loss_scaling: Optional[str] = None
+    static_scale: float = 1.0
+
+    def __post_init__(self):
+        if self.loss_scaling not in LOSS_SCALING_KINDS:
+            raise ValueError(f"loss_scaling must be one of {LOSS_SCALING_KINDS}, got {self.loss_scaling!r}")
+        if self.loss_scaling == "static" and not self.static_scale > 0:
+            raise ValueError(f"a static loss scale must be > 0, got {self.static_scale}")
+
+    @classmethod
+    def resolve(cls, amp, static_loss_scale, platform):
+        """`--amp`: float16 compute on GPU with dynamic loss scaling, bfloat16 on CPU without (bfloat16 has float32's
+        exponent range); `--static_loss_scale X` (X != -1) under AMP: static scaling by X on either."""
+        if not amp:
+            return cls()
+        policy = platform.amp_policy
+        if static_loss_scale != -1:
+            return cls(policy, "static", float(static_loss_scale))
+        return cls(policy, "dynamic" if policy == "mixed_float16" else None)
+
+    @property
+    def dynamic(self):
+        return self.loss_scaling == "dynamic"
+
+
+FLOAT32 = Precision()
+
+
+class LossScaler:
+    """Loss scaling in the train step: `scale` the loss before the gradient, `unscale` the gradients after it,
+    `current()` the scale in force, `skipped(before)` whether the optimizer skipped the step (its dynamic scale
+    fell). With dynamic scaling the optimizer (a LossScaleOptimizer) unscales and skips inside `apply`."""
+
+    def __init__(self, precision, optimizer):
+        self.precision = precision
+        self.optimizer = optimizer
+        self._static = precision.static_scale if precision.loss_scaling == "static" else None
+
+    def scale(self, loss):
+        if self.precision.dynamic:
+            return self.optimizer.scale_loss(loss)
+        return loss * self._static if self._static else loss
+
+    def unscale(self, grads):
+        return [g / self._static for g in grads] if self._static else grads
+
+    def current(self):
+        import tensorflow as tf
+        if self.precision.dynamic:
+            return tf.convert_to_tensor(self.optimizer.dynamic_scale)
+        return tf.constant(float(self._static or 1.0))
+
+    def skipped(self, before):
+        import tensorflow as tf
+        return tf.less(self.current(), before)
