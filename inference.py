@@ -10,8 +10,8 @@ first as a SavedModel into a temporary directory, as the original; model/export.
 validation TFRecords of --data-dir (eval preprocessing), or --num-iter batches of one fixed random batch of pixels
 in 0..255 (the original fed standard-normal values, which the in-graph normalisation would turn into near-constant images).
 Logs (dllogger format): per-100-step throughput with step (0, i); at the end throughput = images / seconds over
-all steps after --warmup-steps (the original divided by the time of its last periodic log and crashed under 101
-steps), latency avg/p90/p95/p99 in ms per batch, and accuracy with real data.
+all steps after --warmup-steps, latency avg/p90/p95/p99 in ms per batch, and accuracy with real data (how this
+differs from the original: docs/DEVIATIONS.md).
 
 Backends:
 - tf (default): the SavedModel's serving_default. --amp: with --architecture the model is built and exported under

@@ -164,8 +164,9 @@ def saved_model_to_onnx(saved_model_dir, output_path, opset=DEFAULT_OPSET):
     # Name the ONNX outputs after the signature keys (classes, probabilities).
     keys = sorted(signature.structured_outputs)  # the flattening order of a dict of outputs
     by_tensor = {tensor.name: key for key, tensor in zip(keys, frozen.outputs)}
-    model_proto, _ = tf2onnx.convert.from_graph_def(
-        frozen.graph.as_graph_def(), input_names=input_names, output_names=output_names, opset=opset)
+    with _no_deprecation_notices():
+        model_proto, _ = tf2onnx.convert.from_graph_def(
+            frozen.graph.as_graph_def(), input_names=input_names, output_names=output_names, opset=opset)
     _rename_io(model_proto, input_names, ["input"], output_names,
                [by_tensor.get(name, name.split(":")[0]) for name in output_names])
     _save_onnx(model_proto, output_path)
@@ -180,8 +181,9 @@ def frozen_graph_to_onnx(graph_def_path, output_path, opset=DEFAULT_OPSET):
         raise UserError(f"{graph_def_path}: expected one placeholder and one output, got {inputs} -> {outputs}")
     input_names, output_names = [inputs[0] + ":0"], [outputs[0] + ":0"]
     try:
-        model_proto, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=input_names,
-                                                        output_names=output_names, opset=opset)
+        with _no_deprecation_notices():
+            model_proto, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=input_names,
+                                                            output_names=output_names, opset=opset)
     except Exception as error:  # noqa: BLE001 - tf2onnx raises plain exceptions for unsupported ops
         message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if "narrow_range" in message:
@@ -199,6 +201,13 @@ def to_onnx(input_path, output_path, opset=DEFAULT_OPSET):
     if os.path.isdir(input_path):
         return saved_model_to_onnx(input_path, output_path, opset)
     return frozen_graph_to_onnx(input_path, output_path, opset)
+
+
+def _no_deprecation_notices():
+    """tf2onnx calls TF's v1 graph utilities, and TF prints a deprecation notice for each (nothing a user of the
+    export can act on); TF's own switch turns them off for the conversion."""
+    from tensorflow.python.util import deprecation
+    return deprecation.silence()
 
 
 def _rename_io(model_proto, old_inputs, new_inputs, old_outputs, new_outputs):
