@@ -98,7 +98,7 @@ def run(argv=None):
     if engine.size > 1 and config.mode in ("inference_benchmark", "predict"):
         raise UserError("Only single GPU inference is implemented.")
     platform, precision = startup.set_up(config, engine)
-    distribution = distributed.create(engine)
+    distribution = distributed.create(engine, platform.replica_devices)
     config = adopt_checkpoint_settings(config, given_flags(argv))
     if distribution.num_replicas > 1 and config.mode in ("inference_benchmark", "predict"):
         raise UserError("Only single GPU inference is implemented.")

@@ -189,13 +189,16 @@ class RunConfig:
     max_skipped_steps: int = _flag(100, "With dynamic loss scaling, stop the run after this many non-finite steps in "
                                         "a row.", group=ADDITIONS,
                                    check=lambda v: v > 0, problem="--max_skipped_steps must be positive (got {})")
+    amp_dtype: Optional[str] = _flag(None, "Compute dtype of --amp: float16 (with dynamic loss scaling unless "
+                                           "--static_loss_scale) or bfloat16. Default: float16 with a GPU, bfloat16 "
+                                           "without.", group=ADDITIONS, choices=("float16", "bfloat16"))
 
     def __post_init__(self) -> None:
         if not self.model_dir:
             object.__setattr__(self, "model_dir", self.results_dir)
         for field in dataclasses.fields(self):
             flag, value = flag_of(field), getattr(self, field.name)
-            if flag.choices is not None and value not in flag.choices:
+            if flag.choices is not None and value is not None and value not in flag.choices:
                 raise UserError("--{} must be one of {} (got {!r})".format(field.name, ", ".join(flag.choices),
                                                                           value))
             if flag.check is not None and not flag.check(value):
@@ -231,6 +234,7 @@ _COMBINATION_CHECKS: tuple[tuple[Callable[[RunConfig], bool], str], ...] = (
      "--dali needs --data_idx_dir (DALI index files; see `python -m dataprep.make_dali_index`)"),
     (lambda c: not (c.data_idx_dir and not c.data_dir),
      "--data_idx_dir needs --data_dir (the TFRecords the index files describe)"),
+    (lambda c: not (c.amp_dtype and not c.amp), "--amp_dtype only takes effect with --amp"),
     (lambda c: not ((c.symmetric or c.use_qdq or c.quant_delay) and not c.quantize
                     and c.mode in ("train", "train_and_evaluate")),
      "--symmetric, --use_qdq and --quant_delay only take effect with --quantize"),

@@ -65,9 +65,10 @@ class TrainStats:
     """Non-finite checks: in fp32 a non-finite loss stops the run; with dynamic loss scaling skipped steps are
     counted and `max_skipped` in a row stop it."""
 
-    def __init__(self, dynamic_loss_scaling, max_skipped):
+    def __init__(self, dynamic_loss_scaling, max_skipped, remedy="lower --lr_init or check the data"):
         self.dynamic_loss_scaling = dynamic_loss_scaling
         self.max_skipped = max_skipped
+        self.remedy = remedy
         self.skipped_total = 0
         self.skipped_in_a_row = 0
 
@@ -83,7 +84,7 @@ class TrainStats:
                 self.skipped_in_a_row = 0
         elif not math.isfinite(float(values["total_loss"])):
             raise UserError("the loss became {} at step {}; stopping. The last good checkpoint is kept "
-                            "(lower --lr_init or check the data).".format(float(values["total_loss"]), step))
+                            "({}).".format(float(values["total_loss"]), step, self.remedy))
 
 
 def evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size):

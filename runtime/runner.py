@@ -142,7 +142,10 @@ class Runner:
         if distribution.is_chief and not is_benchmark:
             writer = tf.summary.create_file_writer(config.model_dir)
         meter = ThroughputMeter(self.global_batch_size, config.warmup_steps)
-        stats = TrainStats(self.precision.dynamic, config.max_skipped_steps)
+        stats = TrainStats(self.precision.dynamic, config.max_skipped_steps,
+                           "float16 gradients overflowed at the static loss scale: lower --static_loss_scale, or "
+                           "leave it out for dynamic scaling" if self.precision.loss_scaling == "static"
+                           and self.precision.policy == "mixed_float16" else "lower --lr_init or check the data")
         iterator = iter(dataset)
         progress = _progress(run_iter, "train", config.no_progress or not distribution.is_chief)
         stopped_by_signal = False
@@ -201,6 +204,12 @@ class Runner:
         log.print("Num GPUs", self.distribution.num_replicas)
         log.print("Per-GPU Batch Size", config.batch_size)
         log.print("Using {} learning rate schedule".format("cosine" if config.cosine_lr else "step"))
+        if self.precision.policy:
+            scaling = {"dynamic": "dynamic loss scaling", "static": "static loss scale {:g}".format(
+                self.precision.static_scale)}.get(self.precision.loss_scaling, "no loss scaling")
+            note = " (TensorFlow's float16 CPU kernels: for checking the GPU path)" \
+                if self.precision.policy == "mixed_float16" and not self.platform.gpu else ""
+            log.print("Mixed precision: {}, {}{}".format(self.precision.policy, scaling, note))
         if config.mixup > 0:
             log.print("Using mixup training with beta=", config.mixup)
         if config.quantize:  # the original's two QAT log lines (docs/ORIGINAL.md#quantisation-aware-training)
@@ -224,21 +233,13 @@ class Runner:
                 self.logger.log(step=(0, index + 1), data={"total_ips": meter.last_ips})
             return
         epoch = int((step - 1) // steps_per_epoch)
+        losses = {key: float(values[key]) for key in ("cross_entropy", "l2_loss", "total_loss", "learning_rate")}
+        if self.precision.loss_scaling:  # the scale this step ran with (an addition, under loss scaling only)
+            losses["loss_scale"] = float(values["loss_scale"])
         if index % config.display_every == 0:
-            self.logger.log(step=(epoch, step), data={
-                "imgs_per_sec": meter.last_ips,
-                "cross_entropy": float(values["cross_entropy"]),
-                "l2_loss": float(values["l2_loss"]),
-                "total_loss": float(values["total_loss"]),
-                "learning_rate": float(values["learning_rate"]),
-            })
+            self.logger.log(step=(epoch, step), data={"imgs_per_sec": meter.last_ips, **losses})
         if int(step // steps_per_epoch) > int((step - 1) // steps_per_epoch):
-            self.logger.log(step=(epoch,), data={
-                "cross_entropy": float(values["cross_entropy"]),
-                "l2_loss": float(values["l2_loss"]),
-                "total_loss": float(values["total_loss"]),
-                "learning_rate": float(values["learning_rate"]),
-            })
+            self.logger.log(step=(epoch,), data=losses)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, iter_unit, num_iter, batch_size, is_benchmark=False, export_dir=None):
@@ -262,14 +263,15 @@ class Runner:
 
         eval_step = train_step.make_eval_step(self.model, config.num_classes, jit_compile=config.xla)
         meter = ThroughputMeter(batch_size, config.warmup_steps)
-        top1 = top5 = seen = 0
+        top1 = top5 = seen = non_finite = 0
         iterator = iter(dataset)
         progress = _progress(num_steps, "eval", config.no_progress)
         for index in range(num_steps):
             start = time.perf_counter()
             images, labels = next(iterator)
-            hits1, hits5, _ = eval_step(images, labels)
+            hits1, hits5, _, bad = eval_step(images, labels)
             hits1, hits5 = int(hits1.numpy()), int(hits5.numpy())
+            non_finite += int(bad.numpy())
             meter.add(time.perf_counter() - start)
             top1 += hits1
             top5 += hits5
@@ -285,6 +287,10 @@ class Runner:
             log.print(evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size))
         if is_benchmark and meter.warmup_warning():
             log.print(meter.warmup_warning())
+        if non_finite:
+            log.print("WARNING: {:,} of {:,} evaluated images got non-finite logits and count as misses (often a "
+                      "model trained for only a few steps, whose BN moving statistics have not settled)".format(
+                          non_finite, seen))
         results = {"top1_accuracy": top1 / max(seen, 1), "top5_accuracy": top5 / max(seen, 1)}
         results.update(meter.summary("eval"))
         results.update(meter.latencies())

@@ -10,11 +10,26 @@ from utils.precision import Precision
 
 def set_up(config, engine=None):
     """(Platform, Precision) of this process: its GPUs made visible (or none with --cpu), the --data_format checked
-    against them, --amp resolved for them."""
+    against them, --amp / --amp_dtype resolved for them."""
     platform = setup_devices(cpu=config.cpu, gpu_id=config.gpu_id, engine=engine,
-                             dali_memory_fraction=config.gpu_memory_fraction if config.uses_dali else None)
+                             dali_memory_fraction=config.gpu_memory_fraction if config.uses_dali else None,
+                             cpu_replicas=_cpu_replicas())
     platform.check_compute_format(config.data_format)
-    return platform, Precision.resolve(config.amp, config.static_loss_scale, platform)
+    return platform, Precision.resolve(config.amp, config.static_loss_scale, platform, config.amp_dtype)
+
+
+def _cpu_replicas(environ=None):
+    """RN50_CPU_REPLICAS=N (with RN50_ENGINE=mirrored, no GPU): N logical CPU devices as replicas (docs/GPU.md)."""
+    import os
+    value = (os.environ if environ is None else environ).get("RN50_CPU_REPLICAS", "1")
+    try:
+        replicas = int(value)
+    except ValueError:
+        replicas = 0
+    if replicas < 1:
+        from utils.errors import UserError
+        raise UserError("RN50_CPU_REPLICAS={} is not a positive integer".format(value))
+    return replicas
 
 
 def configure_xla(config, distribution):

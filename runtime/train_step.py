@@ -77,13 +77,15 @@ def make_train_step(model, optimizer, learning_rate_fn, global_step, *, loss, re
 
 
 def make_eval_step(model, num_classes, jit_compile=False):
-    """A tf.function (images, labels) -> (top-1 hits, top-5 hits, mean cross-entropy) of the inference call."""
+    """A tf.function (images, labels) -> (top-1 hits, top-5 hits, mean cross-entropy, images with a non-finite
+    logit) of the inference call. A non-finite logit is never a hit."""
 
     @tf.function(jit_compile=jit_compile or None)
     def eval_step(images, labels):
         logits = model(images, training=False)
         loss = losses.softmax_cross_entropy(tf.one_hot(labels, num_classes), logits)
-        return losses.top_k_hits(labels, logits, 1), losses.top_k_hits(labels, logits, 5), loss
+        non_finite = tf.reduce_sum(tf.cast(tf.reduce_any(~tf.math.is_finite(logits), axis=1), tf.int32))
+        return losses.top_k_hits(labels, logits, 1), losses.top_k_hits(labels, logits, 5), loss, non_finite
 
     return eval_step
 

@@ -96,6 +96,7 @@ def test_frozen_graph_and_onnx_equal_keras(arch, tmp_path):
     np.testing.assert_allclose(onnx_probabilities(onnx_path, x), expected, atol=1e-4)
 
 
+@pytest.mark.gpu_path
 def test_nchw_input_text_graphdef_final_conv_and_no_normalization(tmp_path):
     model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE, seed=4, use_final_conv=True,
                                input_normalized=True)
@@ -193,6 +194,7 @@ def test_wrong_architecture_for_checkpoint(tmp_path):
     assert other_arch.returncode == 2 and "(pass --model_name resnet50)" in other_arch.stderr
 
 
+@pytest.mark.gpu_path
 def test_nchw_export_restores_an_nhwc_trained_checkpoint(tmp_path):
     """export_frozen_graph.py's defaults are NCHW, our training NHWC: the restore must not depend on the layout."""
     model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE, seed=8)

@@ -380,6 +380,7 @@ def test_nchw_without_gpu_is_a_clear_user_error():
         build_model("resnet50", compute_format="NHCW")
 
 
+@pytest.mark.gpu_path
 @pytest.mark.parametrize("platform,conv,grouped", [(CPU, "cpu", "split"), (Platform(gpu=True), "native", "native")])
 def test_the_platform_picks_the_conv_formulations(platform, conv, grouped):
     """Decided by the Platform passed in (utils/devices.py), not by what devices this process sees."""
@@ -393,6 +394,7 @@ def test_the_platform_picks_the_conv_formulations(platform, conv, grouped):
     assert block.bottleneck_2.conv.implementation == ("native" if platform.gpu else "per_group_conv")
 
 
+@pytest.mark.gpu_path
 @pytest.mark.parametrize("arch,use_final_conv", [("resnet50", True)])
 def test_nhwc_and_nchw_give_the_same_logits(arch, use_final_conv):
     """NCHW runs on CPU under XLA; both layouts compiled the same way, same weights, both BN modes."""
@@ -416,6 +418,7 @@ def test_nhwc_and_nchw_give_the_same_logits(arch, use_final_conv):
                                nhwc.get_layer("conv2d").bn.moving_variance.numpy(), rtol=1e-5)
 
 
+@pytest.mark.gpu_path
 def test_nchw_grouped_se_block_matches_nhwc_under_xla():
     rng = np.random.default_rng(10)
     config = dict(in_channels=64, width=64, expansion=2, strides=2, cardinality=32, use_se=True)

@@ -13,8 +13,10 @@ NCHW_NEEDS_GPU = ("--data_format NCHW needs a GPU (TensorFlow's CPU convolution 
 
 @dataclasses.dataclass(frozen=True)
 class Platform:
-    """What the process runs on. `gpu`: a GPU is visible to it (after `setup_devices`)."""
+    """What the process runs on. `gpu`: a GPU is visible to it (after `setup_devices`). `replica_devices`: the
+    devices a MirroredStrategy in this process mirrors over (empty: its default, every visible GPU)."""
     gpu: bool = False
+    replica_devices: tuple = ()
 
     @property
     def conv_implementation(self):
@@ -44,16 +46,22 @@ class Platform:
 CPU = Platform(gpu=False)
 
 
-def setup_devices(*, cpu=False, gpu_id=0, engine=None, dali_memory_fraction=None):
+def setup_devices(*, cpu=False, gpu_id=0, engine=None, dali_memory_fraction=None, cpu_replicas=1):
     """Makes this process's GPUs visible and returns its Platform: one GPU per process (--gpu_id alone; the local
     rank's under multi-process engines), all visible GPUs under RN50_ENGINE=mirrored, none with --cpu.
     `dali_memory_fraction` (DALI runs): each GPU gets that share of memory (DALI needs the rest); otherwise memory
-    grows on demand."""
+    grows on demand. `cpu_replicas` > 1 without a GPU under RN50_ENGINE=mirrored: the CPU is split into that many
+    logical devices and mirrored over, so the single-node multi-GPU path runs on CPU."""
     import tensorflow as tf
     gpus = tf.config.list_physical_devices("GPU")
     if cpu or not gpus:
         if gpus:
             tf.config.set_visible_devices([], "GPU")
+        if cpu_replicas > 1 and engine is not None and engine.name == "mirrored":
+            physical = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(
+                physical, [tf.config.LogicalDeviceConfiguration() for _ in range(cpu_replicas)])
+            return Platform(gpu=False, replica_devices=tuple("/cpu:{}".format(i) for i in range(cpu_replicas)))
         return CPU
     if engine is not None and engine.name == "mirrored":
         selected_gpus = gpus

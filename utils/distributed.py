@@ -260,12 +260,13 @@ def import_horovod():
     return hvd
 
 
-def create(engine):
-    """The Distribution for an initialised engine. Call after the devices are configured."""
+def create(engine, replica_devices=()):
+    """The Distribution for an initialised engine. Call after the devices are configured; `replica_devices`
+    (utils/devices.Platform) are what a mirrored engine mirrors over (default: every visible GPU)."""
     if engine.name == "single":
         return single_process()
     if engine.name == "mirrored":
-        strategy = tf.distribute.MirroredStrategy()
+        strategy = tf.distribute.MirroredStrategy(devices=list(replica_devices) or None)
         return Distribution(strategy=strategy, backend="mirrored")
     if engine.name == "horovod":
         hvd = import_horovod()

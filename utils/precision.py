@@ -26,12 +26,13 @@ class Precision:
             raise ValueError(f"a static loss scale must be > 0, got {self.static_scale}")
 
     @classmethod
-    def resolve(cls, amp, static_loss_scale, platform):
-        """`--amp`: float16 compute on GPU with dynamic loss scaling, bfloat16 on CPU without (bfloat16 has float32's
-        exponent range); `--static_loss_scale X` (X != -1) under AMP: static scaling by X on either."""
+    def resolve(cls, amp, static_loss_scale, platform, amp_dtype=None):
+        """`--amp`: float16 compute with dynamic loss scaling, or bfloat16 without (bfloat16 has float32's exponent
+        range); `amp_dtype` (--amp_dtype) chooses, else the platform does (float16 on GPU, bfloat16 on CPU).
+        `--static_loss_scale X` (X != -1) under AMP: static scaling by X with either dtype."""
         if not amp:
             return cls()
-        policy = platform.amp_policy
+        policy = "mixed_" + amp_dtype if amp_dtype else platform.amp_policy
         if static_loss_scale != -1:
             return cls(policy, "static", float(static_loss_scale))
         return cls(policy, "dynamic" if policy == "mixed_float16" else None)

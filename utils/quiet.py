@@ -55,6 +55,8 @@ _ALWAYS_NOISE = (
 _NO_GPU_NOISE = (
     _CPP_HEADER + rb"Could not find cuda drivers on your machine, GPU will not be used\.",
     _CPP_HEADER + rb"failed call to cuInit: ",
+    # --amp_dtype float16 on a CPU without AVX-512: TF falls back to Eigen's kernels (the run prints its own line).
+    _CPP_HEADER + rb"oneDNN supports DT_HALF only on platforms with AVX-512\.",
 )
 _SEVERITY_LEVEL = {b"I": 0, b"W": 1, b"E": 2, b"F": 3}
 
