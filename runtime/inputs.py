@@ -1,5 +1,6 @@
-"""The input of each mode from the run configuration: TFRecord, DALI or synthetic data (docs/ORIGINAL.md#input-
-pipeline), and the step counts that follow from the dataset's size (docs/ORIGINAL.md#step-counting)."""
+"""The input of each mode from the run configuration: TFRecord, DALI or synthetic data
+(docs/ORIGINAL.md#input-pipeline), and the step counts that follow from the dataset's size
+(docs/ORIGINAL.md#step-counting)."""
 
 import dataclasses
 

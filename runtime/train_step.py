@@ -1,5 +1,6 @@
-"""The train and eval steps (docs/ORIGINAL.md#loss, #optimizer): module-level builders that take everything they use
-as arguments and return a `tf.function`. The Runner, the benchmarks and the tests call these same functions.
+"""The train and eval steps (docs/ORIGINAL.md#loss-and-label-smoothing, docs/ORIGINAL.md#optimizer): module-level
+builders that take everything they use as arguments and return a `tf.function`. The Runner, the benchmarks and the
+tests call these same functions.
 
 One train step: forward, loss (smoothed cross-entropy + coupled L2 of docs/ORIGINAL.md#weight-decay), backward,
 loss scaling (utils/precision.LossScaler), the gradient average over replicas, the TF1-momentum update and the step
