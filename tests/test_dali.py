@@ -137,3 +137,42 @@ def test_require_dali_message_when_missing(monkeypatch):
     with pytest.raises(UserError, match="requirements-dali.txt") as info:
         dali_utils.require_dali()
     assert "\n" not in str(info.value)
+
+
+def _pipeline_ops(use_gpu, training):
+    """(operator, device, arguments) of each operator of the pipeline dali_utils builds, from DALI's own graph
+    (built, not run: a GPU pipeline cannot run without CUDA)."""
+    pipeline = dali_utils._build_pipeline(["train.tfrecord"], ["train.idx"], 4, 64, 48, training, 2, 7, 1, 0,
+                                          use_gpu, 0.25)
+    pipeline._build_graph()  # DALI's graph construction: every operator with its arguments, no device touched
+    ops = []
+    for op in pipeline._ops:
+        lines = str(op.spec).splitlines()
+        arguments = {}
+        for line in lines[lines.index("  Arguments:") + 1:] if "  Arguments:" in lines else []:
+            key, _, value = line.strip().partition(": ")
+            if not key.startswith("_") and key not in ("device", "preserve_name"):
+                arguments[key] = value
+        device = next((line.split(": ", 1)[1] for line in lines if line.strip().startswith("device: ")), "cpu")
+        ops.append((lines[0].replace("OpSpec for ", ""), device, arguments))
+    return ops
+
+
+@needs_dali
+@pytest.mark.gpu_path
+@pytest.mark.parametrize("training", [True, False])
+def test_gpu_pipeline_has_the_cpu_pipelines_operators_and_parameters(training):
+    """The GPU pipeline (nvJPEG "mixed" decode, GPU resize / crop / normalise) is the CPU pipeline, whose output
+    test_dali_matches_tf_eval_pipeline checks, with other devices: same operators, same order, same arguments."""
+    cpu, gpu = _pipeline_ops(False, training), _pipeline_ops(True, training)
+    assert [(name, arguments) for name, _, arguments in gpu] == [(name, arguments) for name, _, arguments in cpu]
+    decoder = next(op for op in gpu if "decoders" in op[0])
+    assert decoder[1] == "mixed" and next(op for op in cpu if "decoders" in op[0])[1] == "cpu"
+    after_decode = [(name.rstrip(":"), device) for name, device, _ in gpu if name.rstrip(":") in ("Resize",
+                                                                                               "CropMirrorNormalize")]
+    assert after_decode == [("Resize", "gpu"), ("CropMirrorNormalize", "gpu")]
+    normalize = next(arguments for name, _, arguments in cpu if "CropMirrorNormalize" in name)
+    assert normalize["crop"].startswith("[64.0") and "123.68" in normalize["mean"] and "58.395" in normalize["std"]
+    if training:
+        crop = next(arguments for name, _, arguments in cpu if "RandomCrop" in name)
+        assert crop["random_area"].startswith("[0.25") and crop["num_attempts"] == "100"

@@ -230,3 +230,20 @@ def test_device_selection_gives_each_process_the_gpus_its_engine_asks_for(four_f
     assert setup_devices(cpu=True) == CPU and calls["visible"][-1] == []  # --cpu hides every GPU
     with pytest.raises(UserError, match="--gpu_id 4 but only 4 GPU"):
         setup_devices(gpu_id=4)
+
+
+def test_prefetch_to_the_accelerator_stages_batches_on_the_platforms_device():
+    """Platform.prefetch_device is the GPU with one; a logical CPU device stands in for it here: the batches come
+    out unchanged from that device. No-op without such a device and for DALI (its batches are made on the GPU)."""
+    import types
+    from runtime.inputs import prefetch_to_accelerator
+    dataset = tf.data.Dataset.range(6).map(lambda i: (tf.fill([2, 2], tf.cast(i, tf.float32)), i)).batch(2)
+    assert prefetch_to_accelerator(dataset, CPU, uses_dali=False) is dataset
+    assert Platform(gpu=True).prefetch_device == "/device:GPU:0"
+    stand_in = types.SimpleNamespace(prefetch_device="/device:CPU:0")
+    assert prefetch_to_accelerator(dataset, stand_in, uses_dali=True) is dataset
+    staged = prefetch_to_accelerator(dataset, stand_in, uses_dali=False)
+    assert staged is not dataset
+    batches = list(staged)
+    assert [b[1].numpy().tolist() for b in batches] == [[0, 1], [2, 3], [4, 5]]
+    assert all(b[0].device.endswith("CPU:0") for b in batches)
