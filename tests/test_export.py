@@ -208,3 +208,23 @@ def test_nchw_export_restores_an_nhwc_trained_checkpoint(tmp_path):
                for line in lines), lines
     layouts = {node.attr["data_format"].s for node in graph_def.node if node.op == "Conv2D"}
     assert layouts == {b"NCHW"}
+
+
+@pytest.mark.gpu_path
+def test_the_default_nchw_frozen_graph_is_laid_out_for_tensorrt(tmp_path):
+    """export_frozen_graph.py's defaults (NCHW input, NCHW compute), as TensorRT takes them: placeholder
+    [batch, 3, S, S], every conv / pool / BN op in NCHW, one softmax output node of [batch, classes]."""
+    graph_def = export_frozen_graph.export(export_args("resnet50", tmp_path / "nchw.pb", "--batch_size", "8",
+                                                       "--input_format", "NCHW", "--compute_format", "NCHW"),
+                                           log=lambda *_: None)
+    placeholders = [node for node in graph_def.node if node.op == "Placeholder"]
+    assert [node.name for node in placeholders] == ["input"]
+    assert [d.size for d in placeholders[0].attr["shape"].shape.dim] == [8, 3, SIZE, SIZE]
+    layouts = {(node.op, node.attr["data_format"].s) for node in graph_def.node
+               if node.op in ("Conv2D", "MaxPool", "FusedBatchNormV3")}
+    assert {op for op, _ in layouts} == {"Conv2D", "MaxPool", "FusedBatchNormV3"}
+    assert {layout for _, layout in layouts} == {b"NCHW"}
+    with tf.Graph().as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+        output = tf.compat.v1.get_default_graph().get_tensor_by_name(export.output_node_name("resnet50") + ":0")
+        assert output.shape.as_list() == [8, NUM_CLASSES]
