@@ -247,3 +247,29 @@ def test_prefetch_to_the_accelerator_stages_batches_on_the_platforms_device():
     batches = list(staged)
     assert [b[1].numpy().tolist() for b in batches] == [[0, 1], [2, 3], [4, 5]]
     assert all(b[0].device.endswith("CPU:0") for b in batches)
+
+
+def test_sigterm_under_the_mirrored_engine_stops_after_the_step_with_a_checkpoint(tmp_path, data_dir):
+    import signal
+    import time
+    results = tmp_path / "results"
+    out_path = tmp_path / "out.txt"
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", RN50_ENGINE="mirrored", RN50_CPU_REPLICAS="2")
+    args = ["main.py", "--mode", "train", "--batch_size", 2, "--num_iter", 40, "--iter_unit", "batch", "--data_dir",
+            data_dir, "--num_classes", NUM_CLASSES, "--image_size", 32, "--results_dir", results, "--display_every",
+            1, "--no_progress"]
+    with open(out_path, "w") as out:
+        process = subprocess.Popen([sys.executable, *map(str, args)], cwd=ROOT, env=env, stdout=out,
+                                   stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 600
+        while "- (0, 1) imgs_per_sec" not in out_path.read_text():
+            assert process.poll() is None, out_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no training step logged"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=600) == 0, out_path.read_text()[-3000:]
+    text = out_path.read_text()
+    assert "Received signal SIGTERM: stopping after the current step" in text and "Num GPUs 2" in text
+    stopped = int(text.split("training stopped by a signal at step ")[1].split(";")[0])
+    assert 1 <= stopped < 40
+    assert os.path.exists(results / "model.ckpt-{}.index".format(stopped))
