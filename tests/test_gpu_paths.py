@@ -92,6 +92,7 @@ def test_dynamic_loss_scale_skips_a_non_finite_step_and_grows_after_its_interval
     assert int(global_step.numpy()) == 4  # a skipped step still counts, as the original's global step
 
 
+@pytest.mark.slow
 def test_float16_training_logs_skips_and_resumes_its_dynamic_loss_scale(tmp_path, data_dir):
     results = str(tmp_path / "results")
     first = run_main(*train_args(data_dir, results, "--num_iter", 6, "--run_iter", 3))
@@ -117,6 +118,7 @@ def test_float16_training_logs_skips_and_resumes_its_dynamic_loss_scale(tmp_path
     assert resumed[0][1] == saved  # the resumed run starts from the saved scale, not 2**15
 
 
+@pytest.mark.slow
 def test_float16_with_a_static_loss_scale_never_skips_and_an_overflow_stops_the_run_by_name(tmp_path, data_dir):
     """Static scaling (the original's FixedLossScalerOptimizer) never skips: at scale 4 every step runs with it; at
     scale 1024 the float16 gradients of this CPU run overflow, and the run stops at once naming the flag to lower."""
@@ -150,6 +152,7 @@ def test_gpu_check_script_prints_its_plan_and_refuses_to_run_without_a_gpu(tmp_p
     assert "tensorflow 2.21" in open(tmp_path / "work" / "report.txt").read()
 
 
+@pytest.mark.slow
 def test_mirrored_engine_on_two_logical_cpu_devices_trains_resumes_and_evaluates(tmp_path, data_dir):
     """The single-node multi-GPU path (RN50_ENGINE=mirrored, one process, one replica per device) on two logical
     CPU devices: the global batch is 2 x --batch_size, the LR is scaled by it, a second run resumes and evaluates."""
@@ -273,3 +276,18 @@ def test_sigterm_under_the_mirrored_engine_stops_after_the_step_with_a_checkpoin
     stopped = int(text.split("training stopped by a signal at step ")[1].split(";")[0])
     assert 1 <= stopped < 40
     assert os.path.exists(results / "model.ckpt-{}.index".format(stopped))
+
+
+@pytest.mark.slow
+def test_float16_loss_scale_goes_to_tensorboard_every_100_steps(tmp_path, data_dir):
+    import glob
+    results = str(tmp_path / "results")
+    result = run_main(*train_args(data_dir, results, "--num_iter", 100, "--display_every", 50))
+    assert result.returncode == 0, result.stderr[-2000:]
+    scalars = {}
+    for path in glob.glob(os.path.join(results, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                scalars[(value.tag, event.step)] = float(tf.make_ndarray(value.tensor))
+    assert ("loss_scale", 100) in scalars and ("total_loss", 100) in scalars
+    assert 0 < scalars[("loss_scale", 100)] <= 2.0 ** 15
