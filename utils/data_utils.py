@@ -18,12 +18,13 @@ Determinism and resume (design)
 -------------------------------
 With `deterministic=True` the file order, interleave and parallel map are deterministic, the shuffle seed is
 fixed (13 * shard_index, as the original, plus 7919 * seed), and the random crop and flip use stateless ops
-seeded with (seed, position of the element in this worker's stream). The stream is therefore a pure function of
-(files, seed, shard); the element at position p is the same whether reached by iterating or by `start_step`
-(keyword-only): `start_step=s` skips s * batch_size records *before* decoding (records are read, not decoded)
-and continues with the same positions, so a resumed run sees exactly the batches it would have seen. Exact as
-long as no corrupt record was dropped before the resume point; each dropped record shifts the later batch
-boundaries by one element (the records and their augmentation stay the same). Alternatively checkpoint the
+seeded with (seed, position of the element in this worker's stream), as does the optional AutoAugment /
+RandAugment (`augment`; its seed is folded from the same element seed). The stream is therefore a pure function
+of (files, seed, shard, augment settings); the element at position p is the same whether reached by iterating or
+by `start_step` (keyword-only): `start_step=s` skips s * batch_size records *before* decoding (records are read,
+not decoded) and continues with the same positions, so a resumed run sees exactly the batches it would have seen.
+Exact as long as no corrupt record was dropped before the resume point; each dropped record shifts the later
+batch boundaries by one element (the records and their augmentation stay the same). Alternatively checkpoint the
 iterator itself with `tf.train.Checkpoint(data=iterator)` (exact, but it stores the 4096-record shuffle buffer).
 """
 from __future__ import annotations
@@ -94,7 +95,7 @@ def _read_records(filenames, training, deterministic, seed, num_shards, shard_in
     return records.repeat()
 
 
-def _preprocess_fn(filenames_t, height, width, training, num_classes, seed, min_crop_area):
+def _preprocess_fn(filenames_t, height, width, training, num_classes, seed, min_crop_area, augment):
     def preprocess(position, record, file_index, record_index):
         where = [filenames_t[file_index], "record", record_index]
         image_bytes, label, bbox, _ = image_processing.parse_example_proto(record)
@@ -108,7 +109,7 @@ def _preprocess_fn(filenames_t, height, width, training, num_classes, seed, min_
         if training:
             element_seed = None if seed is None else tf.stack([tf.constant(seed, tf.int64), position])
             image = image_processing.train_preprocess(image_bytes, bbox, height, width, element_seed,
-                                                         min_crop_area)
+                                                         min_crop_area, augment=augment)
         else:
             image = image_processing.eval_preprocess(image_bytes, height, width)
         return position, image, label - 1
@@ -152,13 +153,15 @@ def _corrupt_record_guard(filenames_t):
 
 def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_threads=10, deterministic=False,
                            seed=None, num_shards=1, shard_index=0, *, num_classes=1001, start_step=0,
-                           min_crop_area=image_processing.AREA_RANGE[0]):
+                           min_crop_area=image_processing.AREA_RANGE[0], augment=None):
     """Batches of (images float32 [B, H, W, 3] in 0..255, labels int32 [B] 0-based), forever
     (docs/ORIGINAL.md#input-pipeline).
 
     num_classes: records with a label outside 1..num_classes are skipped as corrupt.
     start_step: batches already consumed (resume); reproduces the same stream when `deterministic`.
     min_crop_area: smallest area fraction of a training crop (`--min_crop_area`; the original's 0.05).
+    augment: `augment.AugmentSettings` of the AutoAugment / RandAugment run after the training crop
+      (`--augmenter_name`); None or "none" leaves the stream as without it. Evaluation is never augmented.
     """
     filenames = [os.fspath(f) for f in filenames]
     if not filenames:
@@ -176,8 +179,8 @@ def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_t
 
     remember, check_gap = _corrupt_record_guard(filenames_t)
     dataset = records.map(remember)
-    dataset = dataset.map(_preprocess_fn(filenames_t, height, width, training, num_classes, seed, min_crop_area),
-                          num_parallel_calls=num_threads, deterministic=True)
+    preprocess = _preprocess_fn(filenames_t, height, width, training, num_classes, seed, min_crop_area, augment)
+    dataset = dataset.map(preprocess, num_parallel_calls=num_threads, deterministic=True)
     dataset = dataset.ignore_errors(log_warning=True)
     dataset = dataset.scan(tf.constant(first_position, tf.int64), check_gap)
     return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)

@@ -8,10 +8,15 @@ Two flavours of training randomness:
 - `seed=None`: the original's stateful ops (`sample_distorted_bounding_box`, `random_flip_left_right`).
 - `seed=<int tensor of shape [2]>`: stateless ops, so that the same seed gives the same crop and flip. The data
   pipeline derives one such seed per element from the run seed and the element's position in the stream.
+
+Optional AutoAugment / RandAugment (utils/augment.py, `--augmenter_name`) runs after the resize, with its own seed
+folded from the element seed (`augment_seed`), so the crop and flip are the same with or without it.
 """
 from __future__ import annotations
 
 import tensorflow as tf
+
+from utils import augment as augmentation
 
 # Legacy TF1 `tf.image.resize_images` semantics (docs/ORIGINAL.md#training-augmentation): src = dst * in / out, no
 # half-pixel offset.
@@ -27,6 +32,9 @@ MAX_ATTEMPTS = 100
 # (model/layers/normalization.py) and the DALI pipeline's (utils/dali_utils.py).
 CHANNEL_MEANS = (123.68, 116.28, 103.53)
 CHANNEL_STDS = (58.395, 57.120, 57.385)
+
+# Folded into the element seed for the augmenter's randomness (any constant; changing it changes the stream).
+AUGMENT_SEED_SALT = 0x617567
 
 # The reference's evaluation resize: shorter side 256 for a 224 crop.
 EVAL_RESIZE_MIN_AT_224 = 256
@@ -100,8 +108,17 @@ def distorted_crop_window(image_shape, bbox, seed=None, min_area=AREA_RANGE[0]):
     return begin, size
 
 
-def train_preprocess(image_bytes, bbox, height, width, seed=None, min_area=AREA_RANGE[0]):
-    """Decode, bbox-aware random crop, random horizontal flip, legacy-bilinear resize -> float32 [H, W, 3]."""
+def augment_seed(seed):
+    """int64 [2]: the augmenter's seed for element seed `seed`, independent of the crop and flip seeds."""
+    return tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64), AUGMENT_SEED_SALT)
+
+
+def train_preprocess(image_bytes, bbox, height, width, seed=None, min_area=AREA_RANGE[0], augment=None):
+    """Decode, bbox-aware random crop, random horizontal flip, legacy-bilinear resize -> float32 [H, W, 3].
+
+    augment: an `augment.AugmentSettings`; when enabled, AutoAugment / RandAugment runs on the resized image
+    (seeded by `augment_seed(seed)`, or by a fresh random seed when `seed` is None). None or "none": no change.
+    """
     image = decode_image(image_bytes)
     crop_seed = flip_seed = None
     if seed is not None:
@@ -114,6 +131,12 @@ def train_preprocess(image_bytes, bbox, height, width, seed=None, min_area=AREA_
         image = tf.image.stateless_random_flip_left_right(image, seed=flip_seed)
     image = resize_bilinear_legacy(image, height, width)
     image.set_shape([height, width, 3])
+    if augment is not None and augment.enabled:
+        if seed is None:
+            seed_for_augment = tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
+        else:
+            seed_for_augment = augment_seed(seed)
+        image = augmentation.augment(image, augment, seed_for_augment)
     return image
 
 
