@@ -10,7 +10,8 @@ every architecture is built with
 its own cardinality/SE, and the raw-pixel normalisation is inside the graph unless `--no_normalization`.
 --quantize builds the QAT eval graph: BN folded into the conv weights, weights and activations fake-quantised with
 the trained ranges (model/layers/quantization.py). --checkpoint takes our checkpoints (prefix or directory) or the
-original's TF1 checkpoints; without it the weights are random. The export itself is model/export.py's.
+original's TF1 checkpoints; without it the weights are random. --use_ema_weights exports the checkpoint's EMA weights
+(--moving_average_decay) instead of its raw ones. The export itself is model/export.py's.
 --compute_format NCHW on a machine without a GPU still writes the graph (it is only traced, not run) and says
 that the graph needs a GPU (TensorFlow's CPU kernels are NHWC-only).
 """
@@ -38,6 +39,9 @@ def parse_args(argv=None):
     parser.add_argument("--symmetric", action="store_true")
     parser.add_argument("--use_qdq", action="store_true", help="QuantizeAndDequantizeV4 instead of FakeQuant ops")
     parser.add_argument("--use_final_conv", action="store_true", help="1x1 conv classifier")
+    parser.add_argument("--use_ema_weights", action="store_true",
+                        help="the checkpoint's EMA weights (trained with --moving_average_decay) instead of its raw "
+                             "ones")
     parser.add_argument("--write_text_graphdef", action="store_true", help="write a text (pbtxt) GraphDef")
     parser.add_argument("--no_normalization", action="store_true",
                         help="leave the input normalisation out (the original's frozen graph expects normalised "
@@ -52,6 +56,8 @@ def parse_args(argv=None):
         parser.error("--batch_size must be >= 1")
     if (args.symmetric or args.use_qdq) and not args.quantize:
         parser.error("--symmetric and --use_qdq only take effect with --quantize")
+    if args.use_ema_weights and not args.checkpoint:
+        parser.error("--use_ema_weights needs --checkpoint")
     return args
 
 
@@ -79,6 +85,9 @@ def export(args, log=print):
         info = checkpoint_io.inspect(checkpoint_io.find_checkpoint(args.checkpoint, "--checkpoint", warn=log))
         checkpoint_io.check_fits(info, args.model_name, args.num_classes, arch_flag="--model_name")
         log(checkpoint_io.restore_model(model, info, args.model_name, describe).describe())
+        if args.use_ema_weights:
+            log("Using the EMA weights of {} ({} averaged variables)".format(
+                info.path, checkpoint_io.load_averages(model, info, args.model_name, describe)))
         if quantization is not None and not info.has_quantization_ranges:
             log("WARNING: the checkpoint has no quantisation ranges (not QAT-trained); activation ranges keep "
                 "their initial [-6, 6]")

@@ -110,7 +110,7 @@ def run(argv=None):
         raise UserError("cannot write the log in --results_dir {}: {}".format(config.results_dir, error)) from None
     logger.log(step="PARAMETER", data={key: getattr(args, key) for key in ORIGINAL_FLAG_DESTS}
                | {"num_classes": args.num_classes, "image_size": args.image_size,
-                  "min_crop_area": args.min_crop_area})
+                  "min_crop_area": args.min_crop_area} | config.extensions_in_use())
     startup.set_seeds(config.seed, distribution.rank)
     startup.configure_xla(config, distribution)
     if config.seed is not None:

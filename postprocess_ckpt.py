@@ -45,10 +45,12 @@ def _prepare_output(output, overwrite):
 # ---------------------------------------------------------------- name-based checkpoints (ours and the original's)
 
 def convert_named(info, dense_layer, output):
-    """Copy every tensor, the --dense_layer kernel reshaped to [1, 1, C, N]; our metadata says final conv."""
+    """Copy every tensor, the --dense_layer kernel (and its EMA) reshaped to [1, 1, C, N]; our metadata says final
+    conv."""
     import numpy as np
     import tensorflow as tf
     from model import checkpoint_io
+    from utils.ema import EMA_SUFFIX
     reader = tf.train.load_checkpoint(info.path)
     shapes = reader.get_variable_to_shape_map()
     if info.format == "named" and info.arch:
@@ -60,7 +62,9 @@ def convert_named(info, dense_layer, output):
     if len(shapes[dense_layer]) != 2:
         raise UserError(f"{dense_layer} has shape {shapes[dense_layer]}, not [C, N]: already converted?")
     tensors = {name: reader.get_tensor(name) for name in shapes if name != checkpoint_io.METADATA_KEY}
-    tensors[dense_layer] = np.reshape(tensors[dense_layer], [1, 1, *shapes[dense_layer]])
+    for key in (dense_layer, dense_layer + EMA_SUFFIX):  # the kernel and its EMA (--moving_average_decay)
+        if key in tensors:
+            tensors[key] = np.reshape(tensors[key], [1, 1, *shapes[dense_layer]])
     if info.format == "named":
         meta = json.loads(reader.get_tensor(checkpoint_io.METADATA_KEY).decode("utf-8"))
         name = f"{checkpoint_io.CHECKPOINT_PREFIX}-{info.step or 0}"

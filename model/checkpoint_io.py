@@ -2,7 +2,8 @@
 
 Formats, told apart by what the file holds (never by its name):
 - "named" (what this port writes): a name-based TensorFlow checkpoint whose keys are the original's TF1 variable
-  names (`resnet50/conv2d/conv2d/kernel`, momentum slots `<name>/Momentum`, `global_step`), plus the QAT ranges as
+  names (`resnet50/conv2d/conv2d/kernel`, momentum slots `<name>/Momentum`, `global_step`, and with
+  `--moving_average_decay` the EMA as `<name>/ExponentialMovingAverage`, TF1's name), plus the QAT ranges as
   `<arch>/<keras path>`, the dynamic loss scale as `loss_scale/...`, and one string tensor `checkpoint_metadata`
   (JSON: arch, classes, image size, classifier form, input normalisation). The keys depend on neither layer order
   nor data layout, so an NHWC-trained checkpoint loads into an NCHW model, and the original's code
@@ -29,7 +30,8 @@ import tensorflow as tf
 
 from model import checkpoint_names
 from model.layers.quantization import QuantizationConfig, is_quantization_variable
-from model.resnet import ARCHITECTURES, build_model
+from model.resnet import ARCHITECTURES, averaged_variables, build_model
+from utils.ema import EMA_SUFFIX
 from utils.errors import UserError
 
 CHECKPOINT_PREFIX = "model.ckpt"
@@ -58,6 +60,7 @@ class CheckpointInfo:
     input_normalized: Optional[bool] = None
     has_quantization_ranges: bool = False
     has_optimizer_state: bool = False
+    has_weight_averages: bool = False  # the EMA of --moving_average_decay
 
     def describe(self):
         parts = [f"{self.format} format", f"step {self.step}" if self.step is not None else "no step"]
@@ -67,6 +70,8 @@ class CheckpointInfo:
             parts.append(f"{self.num_classes} classes")
         if self.image_size:
             parts.append(f"{self.image_size} px")
+        if self.has_weight_averages:
+            parts.append("with EMA weights")
         return ", ".join(parts)
 
 
@@ -242,6 +247,7 @@ def inspect(path):
     step = int(_read(reader, GLOBAL_STEP_KEY, path)) if GLOBAL_STEP_KEY in shapes else None
     has_slots = any(name.endswith(SLOT_SUFFIX) for name in shapes)
     has_ranges = any("quant" in name.lower() for name in shapes)
+    has_averages = any(name.endswith(EMA_SUFFIX) for name in shapes)
     if METADATA_KEY in shapes:
         try:
             meta = json.loads(_read(reader, METADATA_KEY, path).decode("utf-8"))
@@ -249,13 +255,14 @@ def inspect(path):
             raise UserError(f"checkpoint {path}: unreadable {METADATA_KEY} ({error})") from None
         return CheckpointInfo(path, "named", step, meta.get("arch"), meta.get("num_classes"),
                               meta.get("use_final_conv"), meta.get("image_size"), meta.get("input_normalized"),
-                              has_ranges, has_slots)
+                              has_ranges, has_slots, has_averages)
     arch = _tf1_arch(shapes)
     num_classes = use_final_conv = None
     if arch is not None and f"{arch}/output/dense/kernel" in shapes:
         kernel = shapes[f"{arch}/output/dense/kernel"]
         num_classes, use_final_conv = int(kernel[-1]), len(kernel) == 4
-    return CheckpointInfo(path, "tf1", step, arch, num_classes, use_final_conv, None, None, has_ranges, has_slots)
+    return CheckpointInfo(path, "tf1", step, arch, num_classes, use_final_conv, None, None, has_ranges, has_slots,
+                          has_averages)
 
 
 def check_fits(info, arch, num_classes, *, allow_other_classes=False, arch_flag="--arch"):
@@ -375,11 +382,36 @@ def restore_model(model, info, arch, describe, *, trainable_only=False, skip_cla
             wanted[key] = variable
     optional = {key for key, variable in wanted.items() if is_quantization_variable(variable)}
     unexpected = [key for key in shapes if key.startswith(f"{arch}/") and key not in entries
-                  and not key.endswith(SLOT_SUFFIX) and "quant" not in key]
+                  and not key.endswith((SLOT_SUFFIX, EMA_SUFFIX)) and "quant" not in key]
     _verify_shapes(info, shapes, wanted, optional, describe, unexpected)
     pairs = [(key, variable) for key, variable in wanted.items() if key in shapes]
     _assign(reader, pairs, info.path)
     return RestoreReport(info, len(pairs), len(model.variables), tuple(fresh), trainable_only)
+
+
+def average_keys(model, arch):
+    """{checkpoint key of an EMA: the model variable it averages} (utils/ema.py, resnet.averaged_variables)."""
+    averaged = {id(v) for v in averaged_variables(model)}
+    return {key + EMA_SUFFIX: variable for key, variable in model_entries(model, arch).items()
+            if id(variable) in averaged}
+
+
+def require_averages(info):
+    """UserError unless checkpoint `info` has EMA weights (--use_ema_weights asked for them)."""
+    if not info.has_weight_averages:
+        raise UserError(f"checkpoint {info.path} has no EMA weights (train with --moving_average_decay to get "
+                        "them), so --use_ema_weights cannot be used with it")
+
+
+def load_averages(model, info, arch, describe):
+    """Assign the checkpoint's EMA weights to the model's averaged variables (the raw values of the others, QAT
+    ranges, stay); UserError when the checkpoint has none. Returns how many were assigned."""
+    require_averages(info)
+    reader = _reader(info.path)
+    wanted = average_keys(model, arch)
+    _verify_shapes(info, reader.get_variable_to_shape_map(), wanted, (), describe)
+    _assign(reader, list(wanted.items()), info.path)
+    return len(wanted)
 
 
 def load(model, path, arch, describe=None, **options):
@@ -393,8 +425,8 @@ def _accumulator(optimizer, variable):
     return inner.accumulators[inner._get_variable_index(variable)]
 
 
-def training_entries(model, optimizer, global_step, arch):
-    """{key: variable} of the whole training state in the named format."""
+def training_entries(model, optimizer, global_step, arch, averages=None):
+    """{key: variable} of the whole training state in the named format; `averages`: the run's WeightAverage."""
     entries = model_entries(model, arch)
     trainable = {id(v) for v in model.trainable_variables}
     for key, variable in list(entries.items()):
@@ -407,11 +439,14 @@ def training_entries(model, optimizer, global_step, arch):
         variable = getattr(optimizer, attribute, None)
         if variable is not None and hasattr(variable, "assign"):
             entries[key] = variable
+    if averages is not None:
+        entries.update({key: averages.average_of(variable) for key, variable in average_keys(model, arch).items()})
     return entries
 
 
-def restore_training(model, optimizer, global_step, info, arch, describe):
-    """Resume: model, momentum slots and global step (the loss scale and Keras' iteration count when saved)."""
+def restore_training(model, optimizer, global_step, info, arch, describe, averages=None):
+    """Resume: model, momentum slots and global step (the loss scale and Keras' iteration count when saved; the
+    EMA when `averages` is given and the checkpoint has it)."""
     if info.format == "object":
         try:
             status = tf.train.Checkpoint(model=model, optimizer=optimizer, global_step=global_step).read(info.path)
@@ -425,7 +460,8 @@ def restore_training(model, optimizer, global_step, info, arch, describe):
                         "resume from it; start a new --model_dir with --finetune_checkpoint to train from it")
     reader = _reader(info.path)
     shapes = reader.get_variable_to_shape_map()
-    entries = training_entries(model, optimizer, global_step, arch)
+    entries = training_entries(model, optimizer, global_step, arch,
+                               averages if info.has_weight_averages else None)
     optional = {key for key in entries if "quant" in key}  # QAT ranges: absent from a float checkpoint
     optional |= set(LOSS_SCALE_KEYS.values()) | {OPTIMIZER_ITERATIONS_KEY}
     _verify_shapes(info, shapes, entries, optional, describe)
@@ -443,23 +479,28 @@ def describe_model(arch, num_classes, use_final_conv=False):
 
 
 def restore_for_inference(model, global_step, model_dir, arch, num_classes, *, use_final_conv=False, required=True,
-                          log=print):
+                          ema=False, log=print):
     """Evaluate / predict / inference_benchmark: every variable of `model` from model_dir's newest complete
-    checkpoint (verified), `global_step` set to its step; returns its path. With no checkpoint: a UserError when
-    `required`, else None (fresh weights, said so)."""
+    checkpoint (verified), `global_step` set to its step; returns its CheckpointInfo. `ema`: then the EMA weights
+    over the raw ones (a UserError if it has none). With no checkpoint: a UserError when `required` or `ema`, else
+    None (fresh weights, said so)."""
     path = latest_checkpoint(model_dir, warn=log)
     if path is None:
-        if required:
+        if required or ema:
             raise UserError("no checkpoint in model_dir {} (train first, or point --model_dir at a directory with "
                             "model.ckpt-* files)".format(model_dir))
         log("No checkpoint in {}: running with freshly initialised weights".format(model_dir))
         return None
     info = inspect(path)
     check_fits(info, arch, num_classes)
-    report = restore_model(model, info, arch, describe_model(arch, num_classes, use_final_conv))
+    describe = describe_model(arch, num_classes, use_final_conv)
+    report = restore_model(model, info, arch, describe)
     global_step.assign(info.step or 0)  # evaluation summaries land at the checkpoint's step
     log(report.describe())
-    return path
+    if ema:
+        log("Using the EMA weights of {} ({} averaged variables)".format(
+            path, load_averages(model, info, arch, describe)))
+    return info
 
 
 def finetune_from(model, path, arch, num_classes, *, use_final_conv=False, log=print):
@@ -480,23 +521,33 @@ def finetune_from(model, path, arch, num_classes, *, use_final_conv=False, log=p
 
 
 def restore_or_initialise(model, optimizer, global_step, model_dir, arch, num_classes, *, use_final_conv=False,
-                          finetune_checkpoint=None, log=print):
-    """Training: resume from model_dir's newest complete checkpoint (weights, optimizer state, step), else
-    fine-tune from `finetune_checkpoint`, else keep the fresh weights. Returns the fine-tuning prefix read, or None."""
+                          finetune_checkpoint=None, averages=None, log=print):
+    """Training: resume from model_dir's newest complete checkpoint (weights, optimizer state, step, and the EMA of
+    `averages` when it has one), else fine-tune from `finetune_checkpoint`, else keep the fresh weights. Averages
+    not read from the checkpoint start as copies of the weights. Returns the fine-tuning prefix read, or None."""
     latest = latest_checkpoint(model_dir, warn=log)
     if latest is None:
+        finetuned = None
         if finetune_checkpoint:
-            return finetune_from(model, finetune_checkpoint, arch, num_classes, use_final_conv=use_final_conv,
-                                 log=log)
-        return None
+            finetuned = finetune_from(model, finetune_checkpoint, arch, num_classes, use_final_conv=use_final_conv,
+                                      log=log)
+        if averages is not None:
+            averages.reset()
+        return finetuned
     if finetune_checkpoint:
         log("WARNING: --finetune_checkpoint {} is ignored: model_dir {} already has checkpoint {}, and training "
             "resumes from it (use a new --model_dir to fine-tune)".format(finetune_checkpoint, model_dir, latest))
     info = inspect(latest)
     check_fits(info, arch, num_classes)
     report = restore_training(model, optimizer, global_step, info, arch,
-                              describe_model(arch, num_classes, use_final_conv))
+                              describe_model(arch, num_classes, use_final_conv), averages)
     log(report.describe() + " with the optimizer state")
+    if averages is not None and not info.has_weight_averages:
+        averages.reset()
+        log("The checkpoint has no EMA weights: the averages start from its weights")
+    elif averages is None and info.has_weight_averages:
+        log("WARNING: checkpoint {} has EMA weights, but this run has no --moving_average_decay: its checkpoints "
+            "will not keep them".format(latest))
     return None
 
 

@@ -157,6 +157,14 @@ def regularized_variables(model):
     return [v for v in model.trainable_variables if id(v) not in bn_variables]
 
 
+def averaged_variables(model):
+    """The variables the EMA extension averages (utils/ema.py): the trainable ones and the BN moving statistics,
+    as Model Garden does; the QAT ranges are left out (they are running min/max already)."""
+    bn_statistics = [v for layer in _all_layers(model) if isinstance(layer, keras.layers.BatchNormalization)
+                     for v in layer.non_trainable_weights]
+    return list(model.trainable_variables) + bn_statistics
+
+
 # --- summary ---------------------------------------------------------------------------------------------------
 
 def _same_size(size, strides):

@@ -39,6 +39,7 @@ TRAINING = "Training arguments"
 OPTIMIZATION = "Generic optimization arguments"
 AMP = "Automatic Mixed Precision arguments"
 ADDITIONS = "Additions (not in the original)"
+EXTENSIONS = "Training extensions (not in the original; the names of NVIDIA's TF2 examples)"
 
 DESCRIPTION = "JoC-RN50v1.5-TF"
 _FLAG = "flag"  # the key of a field's metadata that holds its Flag
@@ -58,8 +59,8 @@ class Flag:
 
     @property
     def original(self) -> bool:
-        """The original main.py had this flag; every flag we add lives in the ADDITIONS group."""
-        return self.group != ADDITIONS
+        """The original main.py had this flag; every flag we add lives in the ADDITIONS or EXTENSIONS group."""
+        return self.group not in (ADDITIONS, EXTENSIONS)
 
     def option_strings(self, name: str) -> tuple[str, ...]:
         return ("--" + name,) + self.aliases
@@ -193,6 +194,33 @@ class RunConfig:
                                            "--static_loss_scale) or bfloat16. Default: float16 with a GPU, bfloat16 "
                                            "without.", group=ADDITIONS, choices=("float16", "bfloat16"))
 
+    # Extensions: off by default, so the defaults train exactly as the original (docs/EXTENSIONS.md).
+    moving_average_decay: float = _flag(0.0, "Keep an exponential moving average (EMA) of the weights and BN "
+                                             "statistics with this decay (e.g. 0.9999; 0 = off). Checkpointed; "
+                                             "evaluation reports the raw and the EMA weights' accuracy.",
+                                        group=EXTENSIONS, check=lambda v: 0 <= v < 1,
+                                        problem="--moving_average_decay must be in [0, 1) (got {})")
+    use_ema_weights: bool = _flag(False, "predict, inference_benchmark and --export_dir use the checkpoint's EMA "
+                                         "weights instead of its raw ones.", group=EXTENSIONS)
+    grad_accum_steps: int = _flag(1, "Accumulate the gradients of this many micro-batches of --batch_size per "
+                                     "optimizer step (effective batch = batch_size x grad_accum_steps x GPUs).",
+                                  group=EXTENSIONS, check=lambda v: v >= 1,
+                                  problem="--grad_accum_steps must be a positive integer (got {})")
+    augmenter_name: str = _flag("none", "Extra training augmentation of the TFRecord pipeline: the ImageNet "
+                                        "AutoAugment policy or RandAugment.", group=EXTENSIONS,
+                                choices=("none", "autoaugment", "randaugment"))
+    raug_num_layers: int = _flag(2, "RandAugment: operations applied per image.", group=EXTENSIONS,
+                                 check=lambda v: v >= 1, problem="--raug_num_layers must be at least 1 (got {})")
+    raug_magnitude: float = _flag(9.0, "RandAugment: magnitude of every operation, 0..10.", group=EXTENSIONS,
+                                  check=lambda v: 0 <= v <= 10, problem="--raug_magnitude must be in [0, 10] (got {})")
+    cutmix: float = _flag(0.0, "The alpha parameter for CutMix (0 = off): paste a box of another image of the "
+                               "batch, labels mixed by the pasted area.", group=EXTENSIONS, aliases=("--cutmix_alpha",),
+                          check=lambda v: v >= 0, problem="--cutmix must be >= 0 (got {})")
+    mixup_switch_prob: float = _flag(0.5, "With both --mixup and --cutmix: the probability that an image gets "
+                                          "CutMix instead of mixup.", group=EXTENSIONS,
+                                     check=lambda v: 0 <= v <= 1,
+                                     problem="--mixup_switch_prob must be in [0, 1] (got {})")
+
     def __post_init__(self) -> None:
         if not self.model_dir:
             object.__setattr__(self, "model_dir", self.results_dir)
@@ -227,6 +255,11 @@ class RunConfig:
     def uses_dali(self) -> bool:
         return self.dali and self.data_idx_dir is not None
 
+    def extensions_in_use(self) -> dict[str, Any]:
+        """The EXTENSIONS flags set away from their defaults (the PARAMETER log line shows them); {} by default."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+                if flag_of(field).group == EXTENSIONS and getattr(self, field.name) != field.default}
+
 
 # Checks of several fields together, after the per-field ones: (holds(config), message).
 _COMBINATION_CHECKS: tuple[tuple[Callable[[RunConfig], bool], str], ...] = (
@@ -235,6 +268,12 @@ _COMBINATION_CHECKS: tuple[tuple[Callable[[RunConfig], bool], str], ...] = (
     (lambda c: not (c.data_idx_dir and not c.data_dir),
      "--data_idx_dir needs --data_dir (the TFRecords the index files describe)"),
     (lambda c: not (c.amp_dtype and not c.amp), "--amp_dtype only takes effect with --amp"),
+    (lambda c: not (c.augmenter_name != "none" and c.dali),
+     "--augmenter_name is implemented in the TFRecord pipeline only; leave out --dali to use it"),
+    (lambda c: not (c.augmenter_name != "randaugment" and (c.raug_num_layers != 2 or c.raug_magnitude != 9)),
+     "--raug_num_layers and --raug_magnitude only take effect with --augmenter_name randaugment"),
+    (lambda c: not (c.mixup_switch_prob != 0.5 and not (c.mixup > 0 and c.cutmix > 0)),
+     "--mixup_switch_prob only takes effect with both --mixup and --cutmix"),
     (lambda c: not ((c.symmetric or c.use_qdq or c.quant_delay) and not c.quantize
                     and c.mode in ("train", "train_and_evaluate")),
      "--symmetric, --use_qdq and --quant_delay only take effect with --quantize"),

@@ -6,6 +6,7 @@ import dataclasses
 
 from runtime import runner_utils
 from utils import data_utils
+from utils.augment import AugmentSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,24 +37,30 @@ def _dali(config, filenames, batch_size, log, **options):
         config.input_size, config.input_size, **options)
 
 
+def augment_settings(config):
+    return AugmentSettings(config.augmenter_name, config.raug_num_layers, config.raug_magnitude)
+
+
 def train_dataset(config, platform, rank, num_shards, start_step=0, log=print):
-    """This worker's training batches of --batch_size: synthetic without --data_dir (the benchmark), else its shard
-    of the train split. `start_step` > 0 resumes a seeded stream where it stopped (docs/RELIABILITY.md)."""
+    """This worker's training batches, one per optimizer step: --batch_size images, times --grad_accum_steps (the
+    micro-batches of a step, one after the other). Synthetic without --data_dir (the benchmark), else its shard of
+    the train split. `start_step` > 0 resumes a seeded stream where it stopped (docs/RELIABILITY.md)."""
     size = config.input_size
+    batch_size = config.batch_size * config.grad_accum_steps
     seed = None if config.seed is None else config.seed * 2 + rank
     if config.data_dir is None:
         log("Using Synthetic Data ...")
-        return data_utils.get_synth_input_fn(config.batch_size, size, size, config.num_classes, seed=seed)
+        return data_utils.get_synth_input_fn(batch_size, size, size, config.num_classes, seed=seed)
     filenames = runner_utils.list_filenames_in_dataset(config.data_dir, "train")
     data_utils.check_tfrecord_files(filenames)
     if config.uses_dali:
-        return _dali(config, filenames, config.batch_size, log, training=True, deterministic=config.seed is not None,
+        return _dali(config, filenames, batch_size, log, training=True, deterministic=config.seed is not None,
                      seed=seed, num_shards=num_shards, shard_index=rank, min_crop_area=config.min_crop_area,
                      use_gpu=platform.gpu)
     return data_utils.get_tfrecords_input_fn(
-        filenames, config.batch_size, size, size, training=True, deterministic=config.seed is not None,
+        filenames, batch_size, size, size, training=True, deterministic=config.seed is not None,
         seed=seed, num_shards=num_shards, shard_index=rank, num_classes=config.num_classes, start_step=start_step,
-        min_crop_area=config.min_crop_area)
+        min_crop_area=config.min_crop_area, augment=augment_settings(config))
 
 
 def eval_dataset(config, platform, batch_size, log=print):

@@ -18,6 +18,7 @@ from runtime import inputs, predict, runner_utils, startup, train_step
 from runtime.metrics import ThroughputMeter, TrainStats, evaluated_images_line
 from utils import learning_rate, optimizers
 from utils.devices import Platform
+from utils.ema import WeightAverage
 from utils.logger import progress_enabled
 from utils.precision import LossScaler, Precision
 
@@ -63,7 +64,8 @@ class Runner:
         self.platform = platform
         self.precision = precision
         self.exported_path = None
-        self.global_batch_size = config.batch_size * distribution.num_replicas
+        # The images of one optimizer step (all replicas, all --grad_accum_steps micro-batches).
+        self.global_batch_size = config.batch_size * distribution.num_replicas * config.grad_accum_steps
         with self.strategy.scope():
             self.model = startup.build_model(config, platform, precision)
             # ONLY_FIRST_REPLICA: every replica steps it once per step; with several replicas one increment counts.
@@ -75,10 +77,11 @@ class Runner:
         return {"arch": config.arch, "num_classes": config.num_classes, "use_final_conv": config.use_final_conv,
                 "log": self.logger.print}
 
-    def restore_for_inference(self, required):
-        """model_dir's newest checkpoint into the model (model/checkpoint_io.py); its path, or None."""
+    def restore_for_inference(self, required, ema=False):
+        """model_dir's newest checkpoint (its EMA weights with `ema`) into the model (model/checkpoint_io.py); its
+        CheckpointInfo, or None."""
         return checkpoint_io.restore_for_inference(self.model, self.global_step, self.config.model_dir,
-                                                   required=required, **self._model_settings())
+                                                   required=required, ema=ema, **self._model_settings())
 
     # ------------------------------------------------------------------ training
     def train(self, is_benchmark=False):
@@ -96,20 +99,24 @@ class Runner:
             optimizer = optimizers.build_optimizer(schedule, config.momentum, self.precision)
             optimizer.build(self.model.trainable_variables)
             distribution.prepare_optimizer(optimizer)
+            averages = WeightAverage(resnet.averaged_variables(self.model), config.moving_average_decay) \
+                if config.moving_average_decay > 0 else None
 
         saver = None
         if not is_benchmark:
             saver = checkpoint_io.CheckpointWriter(
-                config.model_dir, checkpoint_io.training_entries(self.model, optimizer, self.global_step, config.arch),
+                config.model_dir,
+                checkpoint_io.training_entries(self.model, optimizer, self.global_step, config.arch, averages),
                 checkpoint_io.metadata(config.arch, config.num_classes, config.input_size, config.use_final_conv,
                                        config.uses_dali),
                 max_to_keep=5, keep_every_hours=3)
             finetuned = checkpoint_io.restore_or_initialise(
                 self.model, optimizer, self.global_step, config.model_dir,
-                finetune_checkpoint=config.finetune_checkpoint, **self._model_settings())
+                finetune_checkpoint=config.finetune_checkpoint, averages=averages, **self._model_settings())
             if finetuned:
                 log.log(step="PARAMETER", data={"Restoring variables from checkpoint": finetuned})
-        distribution.broadcast_variables(self.model.variables + optimizer.variables + [self.global_step])
+        distribution.broadcast_variables(self.model.variables + optimizer.variables + [self.global_step] +
+                                         (averages.averages if averages is not None else []))
         current_step = int(self.global_step.numpy())
         run_iter = runner_utils.steps_this_run(config.run_iter, config.iter_unit, length.steps_per_epoch,
                                                length.num_steps, current_step)
@@ -134,10 +141,11 @@ class Runner:
         step_fn = train_step.make_train_step(
             self.model, optimizer, schedule, self.global_step,
             loss=train_step.LossSettings(config.num_classes, config.label_smoothing, config.weight_decay,
-                                         config.mixup),
+                                         config.mixup, config.cutmix, config.mixup_switch_prob),
             regularized=resnet.regularized_variables(self.model), scaler=LossScaler(self.precision, optimizer),
             reduce_gradients=distribution.reduce_gradients, strategy=self.strategy, mixup_seed=mixup_seed,
-            jit_compile=config.xla and distribution.jit_in_step)
+            jit_compile=config.xla and distribution.jit_in_step, accumulation=config.grad_accum_steps,
+            averages=averages)
         writer = None
         if distribution.is_chief and not is_benchmark:
             writer = tf.summary.create_file_writer(config.model_dir)
@@ -212,10 +220,31 @@ class Runner:
             log.print("Mixed precision: {}, {}{}".format(self.precision.policy, scaling, note))
         if config.mixup > 0:
             log.print("Using mixup training with beta=", config.mixup)
+        self._log_extensions()
         if config.quantize:  # the original's two QAT log lines (docs/ORIGINAL.md#quantisation-aware-training)
             log.log(step="PARAMETER", data={"MODE": "USING SYMMETRIC MODE" if config.symmetric
                                             else "USING ASSYMETRIC MODE"})
             log.log(step="PARAMETER", data={"QUANTIZATION AWARE TRAINING ENABLED": True})
+
+    def _log_extensions(self):
+        """One line per training extension in use (docs/EXTENSIONS.md); none with the defaults."""
+        config = self.config
+        log = self.logger.print
+        if config.grad_accum_steps > 1:
+            log("Gradient accumulation: {} micro-batches of {} per step and GPU; effective batch {}".format(
+                config.grad_accum_steps, config.batch_size, self.global_batch_size))
+        if config.moving_average_decay > 0:
+            log("EMA of the weights and BN statistics, decay min({:g}, (1 + step) / (10 + step))".format(
+                config.moving_average_decay))
+        if config.cutmix > 0:
+            both = " ({:g} of the images; the others mixup)".format(config.mixup_switch_prob) if config.mixup > 0 \
+                else ""
+            log("Using CutMix with alpha={:g}{}".format(config.cutmix, both))
+        if config.augmenter_name == "autoaugment":
+            log("Augmentation: AutoAugment, ImageNet policy")
+        elif config.augmenter_name == "randaugment":
+            log("Augmentation: RandAugment, {} layers at magnitude {:g}".format(config.raug_num_layers,
+                                                                                 config.raug_magnitude))
 
     def _copy_labels_file(self):
         """Keeps the dataset's class names beside the checkpoints, so `predict` can name classes."""
@@ -253,7 +282,9 @@ class Runner:
             num_steps, num_epochs, num_decay_steps = runner_utils.count_steps(
                 iter_unit, num_samples, num_iter, batch_size)
         dataset = inputs.eval_dataset(config, self.platform, batch_size, log=log.print)
-        self.restore_for_inference(required=not is_benchmark)
+        info = self.restore_for_inference(required=not is_benchmark, ema=is_benchmark and config.use_ema_weights)
+        if export_dir and config.use_ema_weights:
+            checkpoint_io.require_averages(info)
 
         log.print("Starting Model Evaluation...")
         log.print("Evaluation Epochs", num_epochs)
@@ -263,8 +294,40 @@ class Runner:
 
         eval_step = train_step.make_eval_step(self.model, config.num_classes, jit_compile=config.xla)
         meter = ThroughputMeter(batch_size, config.warmup_steps)
+        top1, top5, seen, non_finite = self._evaluation_pass(eval_step, iter(dataset), num_steps, meter, is_benchmark)
+        if config.data_dir is not None:
+            log.print(evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size))
+        if is_benchmark and meter.warmup_warning():
+            log.print(meter.warmup_warning())
+        if non_finite:
+            log.print("WARNING: {:,} of {:,} evaluated images got non-finite logits and count as misses (often a "
+                      "model trained for only a few steps, whose BN moving statistics have not settled)".format(
+                          non_finite, seen))
+        results = {"top1_accuracy": top1 / max(seen, 1), "top5_accuracy": top5 / max(seen, 1)}
+        if not is_benchmark and info is not None and info.has_weight_averages:
+            results.update(self._evaluate_averages(info, eval_step, dataset, num_steps, export_dir))
+        results.update(meter.summary("eval"))
+        results.update(meter.latencies())
+        log.log(step=(), data=results)
+        if not is_benchmark and self.distribution.is_chief:
+            # TensorBoard beside the training scalars (the Estimator's model_dir/eval), at the evaluated step.
+            writer = tf.summary.create_file_writer(os.path.join(config.model_dir, "eval"))
+            with writer.as_default(step=int(self.global_step.numpy())):
+                for key in ("top1_accuracy", "top5_accuracy", "ema_top1_accuracy", "ema_top5_accuracy",
+                            "eval_throughput"):
+                    if key in results:
+                        tf.summary.scalar(key, results[key])
+            writer.close()
+        log.print("Model evaluation finished")
+        if export_dir:
+            self.exported_path = export.save_saved_model(self.model, config.input_size, export_dir)
+            log.log(step=(), data={"export_dir": self.exported_path})
+        return results
+
+    def _evaluation_pass(self, eval_step, iterator, num_steps, meter, is_benchmark):
+        """(top-1 hits, top-5 hits, images, images with non-finite logits) over `num_steps` batches."""
+        config = self.config
         top1 = top5 = seen = non_finite = 0
-        iterator = iter(dataset)
         progress = _progress(num_steps, "eval", config.no_progress)
         for index in range(num_steps):
             start = time.perf_counter()
@@ -278,35 +341,28 @@ class Runner:
             seen += int(labels.shape[0])
             if is_benchmark and index >= config.warmup_steps and \
                     (index - config.warmup_steps + 1) % config.display_every == 0:
-                log.log(step=(0, index + 1), data={"total_ips": meter.last_ips})
+                self.logger.log(step=(0, index + 1), data={"total_ips": meter.last_ips})
             if progress is not None:
                 progress.update(1)
         if progress is not None:
             progress.close()
-        if config.data_dir is not None:
-            log.print(evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size))
-        if is_benchmark and meter.warmup_warning():
-            log.print(meter.warmup_warning())
-        if non_finite:
-            log.print("WARNING: {:,} of {:,} evaluated images got non-finite logits and count as misses (often a "
-                      "model trained for only a few steps, whose BN moving statistics have not settled)".format(
-                          non_finite, seen))
-        results = {"top1_accuracy": top1 / max(seen, 1), "top5_accuracy": top5 / max(seen, 1)}
-        results.update(meter.summary("eval"))
-        results.update(meter.latencies())
-        log.log(step=(), data=results)
-        if not is_benchmark and self.distribution.is_chief:
-            # TensorBoard beside the training scalars (the Estimator's model_dir/eval), at the evaluated step.
-            writer = tf.summary.create_file_writer(os.path.join(config.model_dir, "eval"))
-            with writer.as_default(step=int(self.global_step.numpy())):
-                for key in ("top1_accuracy", "top5_accuracy", "eval_throughput"):
-                    tf.summary.scalar(key, results[key])
-            writer.close()
-        log.print("Model evaluation finished")
-        if export_dir:
-            self.exported_path = export.save_saved_model(self.model, config.input_size, export_dir)
-            log.log(step=(), data={"export_dir": self.exported_path})
-        return results
+        return top1, top5, seen, non_finite
+
+    def _evaluate_averages(self, info, eval_step, dataset, num_steps, export_dir):
+        """The same images through the checkpoint's EMA weights: {ema_top1_accuracy, ema_top5_accuracy}. The model
+        keeps the EMA weights afterwards when --use_ema_weights asks to export them, else gets its raw ones back."""
+        raw = [tf.identity(v) for v in self.model.variables]
+        count = checkpoint_io.load_averages(self.model, info, self.config.arch,
+                                            checkpoint_io.describe_model(self.config.arch, self.config.num_classes))
+        self.logger.print("Evaluating the EMA weights of {} too ({} averaged variables)".format(info.path, count))
+        top1, top5, seen, _ = self._evaluation_pass(eval_step, iter(dataset), num_steps,
+                                                    ThroughputMeter(1, 0), is_benchmark=False)
+        if export_dir and self.config.use_ema_weights:
+            self.logger.print("Exporting the EMA weights (--use_ema_weights)")
+        else:
+            for variable, value in zip(self.model.variables, raw):
+                variable.assign(value)
+        return {"ema_top1_accuracy": top1 / max(seen, 1), "ema_top5_accuracy": top5 / max(seen, 1)}
 
     # ------------------------------------------------------------------ predict
     def predict(self, to_predict, labels_file=None):
@@ -317,7 +373,7 @@ class Runner:
         files = runner_utils.parse_inference_input(to_predict)
         if os.path.isfile(to_predict):
             predict.check_image(files[0], config.image_size)
-        self.restore_for_inference(required=True)
+        self.restore_for_inference(required=True, ema=config.use_ema_weights)
         class_names = predict.load_class_names(labels_file, config)
         return predict.predict_files(train_step.make_predict_step(self.model, config.image_size), files,
                                      config.image_size, config.batch_size, class_names)

@@ -4,7 +4,8 @@ tests call these same functions.
 
 One train step: forward, loss (smoothed cross-entropy + coupled L2 of docs/ORIGINAL.md#weight-decay), backward,
 loss scaling (utils/precision.LossScaler), the gradient average over replicas, the TF1-momentum update and the step
-counter; it returns the scalars the logger needs.
+counter; it returns the scalars the logger needs. The extensions of docs/EXTENSIONS.md hook in here: CutMix next to
+mixup, gradient accumulation over micro-batches, the EMA update after the optimizer's.
 """
 
 import dataclasses
@@ -20,52 +21,108 @@ class LossSettings:
     label_smoothing: float = 0.0
     weight_decay: float = 1e-4
     mixup: float = 0.0  # Beta(mixup, mixup) mixing weights; 0 = no mixup
+    cutmix: float = 0.0  # Beta(cutmix, cutmix) box areas; 0 = no CutMix
+    mixup_switch_prob: float = 0.5  # with both: the chance that an example gets CutMix rather than mixup
+
+
+def _mixing(loss, batch, height, width, seed):
+    """The random numbers of one micro-batch's mixup / CutMix, seeded by `seed` (int64 [2]); {} without either."""
+    mix = {}
+    if loss.mixup > 0:
+        mix["lam"] = losses.sample_beta([batch], loss.mixup, seed=seed)
+    if loss.cutmix > 0:
+        fold = tf.random.experimental.stateless_fold_in
+        lam = losses.sample_beta([batch], loss.cutmix, seed=fold(seed, 1))
+        mix["boxes"] = losses.cutmix_boxes(lam, height, width, fold(seed, 2))
+        if loss.mixup > 0:
+            mix["use_cutmix"] = tf.random.stateless_uniform([batch], seed=fold(seed, 3)) < loss.mixup_switch_prob
+    return mix
+
+
+def _mix(images, targets, mix):
+    if "boxes" in mix:
+        mixed = losses.mixup(images, targets, mix["lam"]) if "lam" in mix else None
+        return losses.cutmix(images, targets, mix["boxes"], mix.get("use_cutmix"), mixed)
+    if "lam" in mix:
+        return losses.mixup(images, targets, mix["lam"])
+    return images, targets
 
 
 def make_train_step(model, optimizer, learning_rate_fn, global_step, *, loss, regularized, scaler,
-                    reduce_gradients, strategy, mixup_seed, jit_compile=False):
+                    reduce_gradients, strategy, mixup_seed, jit_compile=False, accumulation=1, averages=None):
     """A tf.function (images, labels) -> dict of scalars (cross_entropy, l2_loss, total_loss, learning_rate,
     top1_hits, loss_scale, skipped) that does one optimizer step under `strategy`.
 
     `learning_rate_fn`: zero-argument callable, the rate at `global_step`; `loss`: LossSettings; `regularized`: the
     variables of the L2 term; `scaler`: utils/precision.LossScaler; `reduce_gradients`: list -> list, the average
     over workers (utils/distributed.py); `mixup_seed`: int64 scalar tensor, with `global_step` the seed of the step's
-    mixing weights; `jit_compile`: XLA-compile the step's core (forward, backward, update).
+    mixup / CutMix numbers; `jit_compile`: XLA-compile the step's core (forward, backward, update).
+
+    `accumulation` N > 1 (--grad_accum_steps): each batch holds N micro-batches, one after the other; their
+    gradients are averaged (a tf.while_loop, so one micro-batch's activations are alive at a time) before the one
+    update, and BN normalises and updates its statistics per micro-batch. The returned cross entropy is the
+    micro-batches' mean. `averages`: a utils/ema.WeightAverage, updated after each optimizer step.
     """
     trainable = model.trainable_variables
 
-    def step_with_weights(images, labels, lam):
-        lr = learning_rate_fn()
+    def forward_backward(images, labels, mix):
         with tf.GradientTape() as tape:
-            targets = losses.smoothed_one_hot(labels, loss.num_classes, loss.label_smoothing)
-            if lam is not None:
-                images, targets = losses.mixup(images, targets, lam)
+            images, targets = _mix(images, losses.smoothed_one_hot(labels, loss.num_classes, loss.label_smoothing),
+                                   mix)
             logits = model(images, training=True)
             cross_entropy = losses.softmax_cross_entropy(targets, logits)
             l2 = losses.l2_loss(regularized, loss.weight_decay)
-            total = cross_entropy + l2
-            scaled = scaler.scale(total)
-        grads = scaler.unscale(tape.gradient(scaled, trainable))
+            scaled = scaler.scale(cross_entropy + l2)
+        return tape.gradient(scaled, trainable), cross_entropy, l2, losses.top_k_hits(labels, logits, 1)
+
+    def accumulated(images, labels, mix):
+        """Mean gradient and cross entropy of the N micro-batches (the L2 term is the same in each)."""
+        micro_images = tf.reshape(images, tf.concat([[accumulation, -1], tf.shape(images)[1:]], axis=0))
+        micro_labels = tf.reshape(labels, [accumulation, -1])
+
+        def body(i, grad_sums, cross_entropy_sum, l2, hits):
+            grads, cross_entropy, l2, top1 = forward_backward(
+                micro_images[i], micro_labels[i], {key: value[i] for key, value in mix.items()})
+            return (i + 1, [total + g for total, g in zip(grad_sums, grads)], cross_entropy_sum + cross_entropy, l2,
+                    hits + top1)
+
+        zeros = [tf.zeros_like(v, dtype=tf.float32) for v in trainable]
+        _, grad_sums, cross_entropy_sum, l2, hits = tf.while_loop(
+            lambda i, *_: i < accumulation, body,
+            (tf.constant(0), zeros, tf.constant(0.0), tf.constant(0.0), tf.constant(0)), parallel_iterations=1)
+        return [g / accumulation for g in grad_sums], cross_entropy_sum / accumulation, l2, hits
+
+    def step_with_weights(images, labels, mix):
+        lr = learning_rate_fn()
+        if accumulation == 1:
+            grads, cross_entropy, l2, top1 = forward_backward(images, labels, {k: v[0] for k, v in mix.items()})
+        else:
+            grads, cross_entropy, l2, top1 = accumulated(images, labels, mix)
+        grads = scaler.unscale(grads)
         grads = reduce_gradients(grads)
         scale_before = scaler.current()
         optimizer.apply(grads, trainable)
         skipped = scaler.skipped(scale_before)
+        if averages is not None:
+            averages.update(global_step)  # the steps before this one (utils/ema.py)
         global_step.assign_add(1)
-        top1 = losses.top_k_hits(labels, logits, 1)
-        return {"cross_entropy": cross_entropy, "l2_loss": l2, "total_loss": total, "learning_rate": lr,
-                "top1_hits": top1, "loss_scale": scale_before, "skipped": skipped}
+        return {"cross_entropy": cross_entropy, "l2_loss": l2, "total_loss": cross_entropy + l2,
+                "learning_rate": lr, "top1_hits": top1, "loss_scale": scale_before, "skipped": skipped}
 
-    # Under jit_compile the mixup weights are drawn outside the compiled part: their Gamma sampler
+    # Under jit_compile the mixup / CutMix numbers are drawn outside the compiled part: their Gamma sampler
     # (StatelessRandomGammaV3) has no XLA kernel. Same op, same seed: the same numbers with or without XLA.
     # Without jit the step stays one function (a nested tf.function must not hold the gradient all-reduce).
     core = tf.function(step_with_weights, jit_compile=True, reduce_retracing=True) if jit_compile \
         else step_with_weights
 
     def replica_step(images, labels):
-        lam = None
-        if loss.mixup > 0:
-            lam = losses.sample_beta([tf.shape(images)[0]], loss.mixup, seed=tf.stack([mixup_seed, global_step]))
-        return core(images, labels, lam)
+        micro_batch = tf.shape(images)[0] // accumulation
+        height, width = tf.shape(images)[1], tf.shape(images)[2]
+        # Micro-batch i of step s draws with seed (mixup_seed, s * N + i): with N = 1, the seed (mixup_seed, s).
+        draws = [_mixing(loss, micro_batch, height, width, tf.stack([mixup_seed, global_step * accumulation + i]))
+                 for i in range(accumulation)]
+        mix = {key: tf.stack([draw[key] for draw in draws]) for key in draws[0]}
+        return core(images, labels, mix)
 
     compiled = tf.function(replica_step, reduce_retracing=True)
 

@@ -98,3 +98,57 @@ def test_top_k_hits_counts_ties_as_hits():
     logits = tf.constant([[1.0, 1.0, 0.0], [0.0, 2.0, 1.0]])
     assert int(losses.top_k_hits(tf.constant([1, 2]), logits, 1)) == 1
     assert int(losses.top_k_hits(tf.constant([1, 2]), logits, 2)) == 2
+
+
+def test_cutmix_pastes_the_box_of_the_paired_image_and_weights_labels_by_area():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(3, 8, 10, 3)).astype(np.float32)
+    y = np.eye(3, dtype=np.float32)
+    boxes = np.array([[1, 2, 5, 7], [0, 0, 8, 10], [3, 3, 3, 9]], np.int32)  # 4x5, whole image, empty
+    mixed_x, mixed_y = losses.cutmix(tf.constant(x), tf.constant(y), tf.constant(boxes))
+    expected_x = x.copy()
+    for i, (y0, x0, y1, x1) in enumerate(boxes):
+        expected_x[i, y0:y1, x0:x1] = x[2 - i, y0:y1, x0:x1]
+    np.testing.assert_array_equal(mixed_x.numpy(), expected_x)
+    own = 1 - np.array([20, 80, 0]) / 80.0  # the share of each image's own pixels
+    np.testing.assert_allclose(mixed_y.numpy(), own[:, None] * y + (1 - own[:, None]) * y[::-1], rtol=1e-6)
+    np.testing.assert_allclose(mixed_y.numpy().sum(axis=1), 1.0, rtol=1e-6)
+
+
+def test_cutmix_boxes_cover_one_minus_lambda_of_the_image_and_stay_inside():
+    lam = tf.constant(np.linspace(0.05, 0.95, 400).astype(np.float32))
+    boxes = losses.cutmix_boxes(lam, 64, 48, tf.constant([3, 4], tf.int64)).numpy()
+    y0, x0, y1, x1 = boxes.T
+    assert (y0 >= 0).all() and (x0 >= 0).all() and (y1 <= 64).all() and (x1 <= 48).all()
+    assert (y1 >= y0).all() and (x1 >= x0).all()
+    ratio = np.sqrt(1 - lam.numpy())
+    unclipped = (y0 > 0) & (x0 > 0) & (y1 < 64) & (x1 < 48)
+    # Away from the edges a box has sides floor(side * ratio) rounded down to even: its area is (1 - lam) * H * W
+    # up to those roundings.
+    assert unclipped.sum() > 50
+    sides_h = 2 * (np.floor(64 * ratio).astype(int) // 2)
+    sides_w = 2 * (np.floor(48 * ratio).astype(int) // 2)
+    np.testing.assert_array_equal((y1 - y0)[unclipped], sides_h[unclipped])
+    np.testing.assert_array_equal((x1 - x0)[unclipped], sides_w[unclipped])
+    area = ((y1 - y0) * (x1 - x0))[unclipped]
+    np.testing.assert_allclose(area / (64 * 48), (1 - lam.numpy())[unclipped], atol=2 * (64 + 48) / (64 * 48))
+    centres = (y0 + y1) / 2.0
+    assert 20 < centres[unclipped].mean() < 44  # centres spread over the image, not stuck at a corner
+    again = losses.cutmix_boxes(lam, 64, 48, tf.constant([3, 4], tf.int64)).numpy()
+    np.testing.assert_array_equal(boxes, again)  # seeded
+
+
+def test_cutmix_with_mixup_gives_each_example_one_of_the_two():
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(4, 4, 4, 3)).astype(np.float32)
+    y = np.eye(4, dtype=np.float32)
+    lam = tf.constant([0.3, 0.6, 0.2, 0.9])
+    boxes = tf.constant([[0, 0, 2, 2]] * 4)
+    use = tf.constant([True, False, False, True])
+    mixed = losses.mixup(tf.constant(x), tf.constant(y), lam)
+    cut = losses.cutmix(tf.constant(x), tf.constant(y), boxes)
+    both = losses.cutmix(tf.constant(x), tf.constant(y), boxes, use, mixed)
+    for i, from_cutmix in enumerate(use.numpy()):
+        source = cut if from_cutmix else mixed
+        np.testing.assert_array_equal(both[0][i].numpy(), source[0][i].numpy())
+        np.testing.assert_array_equal(both[1][i].numpy(), source[1][i].numpy())

@@ -1,5 +1,6 @@
 """Loss pieces of the original (docs/ORIGINAL.md#loss-and-label-smoothing): smoothed one-hot targets, mixup,
-batch-mean softmax cross entropy, coupled L2. Pure functions of tensors."""
+batch-mean softmax cross entropy, coupled L2; and the CutMix extension (docs/EXTENSIONS.md#cutmix). Pure functions
+of tensors."""
 
 import tensorflow as tf
 
@@ -34,6 +35,45 @@ def mixup(images, targets, lam):
     mixed_images = lam_images * images + (1.0 - lam_images) * tf.reverse(images, axis=[0])
     mixed_targets = lam_targets * targets + (1.0 - lam_targets) * tf.reverse(targets, axis=[0])
     return mixed_images, mixed_targets
+
+
+def cutmix_boxes(lam, height, width, seed):
+    """One box per example for CutMix (Yun et al. 2019): side ratio sqrt(1 - lam) of the image's sides, centre
+    uniform over the image, clipped to it. `lam` [B] from Beta(alpha, alpha); `seed` int64 [2]. Returns int32
+    [B, 4] (y0, x0, y1, x1), half-open."""
+    ratio = tf.sqrt(1.0 - tf.cast(lam, tf.float32))
+    cut_h = tf.cast(tf.cast(height, tf.float32) * ratio, tf.int32)
+    cut_w = tf.cast(tf.cast(width, tf.float32) * ratio, tf.int32)
+    size = tf.shape(lam)
+    cy = tf.random.stateless_uniform(size, seed=seed, maxval=height, dtype=tf.int32)
+    cx = tf.random.stateless_uniform(size, seed=seed + tf.constant([0, 1], seed.dtype), maxval=width,
+                                     dtype=tf.int32)
+    y0 = tf.clip_by_value(cy - cut_h // 2, 0, height)
+    y1 = tf.clip_by_value(cy + cut_h // 2, 0, height)
+    x0 = tf.clip_by_value(cx - cut_w // 2, 0, width)
+    x1 = tf.clip_by_value(cx + cut_w // 2, 0, width)
+    return tf.stack([y0, x0, y1, x1], axis=1)
+
+
+def cutmix(images, targets, boxes, use_cutmix=None, mixed=None):
+    """CutMix: example i takes the pixels of example B-1-i (the pairing of `mixup`) inside its box, and its target
+    becomes `w * t_i + (1 - w) * t_{B-1-i}` with `w = 1 - box area / image area`, the share of its own pixels.
+
+    `use_cutmix` (bool [B], optional) with `mixed` (images, targets) of another mix: examples where it is False
+    keep `mixed` instead (mixup and CutMix together, one of the two per example)."""
+    height, width = tf.shape(images)[1], tf.shape(images)[2]
+    y0, x0, y1, x1 = (tf.reshape(boxes[:, k], [-1, 1, 1]) for k in range(4))
+    rows = tf.reshape(tf.range(height), [1, -1, 1])
+    cols = tf.reshape(tf.range(width), [1, 1, -1])
+    inside = (rows >= y0) & (rows < y1) & (cols >= x0) & (cols < x1)  # [B, H, W]
+    area = tf.cast((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]), tf.float32)
+    own = tf.reshape(1.0 - area / tf.cast(height * width, tf.float32), [-1, 1])
+    out_images = tf.where(inside[..., None], tf.reverse(images, axis=[0]), images)
+    out_targets = own * targets + (1.0 - own) * tf.reverse(targets, axis=[0])
+    if use_cutmix is not None:
+        out_images = tf.where(tf.reshape(use_cutmix, [-1, 1, 1, 1]), out_images, mixed[0])
+        out_targets = tf.where(tf.reshape(use_cutmix, [-1, 1]), out_targets, mixed[1])
+    return out_images, out_targets
 
 
 def softmax_cross_entropy(targets, logits):
