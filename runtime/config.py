@@ -272,6 +272,8 @@ _COMBINATION_CHECKS: tuple[tuple[Callable[[RunConfig], bool], str], ...] = (
      "--augmenter_name is implemented in the TFRecord pipeline only; leave out --dali to use it"),
     (lambda c: not (c.augmenter_name != "randaugment" and (c.raug_num_layers != 2 or c.raug_magnitude != 9)),
      "--raug_num_layers and --raug_magnitude only take effect with --augmenter_name randaugment"),
+    (lambda c: not (c.use_ema_weights and c.moving_average_decay == 0 and c.mode in ("train", "train_and_evaluate")),
+     "--use_ema_weights in a training mode needs --moving_average_decay (the EMA it would use)"),
     (lambda c: not (c.mixup_switch_prob != 0.5 and not (c.mixup > 0 and c.cutmix > 0)),
      "--mixup_switch_prob only takes effect with both --mixup and --cutmix"),
     (lambda c: not ((c.symmetric or c.use_qdq or c.quant_delay) and not c.quantize

@@ -283,7 +283,7 @@ class Runner:
                 iter_unit, num_samples, num_iter, batch_size)
         dataset = inputs.eval_dataset(config, self.platform, batch_size, log=log.print)
         info = self.restore_for_inference(required=not is_benchmark, ema=is_benchmark and config.use_ema_weights)
-        if export_dir and config.use_ema_weights:
+        if config.use_ema_weights and info is not None:
             checkpoint_io.require_averages(info)
 
         log.print("Starting Model Evaluation...")

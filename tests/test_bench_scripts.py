@@ -40,3 +40,17 @@ def test_conv_gradients_alternatives_agree_with_tf_at_model_shapes(tmp_path):
         assert ("input_grad_rotated_conv_max_rel_diff" in row) == row["shape"].endswith("s1")
         assert row.get("input_grad_rotated_conv_max_rel_diff", 0.0) < 1e-5
         assert all(row[key] > 0 for key in row if key.endswith("_ms"))
+
+
+@pytest.mark.slow
+def test_extensions_benchmark_times_the_pipeline_and_every_variant(tmp_path):
+    from bench import extensions
+    out = tmp_path / "result.json"
+    extensions.main(["--size", "32", "--batch", "4", "--steps", "1", "--warmup", "1", "--rounds", "1",
+                     "--records", "24", "--pipeline_images", "64", "--step_variants", "original,all",
+                     "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert set(result["pipeline_median"]) == set(extensions.PIPELINE_VARIANTS)
+    assert set(result["step_median"]) == {"original", "all"}
+    assert all(value > 0 for value in list(result["pipeline_median"].values()) + list(result["step_median"].values()))
+    assert result["step_vs_original"]["original"] == pytest.approx(1.0)

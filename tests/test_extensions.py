@@ -130,6 +130,9 @@ def test_ema_weights_in_predict_and_the_frozen_graph_and_refused_without_them(tr
     assert "has no EMA weights (train with --moving_average_decay" in refused.stderr
     evaluated = run("main.py", "--mode", "evaluate", "--data_dir", data_dir, "--results_dir", plain, "--batch_size", 2)
     assert evaluated.returncode == 0 and "ema_top1_accuracy" not in evaluated.stdout
+    refused = run("main.py", "--mode", "evaluate", "--data_dir", data_dir, "--results_dir", plain, "--batch_size", 2,
+                  "--use_ema_weights")
+    assert refused.returncode == 2 and "has no EMA weights" in refused.stderr
     # Turning the EMA on in a directory whose checkpoint has none starts the averages from its weights.
     resumed = run("main.py", "--mode", "train", "--data_dir", data_dir, "--results_dir", plain, "--num_iter", 2,
                   *DATA_FLAGS, "--moving_average_decay", 0.99)
@@ -146,6 +149,7 @@ def test_ema_weights_in_predict_and_the_frozen_graph_and_refused_without_them(tr
     (("--moving_average_decay", 1.0), "--moving_average_decay must be in [0, 1) (got 1.0)"),
     (("--raug_magnitude", 11, "--augmenter_name", "randaugment"), "--raug_magnitude must be in [0, 10]"),
     (("--cutmix", -1), "--cutmix must be >= 0"),
+    (("--use_ema_weights", "--mode", "train_and_evaluate"), "--use_ema_weights in a training mode needs"),
 ])
 def test_extension_flags_are_checked(flags, message):
     from runtime.config import parse_cmdline
@@ -166,3 +170,21 @@ def test_extension_flags_have_their_own_help_group_and_are_not_original():
     assert config.RunConfig(cutmix=0.5).extensions_in_use() == {"cutmix": 0.5}
     args = config.parse_cmdline(["--batch_size", "2", "--cutmix_alpha", "0.3"])
     assert args.cutmix == 0.3
+
+
+@pytest.mark.slow
+def test_extensions_under_the_mirrored_engine(data_dir, tmp_path):
+    """Two logical CPU replicas (RN50_ENGINE=mirrored): the EMA and the accumulation run in the replica step and
+    the effective batch counts both replicas."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", RN50_ENGINE="mirrored", RN50_CPU_REPLICAS="2")
+    result = subprocess.run(
+        [sys.executable, "main.py", "--mode", "train_and_evaluate", "--data_dir", str(data_dir), "--results_dir",
+         str(tmp_path), "--num_iter", "2", *map(str, DATA_FLAGS), "--grad_accum_steps", "2",
+         "--moving_average_decay", "0.9", "--cutmix", "1.0"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Num GPUs 2" in result.stdout
+    assert "effective batch 16" in result.stdout and "ema_top1_accuracy" in result.stdout
+    values = checkpoint_values(str(tmp_path / "model.ckpt-2"))
+    key = "resnet50/conv2d/conv2d/kernel"
+    assert not np.allclose(values[key], values[key + EMA_SUFFIX])
