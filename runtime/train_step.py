@@ -25,15 +25,16 @@ class LossSettings:
     mixup_switch_prob: float = 0.5  # with both: the chance that an example gets CutMix rather than mixup
 
 
-def _mixing(loss, batch, height, width, seed):
-    """The random numbers of one micro-batch's mixup / CutMix, seeded by `seed` (int64 [2]); {} without either."""
+def _mixing(loss, batch, image_shape, seed):
+    """The random numbers of one micro-batch's mixup / CutMix, seeded by `seed` (int64 [2]); {} without either.
+    `image_shape`: the shape of the batch's images (CutMix needs H and W at [1] and [2])."""
     mix = {}
     if loss.mixup > 0:
         mix["lam"] = losses.sample_beta([batch], loss.mixup, seed=seed)
     if loss.cutmix > 0:
         fold = tf.random.experimental.stateless_fold_in
         lam = losses.sample_beta([batch], loss.cutmix, seed=fold(seed, 1))
-        mix["boxes"] = losses.cutmix_boxes(lam, height, width, fold(seed, 2))
+        mix["boxes"] = losses.cutmix_boxes(lam, image_shape[1], image_shape[2], fold(seed, 2))
         if loss.mixup > 0:
             mix["use_cutmix"] = tf.random.stateless_uniform([batch], seed=fold(seed, 3)) < loss.mixup_switch_prob
     return mix
@@ -116,10 +117,9 @@ def make_train_step(model, optimizer, learning_rate_fn, global_step, *, loss, re
         else step_with_weights
 
     def replica_step(images, labels):
-        micro_batch = tf.shape(images)[0] // accumulation
-        height, width = tf.shape(images)[1], tf.shape(images)[2]
+        shape = tf.shape(images)
         # Micro-batch i of step s draws with seed (mixup_seed, s * N + i): with N = 1, the seed (mixup_seed, s).
-        draws = [_mixing(loss, micro_batch, height, width, tf.stack([mixup_seed, global_step * accumulation + i]))
+        draws = [_mixing(loss, shape[0] // accumulation, shape, tf.stack([mixup_seed, global_step * accumulation + i]))
                  for i in range(accumulation)]
         mix = {key: tf.stack([draw[key] for draw in draws]) for key in draws[0]}
         return core(images, labels, mix)

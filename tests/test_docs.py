@@ -113,5 +113,26 @@ def test_links_in_original_md_resolve():
     assert not missing, "broken links in docs/ORIGINAL.md:\n" + "\n".join(missing)
 
 
+
+# Any relative markdown link: `](path)`, `](path#anchor)` or `](#anchor)` (not http(s) or mailto).
+MARKDOWN_LINK = re.compile(r"\]\((?!https?:|mailto:)([^)#\s]*)(?:#([A-Za-z0-9_-]+))?\)")
+
+
+@pytest.mark.parametrize("page", ["README.md"] + sorted(
+    os.path.join("docs", name) for name in os.listdir(os.path.join(ROOT, "docs")) if name.endswith(".md")))
+def test_links_of_the_docs_resolve(page):
+    """Every relative link of the README and docs/*.md points at a file that exists, and at one of its headings
+    when it names an anchor."""
+    source = os.path.join(ROOT, page)
+    missing = []
+    for match in MARKDOWN_LINK.finditer(_read(page)):
+        target, anchor = match.group(1), match.group(2)
+        path = source if not target else os.path.normpath(os.path.join(os.path.dirname(source), target))
+        if not os.path.exists(path):
+            missing.append("{}: no such file".format(target))
+        elif anchor and path.endswith(".md") and anchor not in heading_anchors(_read(os.path.relpath(path, ROOT))):
+            missing.append("{}#{}: no such heading".format(target or page, anchor))
+    assert not missing, "broken links in {}:\n".format(page) + "\n".join(missing)
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
