@@ -86,8 +86,7 @@ def export(args, log=print):
         checkpoint_io.check_fits(info, args.model_name, args.num_classes, arch_flag="--model_name")
         log(checkpoint_io.restore_model(model, info, args.model_name, describe).describe())
         if args.use_ema_weights:
-            log("Using the EMA weights of {} ({} averaged variables)".format(
-                info.path, checkpoint_io.load_averages(model, info, args.model_name, describe)))
+            checkpoint_io.use_averages(model, info, args.model_name, describe, log)
         if quantization is not None and not info.has_quantization_ranges:
             log("WARNING: the checkpoint has no quantisation ranges (not QAT-trained); activation ranges keep "
                 "their initial [-6, 6]")

@@ -414,6 +414,12 @@ def load_averages(model, info, arch, describe):
     return len(wanted)
 
 
+def use_averages(model, info, arch, describe, log=print):
+    """load_averages, and the log line that says the model now holds the EMA weights (--use_ema_weights)."""
+    log("Using the EMA weights of {} ({} averaged variables)".format(
+        info.path, load_averages(model, info, arch, describe)))
+
+
 def load(model, path, arch, describe=None, **options):
     """find + inspect + restore_model for a prefix or directory; returns the RestoreReport."""
     info = inspect(find_checkpoint(path, "checkpoint"))
@@ -498,8 +504,7 @@ def restore_for_inference(model, global_step, model_dir, arch, num_classes, *, u
     global_step.assign(info.step or 0)  # evaluation summaries land at the checkpoint's step
     log(report.describe())
     if ema:
-        log("Using the EMA weights of {} ({} averaged variables)".format(
-            path, load_averages(model, info, arch, describe)))
+        use_averages(model, info, arch, describe, log)
     return info
 
 

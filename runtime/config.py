@@ -255,10 +255,17 @@ class RunConfig:
     def uses_dali(self) -> bool:
         return self.dali and self.data_idx_dir is not None
 
+    def is_set(self, name: str) -> bool:
+        """Field `name` differs from its default."""
+        return getattr(self, name) != _FIELDS[name].default
+
     def extensions_in_use(self) -> dict[str, Any]:
         """The EXTENSIONS flags set away from their defaults (the PARAMETER log line shows them); {} by default."""
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
-                if flag_of(field).group == EXTENSIONS and getattr(self, field.name) != field.default}
+                if flag_of(field).group == EXTENSIONS and self.is_set(field.name)}
+
+
+_FIELDS = {field.name: field for field in dataclasses.fields(RunConfig)}
 
 
 # Checks of several fields together, after the per-field ones: (holds(config), message).
@@ -270,11 +277,11 @@ _COMBINATION_CHECKS: tuple[tuple[Callable[[RunConfig], bool], str], ...] = (
     (lambda c: not (c.amp_dtype and not c.amp), "--amp_dtype only takes effect with --amp"),
     (lambda c: not (c.augmenter_name != "none" and c.dali),
      "--augmenter_name is implemented in the TFRecord pipeline only; leave out --dali to use it"),
-    (lambda c: not (c.augmenter_name != "randaugment" and (c.raug_num_layers != 2 or c.raug_magnitude != 9)),
+    (lambda c: not (c.augmenter_name != "randaugment" and (c.is_set("raug_num_layers") or c.is_set("raug_magnitude"))),
      "--raug_num_layers and --raug_magnitude only take effect with --augmenter_name randaugment"),
     (lambda c: not (c.use_ema_weights and c.moving_average_decay == 0 and c.mode in ("train", "train_and_evaluate")),
      "--use_ema_weights in a training mode needs --moving_average_decay (the EMA it would use)"),
-    (lambda c: not (c.mixup_switch_prob != 0.5 and not (c.mixup > 0 and c.cutmix > 0)),
+    (lambda c: not (c.is_set("mixup_switch_prob") and not (c.mixup > 0 and c.cutmix > 0)),
      "--mixup_switch_prob only takes effect with both --mixup and --cutmix"),
     (lambda c: not ((c.symmetric or c.use_qdq or c.quant_delay) and not c.quantize
                     and c.mode in ("train", "train_and_evaluate")),

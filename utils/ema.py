@@ -31,13 +31,13 @@ class WeightAverage:
         self.averages = [tf.Variable(tf.cast(v, tf.float32), trainable=False, name=_short_name(v) + "_ema",
                                      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
                          for v in self.sources]
+        self._by_source = {id(source): average for source, average in zip(self.sources, self.averages)}
 
     def average_of(self, variable):
-        """The average of `variable` (one of `sources`)."""
-        for source, average in zip(self.sources, self.averages):
-            if source is variable:
-                return average
-        raise KeyError(variable.path if hasattr(variable, "path") else variable.name)
+        """The average of `variable` (one of `sources`); KeyError for any other."""
+        if id(variable) not in self._by_source:
+            raise KeyError(variable.path if hasattr(variable, "path") else variable.name)
+        return self._by_source[id(variable)]
 
     def update(self, num_updates):
         """One EMA step (inside the train step, after the optimizer's); `num_updates`: steps before this one."""
