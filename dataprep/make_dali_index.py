@@ -44,7 +44,8 @@ def make_dali_indexes(tfrecord_dir: str, idx_dir: str, progress: bool = False) -
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m dataprep.make_dali_index",
-        description="Write a DALI index file (`offset size` per record) for each train-*/validation-* TFRecord.")
+        description="Write a DALI index file (`offset size` per record) for each train-*/validation-* TFRecord.",
+        allow_abbrev=False)
     parser.add_argument("tfrecord_dir", help="directory with train-* and validation-* TFRecord shards")
     parser.add_argument("idx_dir", help="output directory for the index files (created; same basenames)")
     parser.add_argument("--no_progress", action="store_true", help="no progress bar (also off when not a TTY)")

@@ -9,6 +9,11 @@ Each shard is written to a hidden temporary name (`.tmp.<final name>`, which nev
 `train-*` / `validation-*` globs) and renamed when complete, so a complete-looking file is always a complete shard
 and an interrupted run can be resumed shard by shard.
 
+Beside the shards, `.dataprep-<split>.json` (the manifest, read by utils/dataset_manifest.py) records the run as it
+goes: the shard count, each shard's written and skipped images, the class count K of the labels 1..K, and
+`complete`, false until the last shard is written and recorded. An interrupted run thus leaves a manifest that
+says so, and --resume checks against it that the inputs are the same.
+
 TensorFlow is imported lazily, inside the process that writes, so the parent of a worker pool stays TF-free and
 workers are started with the "spawn" method (forking a process with a live TF runtime can deadlock).
 """
@@ -21,16 +26,19 @@ import json
 import multiprocessing
 import os
 import queue as queue_module
+import signal
 import sys
 from typing import Callable, Sequence
 
-from utils.errors import UserError
+from utils.errors import UserError, on_interrupt
 from utils.logger import progress_enabled  # noqa: F401 - the dataprep tools' progress check
 from utils.tfrecord_framing import count_records
 
 TMP_PREFIX = ".tmp."
+# What an interrupted dataprep run keeps and how to go on (the line of utils.errors.command).
+INTERRUPTED_KEPT = "complete shards are kept; run the same command with --resume to finish"
 JPEG_QUALITY_CONVERTED = 100  # quality used by the original when re-encoding PNG/CMYK sources
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2 adds num_classes, label_range and complete; 1 is still resumed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,18 +176,25 @@ def write_shard(output_dir: str, split: str, shard_index: int, num_shards: int, 
     tmp_path = os.path.join(output_dir, TMP_PREFIX + shard_name(split, shard_index, num_shards))
     skipped = []
     written = 0
-    with tf.io.TFRecordWriter(tmp_path) as writer:
-        for item in items:
-            try:
-                record = encode_item(item)
-            except UnreadableImage as exc:
-                skipped.append((item.path or item.filename, str(exc)))
-            else:
-                writer.write(record)
-                written += 1
-            if tick is not None:
-                tick(1)
-    os.replace(tmp_path, final_path)
+    try:
+        with on_interrupt(INTERRUPTED_KEPT), tf.io.TFRecordWriter(tmp_path) as writer:
+            for item in items:
+                try:
+                    record = encode_item(item)
+                except UnreadableImage as exc:
+                    skipped.append((item.path or item.filename, str(exc)))
+                else:
+                    writer.write(record)
+                    written += 1
+                if tick is not None:
+                    tick(1)
+        os.replace(tmp_path, final_path)
+    except BaseException:  # an interrupt, a write error: the incomplete shard is not left behind
+        try:
+            os.remove(tmp_path)
+        except OSError:
+            pass
+        raise
     return ShardResult(shard_index, written, skipped)
 
 
@@ -191,6 +206,9 @@ _progress_queue = None
 def _init_worker(progress_queue):
     global _progress_queue
     _progress_queue = progress_queue
+    # Ctrl-C reaches every process of the terminal's process group: the parent handles it (terminates the pool,
+    # one line); a worker would only print a traceback. Workers end by the pool's SIGTERM.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _worker_write_shard(args):
@@ -250,12 +268,18 @@ def existing_split_files(output_dir: str, split: str) -> list[str]:
 
 
 def write_split(items: Sequence[ImageItem], output_dir: str, split: str, num_shards: int, num_workers: int = 1,
-                resume: bool = False, overwrite: bool = False, progress: bool = False) -> list[ShardResult]:
+                resume: bool = False, overwrite: bool = False, progress: bool = False, *,
+                num_classes: int) -> list[ShardResult]:
     """Writes `items` (in the given order) to `num_shards` shards `<split>-XXXXX-of-NNNNN` in output_dir.
 
+    num_classes: K of the dataset's labels 1..K (all classes, whether this split has images of each or not); every
+    item's label must be in that range. Recorded in the manifest with `complete`.
     Existing output of this split is an error unless `overwrite` (delete it first) or `resume` (keep complete shards
     of an interrupted run with the same inputs and shard count; rewrite the missing ones).
     """
+    outside = next((item for item in items if not 1 <= item.label <= num_classes), None)
+    if outside is not None:  # the callers number classes 1..K; a label past K is a bug there
+        raise ValueError(f"label {outside.label} of {outside.path or outside.filename} is outside 1..{num_classes}")
     if num_shards < 1:
         raise UserError(f"--{split}_shards must be >= 1 (got {num_shards})")
     if num_shards > len(items):  # callers cap the count (build_tfrecords.choose_shards); an empty shard is a bug
@@ -268,7 +292,8 @@ def write_split(items: Sequence[ImageItem], output_dir: str, split: str, num_sha
     existing = existing_split_files(output_dir, split)
     complete = set()
     manifest = {"version": MANIFEST_VERSION, "split": split, "num_shards": num_shards, "num_images": len(items),
-                "fingerprint": input_fingerprint, "shards": {}}
+                "fingerprint": input_fingerprint, "num_classes": num_classes, "label_range": [1, num_classes],
+                "complete": False, "shards": {}}
     if existing:
         if overwrite:
             for name in existing:
@@ -280,7 +305,7 @@ def write_split(items: Sequence[ImageItem], output_dir: str, split: str, num_sha
             if foreign:
                 raise UserError(f"--resume: {output_dir} holds {split} shards of another run ({foreign[0]}); "
                                 "use --overwrite")
-            previous = _read_manifest(output_dir, split)
+            previous = _read_manifest(output_dir, split)  # version 1 or 2: the same fingerprint and shards
             if previous is not None and previous.get("fingerprint") != input_fingerprint:
                 raise UserError(f"--resume: the {split} inputs or shard count changed since the interrupted run "
                                 f"in {output_dir}; use --overwrite")
@@ -326,14 +351,31 @@ def write_split(items: Sequence[ImageItem], output_dir: str, split: str, num_sha
             _run_pool(output_dir, split, num_shards, items, ranges, todo, min(num_workers, len(todo)), bar, record)
     finally:
         bar.close()
+    manifest["complete"] = True  # every shard written and recorded
+    _write_manifest(output_dir, split, manifest)
     return sorted(results, key=lambda r: r.shard_index)
 
 
 def _run_pool(output_dir, split, num_shards, items, ranges, todo, num_workers, bar, record):
+    """Writes the shards of `todo` in `num_workers` spawned processes. An interrupt or error in the parent
+    terminates the pool (the `with` block); its workers ignore SIGINT and leave no temporary shard that the next
+    run would not remove."""
     ctx = multiprocessing.get_context("spawn")
     progress_queue = ctx.Queue()
     tasks = [(output_dir, split, i, num_shards, list(items[ranges[i][0]:ranges[i][1]])) for i in todo]
-    with ctx.Pool(num_workers, initializer=_init_worker, initargs=(progress_queue,)) as pool:
+    # SIGINT is ignored while the workers start: an ignored signal stays ignored across exec, so a Ctrl-C during a
+    # worker's start-up (before its initializer runs) cannot reach it either. (A blocked mask would not do:
+    # multiprocessing's spawn clears it in the child.)
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: SIGINT is not ours to handle
+        previous = None
+    try:
+        pool = ctx.Pool(num_workers, initializer=_init_worker, initargs=(progress_queue,))
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    with on_interrupt(INTERRUPTED_KEPT), pool:
         pending = [pool.apply_async(_worker_write_shard, (task,)) for task in tasks]
         while pending:
             try:

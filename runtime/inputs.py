@@ -7,6 +7,7 @@ import dataclasses
 from runtime import runner_utils
 from utils import data_utils
 from utils.augment import AugmentSettings
+from utils.data_utils import SkippedRecords  # noqa: F401 - the counter eval_dataset(skipped=...) fills
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +35,23 @@ def _dali(config, filenames, batch_size, log, **options):
     log("Using DALI input... ")
     return dali_utils.get_dali_input_fn(
         filenames, runner_utils.list_index_files(config.data_idx_dir, filenames), batch_size,
-        config.input_size, config.input_size, **options)
+        config.input_size, config.input_size, num_classes=config.num_classes, **options)
+
+
+def next_batch(iterator):
+    """`next(iterator)` of any dataset of this module (plain, prefetched to a device or distributed), with a label
+    outside 1..--num_classes turned into the UserError naming it (data_utils.label_range_error), and an image DALI
+    cannot decode into one saying so (dali_utils.decode_error); StopIteration at the end of a finite dataset
+    passes through."""
+    import tensorflow as tf
+    from utils import dali_utils
+    try:
+        return next(iterator)
+    except tf.errors.OpError as error:
+        user_error = data_utils.label_range_error(error) or dali_utils.decode_error(error)
+        if user_error is None:
+            raise
+        raise user_error from None
 
 
 def augment_settings(config):
@@ -63,8 +80,15 @@ def train_dataset(config, platform, rank, num_shards, start_step=0, log=print):
         min_crop_area=config.min_crop_area, augment=augment_settings(config))
 
 
-def eval_dataset(config, platform, batch_size, log=print):
-    """Evaluation batches: synthetic without --data_dir (the benchmark), else the validation split in order."""
+def eval_dataset(config, platform, batch_size, log=print, *, num_epochs=None, skipped=None):
+    """Evaluation batches: synthetic without --data_dir (the benchmark), else the validation split in order.
+
+    num_epochs: None repeats the validation split forever (benchmarks, --iter_unit batch); N makes the tf.data
+      input end after N passes, each record read once per pass. DALI's input always repeats (the caller takes at
+      most one pass's whole batches per epoch from it).
+    skipped: a `data_utils.SkippedRecords` counting the records the tf.data input dropped as corrupt (DALI stops
+      on an undecodable image instead, so it stays 0 there).
+    """
     size = config.input_size
     if config.data_dir is None:
         log("Using Synthetic Data ...")
@@ -74,7 +98,8 @@ def eval_dataset(config, platform, batch_size, log=print):
     if config.uses_dali:
         return _dali(config, filenames, batch_size, log, training=False, use_gpu=platform.gpu)
     return data_utils.get_tfrecords_input_fn(filenames, batch_size, size, size, training=False,
-                                             num_classes=config.num_classes)
+                                             num_classes=config.num_classes, num_epochs=num_epochs,
+                                             skipped=skipped)
 
 
 def prefetch_to_accelerator(dataset, platform, uses_dali):

@@ -87,18 +87,37 @@ class TrainStats:
                             "({}).".format(float(values["total_loss"]), step, self.remedy))
 
 
-def evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size):
+def require_evaluated(seen, num_samples, batch_size, skipped):
+    """A UserError when a finite evaluation of real data got no whole batch (so no accuracy to report)."""
+    if seen > 0:
+        return
+    text = "no whole batch of {} validation images could be read: {:,} of the {:,} records were skipped as " \
+        "corrupt".format(batch_size, skipped, num_samples)
+    undelivered = num_samples - skipped
+    if undelivered >= batch_size:  # the input ended early without naming them (a shard's stream unreadable)
+        text += " and {:,} were not delivered by the input, perhaps unreadable stream data".format(undelivered)
+    raise UserError(text + " (see the warnings above)")
+
+
+def evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size, skipped=0):
     """How much of the validation set an evaluation covered. Batches are whole (drop_remainder, as the original),
-    so up to batch_size - 1 images of every pass are left out."""
+    so up to batch_size - 1 images of every pass are left out. `skipped`: records the input dropped as corrupt
+    (an evaluation in epochs reads each record once per epoch, so `seen` counts distinct images)."""
+    corrupt = "{:,} skipped as corrupt, see the warnings above".format(skipped) if skipped else None
     if iter_unit != "epoch":
-        return "Evaluated {:,} images ({:,} batches of {}) of the {:,} in the validation set".format(
+        line = "Evaluated {:,} images ({:,} batches of {}) of the {:,} in the validation set".format(
             seen, seen // batch_size, batch_size, num_samples)
+        return line + " ({})".format(corrupt) if corrupt else line
     total = num_samples * num_epochs
-    line = "Evaluated {:,} of {:,} images".format(seen, total)
-    dropped = total - seen
-    if dropped > 0 and num_epochs == 1:
-        line += " (the last partial batch of {:,} is dropped, as the original)".format(dropped)
+    notes = [corrupt] if corrupt else []
+    dropped = total - skipped - seen
+    if 0 < dropped < batch_size and num_epochs == 1:
+        notes.append("the last partial batch of {:,} is dropped, as the original".format(dropped))
+    elif dropped > 0 and num_epochs == 1:
+        # More than a partial batch missing from one pass: the input ended early without naming them.
+        notes.append("{:,} more not delivered by the input, perhaps unreadable stream data".format(dropped))
     elif dropped > 0:
-        line += " ({:,} epochs of {:,} in whole batches of {}: {:,} left out, as the original)".format(
-            num_epochs, num_samples, batch_size, dropped)
-    return line
+        notes.append("{:,} epochs of {:,} in whole batches of {}: {:,} left out, as the original".format(
+            num_epochs, num_samples, batch_size, dropped))
+    line = "Evaluated {:,} of {:,} images".format(seen, total)
+    return line + " ({})".format("; ".join(notes)) if notes else line

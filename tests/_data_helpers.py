@@ -9,7 +9,8 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image
 
-# Kinds of damage `write_tfrecord_shards(corrupt=...)` can put into a record.
+# Kinds of damage `write_tfrecord_shards(corrupt=...)` can put into a record. The pipelines skip the first, second
+# and fourth as corrupt records; "label_out_of_range" (label num_classes + 5) stops them with one error instead.
 CORRUPT_KINDS = ("bad_jpeg", "missing_image", "label_out_of_range", "not_example")
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests._data_helpers import write_tfrecord_shards
+from tests._data_helpers import label_of, write_tfrecord_shards
 from utils import dali_utils, data_utils
 from utils.errors import UserError
 
@@ -53,7 +53,8 @@ def test_index_format(records):
 @needs_dali
 def test_eval_matches_tf_pipeline(records):
     paths, idx = records
-    dali = list(dali_utils.get_dali_input_fn(paths, idx, 4, 32, 32, training=False).take(2))
+    dali = list(dali_utils.get_dali_input_fn(paths, idx, 4, 32, 32, training=False, num_classes=NUM_CLASSES)
+                .take(2))
     ours = list(data_utils.get_tfrecords_input_fn(paths, 4, 32, 32, training=False,
                                                   num_classes=NUM_CLASSES).take(2))
     means = np.array(dali_utils.CHANNEL_MEANS, np.float32)
@@ -72,7 +73,8 @@ def test_eval_matches_tf_pipeline(records):
 @needs_dali
 def test_training_pipeline(records):
     paths, idx = records
-    dataset = dali_utils.get_dali_input_fn(paths, idx, 4, 32, 24, training=True, deterministic=True, seed=1)
+    dataset = dali_utils.get_dali_input_fn(paths, idx, 4, 32, 24, training=True, deterministic=True, seed=1,
+                                           num_classes=NUM_CLASSES)
     labels = set()
     first = None
     for images, batch_labels in dataset.take(4):
@@ -82,7 +84,7 @@ def test_training_pipeline(records):
         first = images.numpy() if first is None else first
     assert labels <= set(range(8))
     again = next(iter(dali_utils.get_dali_input_fn(paths, idx, 4, 32, 24, training=True, deterministic=True,
-                                                   seed=1)))
+                                                   seed=1, num_classes=NUM_CLASSES)))
     np.testing.assert_array_equal(again[0].numpy(), first)
 
 
@@ -97,7 +99,7 @@ def test_min_crop_area_reaches_the_dali_crop(tmp_path):
 
     def images_by_label(seed, min_crop_area):
         dataset = dali_utils.get_dali_input_fn(paths, idx, 4, 32, 32, training=True, deterministic=True, seed=seed,
-                                               min_crop_area=min_crop_area)
+                                               min_crop_area=min_crop_area, num_classes=NUM_CLASSES)
         found = {}
         for images, labels in dataset.take(4):
             for image, label in zip(images.numpy(), labels.numpy()):
@@ -122,7 +124,70 @@ def test_missing_index_file_is_a_user_error(records):
     if not _dali_available():
         pytest.skip("DALI not installed")
     with pytest.raises(UserError, match="index"):
-        dali_utils.get_dali_input_fn(paths, [paths[0] + ".nope"], 4, 32, 32, training=False)
+        dali_utils.get_dali_input_fn(paths, [paths[0] + ".nope"], 4, 32, 32, training=False,
+                                     num_classes=NUM_CLASSES)
+
+
+def _indexed_shards(directory, num_records, corrupt=None):
+    """(shards in directory/data, their DALI index files in directory/idx)."""
+    paths = write_tfrecord_shards(str(directory / "data"), "validation", 1, num_records, 40, NUM_CLASSES,
+                                  corrupt=corrupt)
+    os.makedirs(directory / "idx")
+    idx = [str(directory / "idx" / os.path.basename(path)) for path in paths]
+    for path, index in zip(paths, idx):
+        dali_utils.make_dali_index(path, index)
+    return paths, idx
+
+
+@needs_dali
+@pytest.mark.parametrize("training", [False, True])
+def test_a_label_above_num_classes_stops_the_dali_input_naming_it(tmp_path, training):
+    """The tf.data pipeline's check and text; DALI does not tell which file and record the label came from."""
+    from runtime import inputs
+    paths, idx = _indexed_shards(tmp_path, 8, corrupt={(0, 5): "label_out_of_range"})  # label 11 + 5
+    iterator = iter(dali_utils.get_dali_input_fn(paths, idx, 4, 32, 32, training=training, num_classes=NUM_CLASSES))
+    with pytest.raises(UserError) as info:
+        for _ in range(4):
+            inputs.next_batch(iterator)
+    assert str(info.value) == ("label 16 in the DALI input is outside 1..11: the dataset has more classes than "
+                               "--num_classes 11 (pass the dataset's class count, at least 16)")
+
+
+@needs_dali
+def test_runtime_inputs_give_dali_the_class_count(tmp_path):
+    from runtime import inputs
+    from runtime.config import RunConfig
+    from utils.devices import Platform
+    _indexed_shards(tmp_path, 6)  # labels 1..6
+    config = RunConfig(data_dir=str(tmp_path / "data"), data_idx_dir=str(tmp_path / "idx"), dali=True, num_classes=5,
+                       image_size=32, model_dir=str(tmp_path))
+    iterator = iter(inputs.eval_dataset(config, Platform(), 2, log=lambda *_: None))
+    assert inputs.next_batch(iterator)[1].numpy().tolist() == [0, 1]  # labels 1 and 2 fit 1..5
+    with pytest.raises(UserError, match=r"^label 6 in the DALI input is outside 1\.\.5: .*--num_classes 5"):
+        for _ in range(3):
+            inputs.next_batch(iterator)
+
+
+@needs_dali
+def test_an_image_dali_cannot_decode_is_one_error_line(tmp_path):
+    from runtime import inputs
+    paths, idx = _indexed_shards(tmp_path, 8, corrupt={(0, 1): "bad_jpeg"})
+    iterator = iter(dali_utils.get_dali_input_fn(paths, idx, 4, 32, 32, training=False, num_classes=NUM_CLASSES))
+    with pytest.raises(UserError) as info:
+        for _ in range(2):
+            inputs.next_batch(iterator)
+    assert str(info.value).startswith("DALI cannot decode an image of the input (")
+    assert "\n" not in str(info.value) and "leave out --dali" in str(info.value)
+
+
+@needs_dali
+def test_dali_evaluation_reads_no_record_twice_within_an_epoch(tmp_path):
+    """num_steps = 8 // 3 = 2 batches of an epoch: 6 distinct records in file order (the original's whole
+    batches); the 2 left over start the next epoch."""
+    paths, idx = _indexed_shards(tmp_path, 8)
+    dataset = dali_utils.get_dali_input_fn(paths, idx, 3, 32, 32, training=False, num_classes=NUM_CLASSES)
+    labels = [int(label) for _, batch in dataset.take(8 // 3) for label in batch.numpy()]
+    assert labels == [label_of(i, NUM_CLASSES) - 1 for i in range(6)]
 
 
 def test_require_dali_message_when_missing(monkeypatch):

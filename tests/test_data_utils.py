@@ -1,4 +1,6 @@
 """utils/data_utils.py: TFRecord pipeline (labels, sharding, determinism, corrupt data), synthetic data."""
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -69,15 +71,89 @@ def test_same_seed_same_batches_different_seed_differs(shards):
 
 
 def test_corrupt_records_are_skipped_and_counted(tmp_path, capfd):
-    corrupt = {(0, 1): "bad_jpeg", (0, 3): "missing_image", (1, 0): "label_out_of_range", (1, 4): "not_example"}
-    paths = write_tfrecord_shards(str(tmp_path), "validation", 2, 5, 40, NUM_CLASSES, corrupt=corrupt)
+    corrupt = {(0, 1): "bad_jpeg", (0, 3): "missing_image", (1, 0): "not_example"}
+    paths = write_tfrecord_shards(str(tmp_path), "validation", 2, 4, 40, NUM_CLASSES, corrupt=corrupt)
     dataset = data_utils.get_tfrecords_input_fn(paths, 2, 32, 32, training=False, num_classes=NUM_CLASSES)
-    labels = _labels(dataset, 3)  # the 6 valid records of the first epoch
-    good = [s * 5 + i for s in range(2) for i in range(5) if (s, i) not in corrupt]
-    assert sorted(labels) == sorted(label_of(i, NUM_CLASSES) - 1 for i in good)
+    labels = _labels(dataset, 2)  # the first 4 of the 5 valid records
+    good = [s * 4 + i for s in range(2) for i in range(4) if (s, i) not in corrupt]
+    assert list(labels) == [label_of(i, NUM_CLASSES) - 1 for i in good[:4]]
     log = capfd.readouterr().err
-    assert skipped_total(log) >= 3  # the 4th may still be ahead in the pipeline
+    assert skipped_total(log) >= 2  # the 3rd may still be ahead in the pipeline
     assert "skipped corrupt record" in log and paths[0] in log
+
+
+def test_a_finite_evaluation_reads_each_record_once_and_counts_what_it_skipped(tmp_path, capfd):
+    """num_epochs=1: every good record exactly once, whole batches only, and the skipped count includes records
+    dropped at the very end of the stream (no later record shows their gap)."""
+    corrupt = {(0, 2): "bad_jpeg", (1, 0): "missing_image", (2, 7): "not_example"}
+    paths = write_tfrecord_shards(str(tmp_path), "validation", 3, 8, 40, NUM_CLASSES, corrupt=corrupt)
+    skipped = data_utils.SkippedRecords()
+    dataset = data_utils.get_tfrecords_input_fn(paths, 4, 32, 32, training=False, num_classes=NUM_CLASSES,
+                                                num_epochs=1, skipped=skipped)
+    labels = [int(label) for _, batch in dataset for label in batch.numpy()]
+    good = [s * 8 + i for s in range(3) for i in range(8) if (s, i) not in corrupt]
+    assert len(labels) == 20  # 21 good records, batches of 4
+    assert labels == [label_of(i, NUM_CLASSES) - 1 for i in good[:20]]  # file order, none twice
+    assert skipped.count == 3
+    assert skipped_total(capfd.readouterr().err) == 3
+    two = data_utils.get_tfrecords_input_fn(paths, 4, 32, 32, training=False, num_classes=NUM_CLASSES,
+                                            num_epochs=2)
+    assert sum(int(batch.shape[0]) for _, batch in two) == 40  # 42 good reads, then the end
+
+
+def _labelled_shards(directory, labels):
+    """One shard `validation-00000-of-00001` with one 40 px record per stored label."""
+    rng = np.random.default_rng(0)
+    path = str(directory / "validation-00000-of-00001")
+    with tf.io.TFRecordWriter(path) as writer:
+        for index, label in enumerate(labels):
+            writer.write(make_example(encode_image(random_image(rng, 40, 40)), label, 40, 40, "i%d.JPEG" % index))
+    return path
+
+
+def _first_error(dataset, wrap=lambda d: d):
+    from runtime import inputs
+    iterator = iter(wrap(dataset))
+    with pytest.raises(UserError) as info:
+        for _ in range(20):
+            inputs.next_batch(iterator)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_a_label_above_num_classes_stops_the_run_naming_it(tmp_path, training):
+    path = _labelled_shards(tmp_path, [1, 2, 3, 12, 4, 5, 6, 7])
+    dataset = data_utils.get_tfrecords_input_fn([path], 2, 32, 32, training=training, num_classes=10)
+    assert _first_error(dataset) == (
+        "label 12 of {} record 3 is outside 1..10: the dataset has more classes than --num_classes 10 (pass the "
+        "dataset's class count, at least 12)".format(path))
+
+
+def test_a_label_below_1_stops_the_run_naming_it(tmp_path):
+    path = _labelled_shards(tmp_path, [1, 2, -1, 3])
+    dataset = data_utils.get_tfrecords_input_fn([path], 2, 32, 32, training=False, num_classes=10)
+    assert _first_error(dataset) == (
+        "label -1 of {} record 2 is outside 1..10: labels must be 1-based (1..K, as dataprep writes them) (-1: "
+        "the record has no image/class/label); re-create the dataset with python -m dataprep.build_tfrecords"
+        .format(path))
+    path = _labelled_shards(tmp_path, [0, 1])
+    dataset = data_utils.get_tfrecords_input_fn([path], 1, 32, 32, training=False, num_classes=10)
+    assert _first_error(dataset).startswith("label 0 of {} record 0 is outside 1..10: labels must be 1-based"
+                                            .format(path))
+
+
+def test_the_label_error_is_the_same_through_device_prefetch_and_tf_distribute(tmp_path):
+    path = _labelled_shards(tmp_path, [1, 2, 3, 12])
+    dataset = data_utils.get_tfrecords_input_fn([path], 2, 32, 32, training=True, num_classes=10)
+    expected = _first_error(dataset)
+    assert expected.startswith("label 12 of {} record 3".format(path))
+    assert _first_error(dataset, lambda d: d.apply(tf.data.experimental.prefetch_to_device("/cpu:0", 2))) == expected
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    assert _first_error(dataset, lambda d: strategy.distribute_datasets_from_function(lambda _: d)) == expected
+
+
+def test_other_pipeline_errors_are_not_taken_for_label_errors():
+    assert data_utils.label_range_error(tf.errors.InvalidArgumentError(None, None, "assertion failed: [x]")) is None
 
 
 def test_training_survives_corrupt_records(tmp_path, capfd):
@@ -154,7 +230,14 @@ def test_fuzzed_records_never_crash(tmp_path, records, training):
             writer.write(record)
     dataset = data_utils.get_tfrecords_input_fn([path], 1, 16, 16, training=training, deterministic=True,
                                                 num_classes=NUM_CLASSES)
-    for images, labels in dataset.take(len(records) + 1):
+    from runtime.inputs import next_batch
+    iterator = iter(dataset)
+    for _ in range(len(records) + 1):
+        try:
+            images, labels = next_batch(iterator)
+        except UserError as error:  # a readable record whose label does not fit: the one clean stop
+            assert re.fullmatch(r"label -?\d+ of \S+ record \d+ is outside 1\.\.%d: .*" % NUM_CLASSES, str(error))
+            return
         assert images.shape == (1, 16, 16, 3)
         assert np.isfinite(images.numpy()).all()
         assert 0 <= labels.numpy()[0] < NUM_CLASSES

@@ -7,6 +7,7 @@ utils/data_utils.py and of dataprep's own framing parser.
 from __future__ import annotations
 
 import gzip
+import json
 import io
 import os
 import random
@@ -364,12 +365,14 @@ def test_interrupted_run_resumes(tree, built, tmp_path, monkeypatch, capsys):
         return real_encode(item)
 
     monkeypatch.setattr(records, "encode_item", failing_encode)
-    with pytest.raises(KeyboardInterrupt):
-        build(_args(root, out))
+    capsys.readouterr()
+    assert build(_args(root, out)) == 130  # utils.errors.command: one line, the status of SIGINT
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "stopped by SIGINT; complete shards are kept; run the same command with --resume to finish")
     monkeypatch.setattr(records, "encode_item", real_encode)
     names = sorted(os.listdir(out))
     assert "train-00000-of-00003" in names
-    assert "train-00001-of-00003" not in names and ".tmp.train-00001-of-00003" in names
+    assert "train-00001-of-00003" not in names and ".tmp.train-00001-of-00003" not in names  # removed
     assert h.shard_paths(str(out), "train") == [str(out / "train-00000-of-00003")]  # temp invisible to train-*
     first = os.stat(out / "train-00000-of-00003")
 
@@ -566,3 +569,69 @@ def test_labels_file_sets_order_and_subset(tree, tmp_path):
     random.shuffle(order)
     assert got == [listing[i] for i in order]
     assert (out / "labels.txt").read_text() == "zebra\napple\n"
+
+
+# ---- the dataset's contract, nested class folders, flag names ---------------------------------------------------
+
+def test_the_manifest_records_the_class_count_and_completion(built):
+    out, _ = built
+    for split, shards in (("train", 3), ("validation", 2)):
+        manifest = json.loads((out / f".dataprep-{split}.json").read_text())
+        assert manifest["version"] == 2 and manifest["num_shards"] == shards
+        assert (manifest["num_classes"], manifest["label_range"], manifest["complete"]) == (3, [1, 3], True)
+
+
+def test_images_in_sub_folders_of_a_class_folder_are_written(tmp_path):
+    train = tmp_path / "train"
+    for relative in ("cat/a.JPEG", "cat/sub/b.JPEG", "cat/sub/deeper/c.JPEG", "dog/d.JPEG", "dog/x/e.JPEG"):
+        h.write_kind(str(train / relative), "rgb")
+    h.write_kind(str(train / "cat" / ".hidden" / "f.JPEG"), "rgb")  # hidden folders and files are not images
+    h.write_kind(str(train / "cat" / "sub" / ".g.JPEG"), "rgb")
+    csv = tmp_path / "boxes.csv"
+    csv.write_text("c.JPEG,0.1,0.2,0.5,0.6\n")  # bounding boxes are keyed by the basename
+    out = tmp_path / "out"
+    assert build(["--train_dir", str(train), "--output_dir", str(out), "--bounding_box_file", str(csv)]) == 0
+    got = {r["image/filename"]: r for r in h.read_split(str(out), "train")}
+    assert {name: r["image/class/label"] for name, r in got.items()} == {
+        "a.JPEG": 1, "b.JPEG": 1, "c.JPEG": 1, "d.JPEG": 2, "e.JPEG": 2}
+    assert got["c.JPEG"]["image/object/bbox/xmin"] == pytest.approx([0.1])
+    assert got["b.JPEG"]["image/object/bbox/xmin"] == []
+    assert build_tfrecords.class_files(str(train / "cat")) == [
+        str(train / "cat" / "a.JPEG"), str(train / "cat" / "sub" / "b.JPEG"),
+        str(train / "cat" / "sub" / "deeper" / "c.JPEG")]
+
+
+def test_an_empty_class_folder_keeps_its_label_with_a_warning(tmp_path, capsys):
+    train = tmp_path / "train"
+    h.write_kind(str(train / "apple" / "a.JPEG"), "rgb")
+    (train / "banana" / "nothing_here").mkdir(parents=True)  # no image at any depth
+    h.write_kind(str(train / "cherry" / "c.JPEG"), "rgb")
+    out = tmp_path / "out"
+    assert build(["--train_dir", str(train), "--output_dir", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err == f"WARNING: class folder {train / 'banana'} has no images (label 2 gets none)\n"
+    labels = {r["image/filename"]: r["image/class/label"] for r in h.read_split(str(out), "train")}
+    assert labels == {"a.JPEG": 1, "c.JPEG": 3}  # numbering stays the sorted folder order
+    assert (out / "labels.txt").read_text() == "apple\nbanana\ncherry\n"
+    assert json.loads((out / ".dataprep-train.json").read_text())["num_classes"] == 3
+
+
+@pytest.mark.parametrize("parse, argv, abbreviation", [
+    (build_tfrecords.parse_args, ["--train", "t", "--output_directory", "o"], "--train"),
+    (build_tfrecords.parse_args, ["--output_dir", "o", "--val", "v"], "--val"),
+    (build_tfrecords.parse_args, ["--output_dir", "o", "--output", "p"], "--output"),
+    (fashion_mnist.parse_args, ["--out", "o", "--train_c", "5"], "--train_c"),
+    (make_dali_index.parse_args, ["a", "b", "--no_prog"], "--no_prog"),
+    (process_bounding_boxes.main, ["xml_dir", "--out", "boxes.csv"], "--out"),
+])
+def test_abbreviated_flags_are_unknown_arguments(parse, argv, abbreviation, capsys):
+    with pytest.raises(SystemExit) as info:
+        parse(argv)
+    assert info.value.code == 2
+    assert "error: unrecognized arguments: " + abbreviation in capsys.readouterr().err
+
+
+def test_declared_flag_aliases_still_work():
+    args = build_tfrecords.parse_args(["--train_dir", "t", "--val_dir", "v", "--output_dir", "o", "--num_threads", "2"])
+    assert (args.train_directory, args.validation_directory, args.output_directory, args.num_workers) == (
+        "t", "v", "o", 2)

@@ -8,7 +8,9 @@ CHANNEL_MEANS / CHANNEL_STDS (the model then skips its own normalisation). With 
 from __future__ import annotations
 
 import os
+import re
 
+from utils.data_utils import label_in_range_check
 from utils.errors import UserError
 from utils.image_processing import (AREA_RANGE, ASPECT_RATIO_RANGE, CHANNEL_MEANS, CHANNEL_STDS, MAX_ATTEMPTS,
                                     eval_resize_min)
@@ -34,6 +36,21 @@ def make_dali_index(tfrecord_path, idx_path) -> int:
     from utils.tfrecord_framing import write_dali_index
 
     return write_dali_index(os.fspath(tfrecord_path), os.fspath(idx_path))
+
+
+_DECODE_FAILURE = re.compile(r"Error in \w+ operator `nvidia\.dali\.fn\.decoders\.[\w.]+`.*?encountered:\s*(.*?)\n",
+                             re.DOTALL)
+
+
+def decode_error(error):
+    """The UserError of DALI's failure to decode an image (DALI stops there; it cannot skip a record), or None for
+    any other error."""
+    match = _DECODE_FAILURE.search(str(getattr(error, "message", error)))
+    if match is None:
+        return None
+    return UserError("DALI cannot decode an image of the input ({}); unlike the tf.data pipeline it cannot skip a "
+                     "corrupt record: leave out --dali, or re-create the dataset with python -m "
+                     "dataprep.build_tfrecords".format(match.group(1).strip() or "no reason given"))
 
 
 def _build_pipeline(filenames, idx_filenames, batch_size, height, width, training, num_threads, seed,
@@ -81,8 +98,12 @@ def _build_pipeline(filenames, idx_filenames, batch_size, height, width, trainin
 
 def get_dali_input_fn(filenames, idx_filenames, batch_size, height, width, training, num_threads=4,
                       deterministic=False, seed=None, num_shards=1, shard_index=0, min_crop_area=AREA_RANGE[0],
-                      use_gpu=False):
+                      use_gpu=False, *, num_classes=1001):
     """Batches of (normalised images float32 [B, H, W, 3], labels int32 [B] 0-based), forever.
+
+    num_classes: a label outside 1..num_classes stops the iteration with the InvalidArgumentError of
+    `data_utils.label_in_range_check` (the tf.data pipeline's check and default; DALI does not tell the file and
+    record), which `data_utils.label_range_error` turns into a UserError.
 
     Sharded by worker for training only (the original also sharded evaluation, which only rank 0 runs).
     Deterministic seed: 7 * (1 + shard_index) as the original, plus 100003 * seed when a seed is given.
@@ -119,7 +140,11 @@ def get_dali_input_fn(filenames, idx_filenames, batch_size, height, width, train
             output_dtypes=(tf.float32, tf.int64))
 
     def to_contract(images, labels):
-        return images, tf.cast(tf.squeeze(labels, -1) - 1, tf.int32)
+        labels = tf.squeeze(labels, -1)
+        outside = tf.logical_or(labels < 1, labels > num_classes)
+        first_outside = labels[tf.argmax(tf.cast(outside, tf.int32))]  # labels[0] when none is outside
+        with tf.control_dependencies([label_in_range_check(first_outside, num_classes)]):
+            return images, tf.cast(labels - 1, tf.int32)
 
     with tf.device(device):
         dataset = dataset.map(to_contract)

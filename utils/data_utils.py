@@ -4,15 +4,26 @@ Corrupt data inside shards (design)
 -----------------------------------
 A multi-day run must survive a bad record, so every record carries its position in the stream (`enumerate`)
 and, in a small ring buffer variable written by a cheap sequential map, its (file index, record index in file).
-The expensive parallel map checks what can be checked without failing (missing `image/encoded`, label outside
-1..num_classes) with `tf.debugging.Assert`, whose message names the file; undecodable JPEGs and bytes that are
-not an Example fail inside their own ops. Failed elements are dropped by `ignore_errors(log_warning=True)`
-(TF logs the reason). Right after it a sequential `scan` compares each surviving position with the expected
-one; a gap means records were dropped: it adds their number to a `tf.Variable` counter and prints
-`WARNING: skipped corrupt record(s) <n> of <file> ... - total skipped: <count>` to stderr. On valid records the
-cost is one scatter into the ring buffer and one integer comparison: no Python, no py_function.
+The expensive parallel map checks what can be checked without failing (missing `image/encoded`) with
+`tf.debugging.Assert`, whose message names the file; undecodable JPEGs and bytes that are not an Example fail
+inside their own ops. Failed elements are dropped by `ignore_errors(log_warning=True)` (TF logs the reason).
+Right after it a sequential `scan` compares each surviving position with the expected one; a gap means records
+were dropped: it adds their number to a `tf.Variable` counter (readable through `SkippedRecords`) and prints
+`WARNING: skipped corrupt record(s) <n> of <file> ... - total skipped: <count>` to stderr. A finite stream
+(`num_epochs`) ends with one end marker added after `ignore_errors`, so records dropped at its very end are
+counted and reported too; the marker is removed before batching. On valid records the cost is one scatter into
+the ring buffer and one integer comparison: no Python, no py_function.
 A shard whose framing is broken (truncated copy, wrong file) is not a "bad record": `check_tfrecord_files`
 scans the framing of every file before training and raises UserError naming the file.
+
+Labels (design)
+---------------
+A label outside 1..num_classes is not a corrupt record but a dataset that does not fit the model (more classes
+than --num_classes, or labels that are not 1-based): skipping it would train on part of the data without saying
+so. The raw label is carried through `ignore_errors` and checked by an Assert in a map after the `scan`, so the
+error stops the stream instead of being swallowed. Its message holds `LABEL_CHECK_MARKER` and the fields of the
+report; `label_range_error` turns the InvalidArgumentError that reaches `next(iterator)` (through prefetch and
+tf.distribute's iterators) into one UserError line. DALI (utils/dali_utils.py) uses the same check.
 
 Determinism and resume (design)
 -------------------------------
@@ -77,8 +88,9 @@ def check_tfrecord_files(filenames) -> list[int]:
     return counts
 
 
-def _read_records(filenames, training, deterministic, seed, num_shards, shard_index):
-    """(serialized, file index, record index in file), interleaved and (training) shuffled, repeated forever."""
+def _read_records(filenames, training, deterministic, seed, num_shards, shard_index, num_epochs=None):
+    """(serialized, file index, record index in file), interleaved and (training) shuffled, repeated
+    `num_epochs` times (None: forever)."""
     files = tf.data.Dataset.from_tensor_slices((filenames, tf.range(len(filenames), dtype=tf.int64)))
     if training and num_shards > 1:
         files = files.shard(num_shards, shard_index)
@@ -92,19 +104,15 @@ def _read_records(filenames, training, deterministic, seed, num_shards, shard_in
     if training:
         shuffle_seed = 13 * shard_index + 7919 * (seed or 0) if deterministic else None
         records = records.shuffle(SHUFFLE_BUFFER, seed=shuffle_seed, reshuffle_each_iteration=True)
-    return records.repeat()
+    return records.repeat(num_epochs)
 
 
-def _preprocess_fn(filenames_t, height, width, training, num_classes, seed, min_crop_area, augment):
+def _preprocess_fn(filenames_t, height, width, training, seed, min_crop_area, augment):
     def preprocess(position, record, file_index, record_index):
         where = [filenames_t[file_index], "record", record_index]
         image_bytes, label, bbox, _ = image_processing.parse_example_proto(record)
-        checks = [
-            tf.debugging.Assert(tf.strings.length(image_bytes) > 0, ["missing image/encoded in"] + where),
-            tf.debugging.Assert(tf.logical_and(label >= 1, label <= num_classes),
-                                ["label", label, "outside 1..%d in" % num_classes] + where),
-        ]
-        with tf.control_dependencies(checks):
+        check = tf.debugging.Assert(tf.strings.length(image_bytes) > 0, ["missing image/encoded in"] + where)
+        with tf.control_dependencies([check]):
             image_bytes = tf.identity(image_bytes)
         if training:
             element_seed = None if seed is None else tf.stack([tf.constant(seed, tf.int64), position])
@@ -112,23 +120,85 @@ def _preprocess_fn(filenames_t, height, width, training, num_classes, seed, min_
                                                          min_crop_area, augment=augment)
         else:
             image = image_processing.eval_preprocess(image_bytes, height, width)
-        return position, image, label - 1
+        # The label as stored: checked after ignore_errors (`_corrupt_record_guard`), so that a label outside
+        # 1..num_classes stops the run rather than being dropped as a corrupt record.
+        return position, image, label, file_index, record_index
     return preprocess
 
 
-def _corrupt_record_guard(filenames_t):
-    """(remember, check_gap): the two cheap maps around `ignore_errors` (see the module docstring); the warning
-    they print carries the running total of skipped records."""
+# Marks the Assert of a label outside 1..num_classes; its message is
+# `[LABEL_CHECK_MARKER] [label] [num_classes] [file] [record index] [LABEL_CHECK_END]` (file "" and record -1 when the
+# pipeline cannot tell, as DALI's).
+LABEL_CHECK_MARKER = "rn50-label-outside-classes"
+LABEL_CHECK_END = "end-rn50-label-outside-classes"
+_LABEL_CHECK_MESSAGE = re.compile(r"\[{}\] \[(-?\d+)\] \[(\d+)\] \[(.*?)\] \[(-?\d+)\] \[{}\]".format(
+    re.escape(LABEL_CHECK_MARKER), re.escape(LABEL_CHECK_END)), re.DOTALL)
+
+
+def label_in_range_check(label, num_classes, filename="", record_index=-1):
+    """The Assert that `label` (stored, 1-based; a scalar) is in 1..num_classes, with the report's fields."""
+    label = tf.cast(label, tf.int64)
+    return tf.debugging.Assert(
+        tf.logical_and(label >= 1, label <= num_classes),
+        [LABEL_CHECK_MARKER, label, tf.constant(num_classes, tf.int64), filename,
+         tf.cast(record_index, tf.int64), LABEL_CHECK_END], summarize=-1)
+
+
+def label_error_text(label, num_classes, where):
+    """The one line of a label outside 1..num_classes; `where` says where it was read ("of <file> record 3")."""
+    text = "label {} {} is outside 1..{}: ".format(label, where, num_classes)
+    if label > num_classes:
+        return text + ("the dataset has more classes than --num_classes {} (pass the dataset's class count, at "
+                       "least {})".format(num_classes, label))
+    missing = " (-1: the record has no image/class/label)" if label == -1 else ""
+    return text + ("labels must be 1-based (1..K, as dataprep writes them){}; re-create the dataset with "
+                   "python -m dataprep.build_tfrecords".format(missing))
+
+
+def label_range_error(error):
+    """The UserError of an InvalidArgumentError raised by `label_in_range_check` (wherever the iterator that
+    reported it sits: prefetch, tf.distribute), or None for any other error."""
+    match = _LABEL_CHECK_MESSAGE.search(str(getattr(error, "message", error)))
+    if match is None:
+        return None
+    label, num_classes, filename, record_index = match.groups()
+    where = "of {} record {}".format(filename, record_index) if filename else "in the DALI input"
+    return UserError(label_error_text(int(label), int(num_classes), where))
+
+
+class SkippedRecords:
+    """How many records a TFRecord pipeline dropped as corrupt: pass one to `get_tfrecords_input_fn(skipped=...)`
+    and read `count` after iterating (a running total over every iterator of that dataset)."""
+
+    def __init__(self):
+        self._variable = None
+
+    def attach(self, variable):
+        self._variable = variable
+
+    @property
+    def count(self) -> int:
+        return 0 if self._variable is None else int(self._variable.numpy())
+
+
+def _corrupt_record_guard(filenames_t, num_classes):
+    """(remember, check_gap, check_label, end_marker, counter): the cheap sequential stages around `ignore_errors`
+    (see the module docstring). The warning they print carries the running total of skipped records (`counter`);
+    `end_marker(shape)` is the element that closes a finite stream (file index -1, filtered out after the scan);
+    check_label checks each label and makes it 0-based."""
     counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_records")
     # Row p % size: (p, file index, record index). A row not holding p means the element failed upstream of
     # `remember` (a read error of the TFRecord stream itself), so there is no file to name.
     ring = tf.Variable(tf.fill([_POSITION_RING, 3], tf.constant(-1, tf.int64)), trainable=False,
                        name="record_positions")
+    # One past the last position read: the end marker's position, so a gap before it counts trailing drops.
+    end = tf.Variable(0, dtype=tf.int64, trainable=False, name="end_position")
 
     def remember(position, element):
         record, file_index, record_index = element
         slot = tf.reshape(position % _POSITION_RING, [1, 1])
-        with tf.control_dependencies([ring.scatter_nd_update(slot, [[position, file_index, record_index]])]):
+        with tf.control_dependencies([ring.scatter_nd_update(slot, [[position, file_index, record_index]]),
+                                      end.assign(position + 1)]):
             return tf.identity(position), record, file_index, record_index
 
     def report(expected, position):
@@ -144,24 +214,40 @@ def _corrupt_record_guard(filenames_t):
         return tf.constant(True)
 
     def check_gap(expected, element):
-        position, image, label = element
+        position, image, label, file_index, record_index = element
         tf.cond(position > expected, lambda: report(expected, position), lambda: tf.constant(False))
-        return position + 1, (image, label)
+        return position + 1, (image, label, file_index, record_index)
 
-    return remember, check_gap
+    def check_label(image, label, file_index, record_index):
+        # A map of its own after the scan: a failure inside the scan would leave its position behind, and the
+        # prefetch thread's next element would then be reported as a gap.
+        check = label_in_range_check(label, num_classes, tf.gather(filenames_t, file_index), record_index)
+        with tf.control_dependencies([check]):
+            return image, tf.identity(label - 1)
+
+    def end_marker(image_shape):
+        return tf.data.Dataset.range(1).map(lambda _: (
+            end.read_value(), tf.zeros(image_shape, tf.float32), tf.constant(-1, tf.int32),
+            tf.constant(-1, tf.int64), tf.constant(-1, tf.int64)))
+
+    return remember, check_gap, check_label, end_marker, counter
 
 
 def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_threads=10, deterministic=False,
                            seed=None, num_shards=1, shard_index=0, *, num_classes=1001, start_step=0,
-                           min_crop_area=image_processing.AREA_RANGE[0], augment=None):
-    """Batches of (images float32 [B, H, W, 3] in 0..255, labels int32 [B] 0-based), forever
-    (docs/ORIGINAL.md#input-pipeline).
+                           min_crop_area=image_processing.AREA_RANGE[0], augment=None, num_epochs=None,
+                           skipped=None):
+    """Batches of (images float32 [B, H, W, 3] in 0..255, labels int32 [B] 0-based), forever or for `num_epochs`
+    passes over the files (docs/ORIGINAL.md#input-pipeline); whole batches only (the remainder is dropped).
 
-    num_classes: records with a label outside 1..num_classes are skipped as corrupt.
+    num_classes: a record with a label outside 1..num_classes stops the iteration with an InvalidArgumentError that
+      `label_range_error` turns into a UserError naming the label, file and record (not a corrupt record).
     start_step: batches already consumed (resume); reproduces the same stream when `deterministic`.
     min_crop_area: smallest area fraction of a training crop (`--min_crop_area`; the original's 0.05).
     augment: `augment.AugmentSettings` of the AutoAugment / RandAugment run after the training crop
       (`--augmenter_name`); None or "none" leaves the stream as without it. Evaluation is never augmented.
+    num_epochs: None repeats forever; N reads every record N times, then the dataset ends.
+    skipped: a `SkippedRecords` that then counts the records dropped as corrupt.
     """
     filenames = [os.fspath(f) for f in filenames]
     if not filenames:
@@ -171,18 +257,25 @@ def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_t
     if not deterministic:
         seed = None
     filenames_t = tf.constant(filenames)
-    records = _read_records(filenames, training, deterministic, seed, num_shards, shard_index)
+    records = _read_records(filenames, training, deterministic, seed, num_shards, shard_index, num_epochs)
     first_position = start_step * batch_size
     if first_position:
         records = records.skip(first_position)
     records = records.enumerate(start=first_position)
 
-    remember, check_gap = _corrupt_record_guard(filenames_t)
+    remember, check_gap, check_label, end_marker, counter = _corrupt_record_guard(filenames_t, num_classes)
+    if skipped is not None:
+        skipped.attach(counter)
     dataset = records.map(remember)
-    preprocess = _preprocess_fn(filenames_t, height, width, training, num_classes, seed, min_crop_area, augment)
+    preprocess = _preprocess_fn(filenames_t, height, width, training, seed, min_crop_area, augment)
     dataset = dataset.map(preprocess, num_parallel_calls=num_threads, deterministic=True)
     dataset = dataset.ignore_errors(log_warning=True)
+    if num_epochs is not None:
+        dataset = dataset.concatenate(end_marker([height, width, 3]))
     dataset = dataset.scan(tf.constant(first_position, tf.int64), check_gap)
+    if num_epochs is not None:
+        dataset = dataset.filter(lambda image, label, file_index, record_index: file_index >= 0)  # the end marker
+    dataset = dataset.map(check_label)
     return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 

@@ -1,0 +1,151 @@
+"""utils/dataset_manifest.py: what a dataset directory says about itself (shards, completeness, class count), with
+and without the manifest dataprep writes (dataprep/records.write_split)."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from dataprep import records
+from tests._data_helpers import encode_image, random_image, write_tfrecord_shards
+from utils import dataset_manifest
+from utils.dataset_manifest import check_classes, check_complete, read_split
+from utils.errors import UserError
+
+
+def _items(count, num_classes):
+    rng = np.random.default_rng(0)
+    return [records.ImageItem(filename="i%d.jpg" % i, label=1 + i % num_classes, synset="c%d" % (i % num_classes),
+                              text="class %d" % (i % num_classes), data=encode_image(random_image(rng, 32, 32)))
+            for i in range(count)]
+
+
+def _write(out, split="train", count=8, num_shards=4, num_classes=12, **options):
+    return records.write_split(_items(count, num_classes), str(out), split, num_shards, num_classes=num_classes,
+                               **options)
+
+
+# ---- datasets without a manifest ------------------------------------------------------------------------------
+
+def test_shard_names_tell_the_completeness_of_a_dataset_without_a_manifest(tmp_path):
+    paths = write_tfrecord_shards(str(tmp_path), "train", 10, 1, 32)
+    (tmp_path / "train-00003-of-00010.tmp").write_bytes(b"")  # a temporary file is no shard
+    facts = read_split(str(tmp_path), "train")
+    assert facts == dataset_manifest.SplitFacts(
+        split="train", data_dir=str(tmp_path), files=tuple(paths), expected_shards=10, present_shards=10,
+        complete=True)
+    check_complete(facts)
+    check_classes(facts, 2)  # no recorded labels: nothing to check
+
+    for path in paths[4:]:
+        os.remove(path)
+    facts = read_split(str(tmp_path), "train")
+    assert (facts.expected_shards, facts.present_shards, facts.complete) == (10, 4, False)
+    with pytest.raises(UserError) as info:
+        check_complete(facts)
+    assert str(info.value) == (f"dataset {tmp_path} is incomplete: 4 of 10 train shards (dataprep was interrupted?); "
+                               "finish it with the same dataprep command plus --resume")
+    assert read_split(str(tmp_path), "validation").files == ()
+    with pytest.raises(UserError, match="no validation-\\* files in data dir"):
+        check_complete(read_split(str(tmp_path), "validation"))
+
+
+def test_names_without_a_shard_count_or_disagreeing_counts_promise_nothing(tmp_path):
+    for name in ("train-a", "train-b"):
+        (tmp_path / name).write_bytes(b"")
+    facts = read_split(str(tmp_path), "train")
+    assert (facts.expected_shards, facts.present_shards, facts.complete) == (None, 2, True)
+    write_tfrecord_shards(str(tmp_path / "mixed"), "validation", 2, 1, 32)
+    write_tfrecord_shards(str(tmp_path / "mixed"), "validation", 3, 1, 32)
+    facts = read_split(str(tmp_path / "mixed"), "validation")
+    assert (facts.expected_shards, facts.present_shards, facts.complete) == (None, 5, True)
+
+
+def test_a_missing_data_dir_and_a_broken_manifest_are_user_errors(tmp_path):
+    with pytest.raises(UserError, match="does not exist or is not a directory"):
+        read_split(str(tmp_path / "none"), "train")
+    (tmp_path / ".dataprep-train.json").write_text("{not json")
+    with pytest.raises(UserError, match=r"cannot read dataset manifest .*\.dataprep-train\.json.*--resume"):
+        read_split(str(tmp_path), "train")
+    (tmp_path / ".dataprep-train.json").write_text(json.dumps({"version": 7, "num_shards": 1}))
+    with pytest.raises(UserError, match="unknown format"):
+        read_split(str(tmp_path), "train")
+
+
+# ---- datasets written by dataprep -----------------------------------------------------------------------------
+
+def test_dataprep_records_the_class_count_and_completion(tmp_path):
+    _write(tmp_path, num_classes=12)
+    facts = read_split(str(tmp_path), "train")
+    assert (facts.expected_shards, facts.present_shards, facts.complete) == (4, 4, True)
+    assert (facts.num_classes, facts.label_range, facts.num_images) == (12, (1, 12), 8)
+    assert facts.manifest_path == str(tmp_path / ".dataprep-train.json")
+    check_complete(facts)
+    check_classes(facts, 12)
+    check_classes(facts, 13)  # the ImageNet layout: labels 1..1000 in 1001 outputs
+    with pytest.raises(UserError) as info:
+        check_classes(facts, 10)
+    assert str(info.value) == (f"--num_classes 10 cannot hold dataset {tmp_path}'s labels 1..12 (12 classes, "
+                               "recorded in .dataprep-train.json); pass --num_classes 12 or more")
+    with pytest.raises(UserError, match=r"^--other 3 cannot hold"):
+        check_classes(facts, 3, flag="--other")
+
+
+def test_a_killed_dataprep_run_is_incomplete_until_resumed(tmp_path, monkeypatch):
+    real_write_shard = records.write_shard
+
+    def killed_in_the_third_shard(output_dir, split, shard_index, *args, **kwargs):
+        if shard_index == 2:
+            raise KeyboardInterrupt
+        return real_write_shard(output_dir, split, shard_index, *args, **kwargs)
+
+    monkeypatch.setattr(records, "write_shard", killed_in_the_third_shard)
+    with pytest.raises(KeyboardInterrupt):
+        _write(tmp_path)
+    monkeypatch.setattr(records, "write_shard", real_write_shard)
+    manifest = json.loads((tmp_path / ".dataprep-train.json").read_text())
+    assert manifest["complete"] is False and sorted(manifest["shards"]) == ["0", "1"]
+    facts = read_split(str(tmp_path), "train")
+    assert (facts.present_shards, facts.expected_shards, facts.complete) == (2, 4, False)
+    with pytest.raises(UserError, match=r"incomplete: 2 of 4 train shards .*plus --resume$"):
+        check_complete(facts)
+
+    _write(tmp_path, resume=True)
+    assert read_split(str(tmp_path), "train").complete
+
+
+def test_all_shards_present_but_the_run_not_recorded_as_finished(tmp_path):
+    _write(tmp_path)
+    path = tmp_path / ".dataprep-train.json"
+    manifest = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(manifest, complete=False)))  # killed before the last manifest write
+    facts = read_split(str(tmp_path), "train")
+    assert (facts.present_shards, facts.complete) == (4, False)
+    with pytest.raises(UserError) as info:
+        check_complete(facts)
+    assert str(info.value) == (f"dataset {tmp_path} is incomplete: .dataprep-train.json does not record the train "
+                               "split as finished (dataprep was interrupted?); finish it with the same dataprep "
+                               "command plus --resume")
+
+
+def test_version_1_manifests_are_read_and_resumed(tmp_path):
+    """Earlier dataprep: no class facts and no `complete`; a split is complete when every shard is recorded."""
+    _write(tmp_path)
+    path = tmp_path / ".dataprep-train.json"
+    manifest = json.loads(path.read_text())
+    v1 = {key: manifest[key] for key in ("split", "num_shards", "num_images", "fingerprint", "shards")}
+    path.write_text(json.dumps(dict(v1, version=1)))
+    facts = read_split(str(tmp_path), "train")
+    assert (facts.complete, facts.num_classes, facts.label_range) == (True, None, None)
+    check_classes(facts, 2)
+
+    del v1["shards"]["3"]  # an interrupted version 1 run: the last shard neither recorded nor renamed
+    path.write_text(json.dumps(dict(v1, version=1)))
+    os.remove(tmp_path / "train-00003-of-00004")
+    facts = read_split(str(tmp_path), "train")
+    assert (facts.present_shards, facts.complete) == (3, False)
+    results = _write(tmp_path, resume=True)
+    assert [r.resumed for r in results] == [True, True, True, False]
+    facts = read_split(str(tmp_path), "train")
+    assert (facts.complete, facts.num_classes) == (True, 12)
+    assert json.loads(path.read_text())["version"] == 2
