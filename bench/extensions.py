@@ -62,7 +62,7 @@ def step_rate(args, work_dir, tag, data_dir, flags):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--batch", type=int, default=16, help="images per optimizer step")
     parser.add_argument("--steps", type=int, default=3, help="measured steps per run")

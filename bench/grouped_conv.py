@@ -76,7 +76,7 @@ def main(argv=None):
     import numpy as np
     import tensorflow as tf
     from model.layers.grouped_conv import grouped_conv2d
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", default=None)

@@ -91,7 +91,7 @@ def build_variants(names, args, workdir, log):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--variants", default="ours,savedmodel,frozen,onnx,keras")
     parser.add_argument("--arch", default="resnet50")
     parser.add_argument("--batches", default="1,32")

@@ -97,7 +97,7 @@ def pil_loader(paths, size, num_images, seed=0):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--records", type=int, default=2000)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--batch", type=int, default=64)

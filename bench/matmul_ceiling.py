@@ -62,7 +62,7 @@ def blas_gflops(size=2048, repeats=5):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--sizes", default="1024,2048,3072")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)

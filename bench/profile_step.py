@@ -50,7 +50,7 @@ def op_type_times(xplane_path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--arch", default="resnet50")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--size", type=int, default=224)

@@ -76,7 +76,7 @@ def export(checkpoint, output, image_size, quantized):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--work_dir", required=True)
     parser.add_argument("--data", help="prepared Fashion-MNIST TFRecords (default: the shipped subset, prepared "
                                        "into WORK_DIR/data)")

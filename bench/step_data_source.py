@@ -53,7 +53,7 @@ def run_once(args, work_dir, tag, data_dir):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--arch", default="resnet50")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--size", type=int, default=224)

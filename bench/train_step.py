@@ -52,7 +52,7 @@ def build_variant(name, args, images, labels):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--variants", default="ours,keras,ours_xla,ours_amp")
     parser.add_argument("--arch", default="resnet50")
     parser.add_argument("--batch", type=int, default=32)

@@ -11,11 +11,13 @@ QuantizeLinear/DequantizeLinear pairs (what TensorRT's explicit INT8 mode consum
 ops with a narrow range (symmetric FakeQuant weights), so those graphs are exported with QDQ ops.
 """
 
+import glob
 import os
 import shutil
 import time
+import uuid
 
-from utils.errors import UserError
+from utils.errors import UserError, on_interrupt
 
 DEFAULT_OPSET = 17
 
@@ -46,12 +48,16 @@ def save_saved_model(model, image_size, export_dir):
     temporary = os.path.join(export_dir, ".tmp-" + stamp)
     shutil.rmtree(temporary, ignore_errors=True)
     try:
-        tf.saved_model.save(module, temporary, signatures={"serving_default": serve, "predict": serve})
-        os.replace(temporary, final)
+        with on_interrupt("no SavedModel written (its temporary directory is removed)"):
+            tf.saved_model.save(module, temporary, signatures={"serving_default": serve, "predict": serve})
+            os.replace(temporary, final)
     except (OSError, tf.errors.OpError) as error:
         shutil.rmtree(temporary, ignore_errors=True)
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UserError("cannot write the SavedModel under {}: {}".format(export_dir, first[:300])) from None
+    except BaseException:  # an interrupt, or a bug: no half-written directory is left either way
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
     return final
 
 
@@ -120,10 +126,33 @@ def frozen_graph(model, arch, image_size, input_format="NHWC", batch_size=None):
 
 
 def write_graph_def(graph_def, path, as_text):
+    """Writes `graph_def` (binary, or text with `as_text`) to `path` atomically (see `_write_atomically`)."""
     import tensorflow as tf
-    directory, name = os.path.split(os.path.abspath(path))
+    _write_atomically(path, lambda temporary: tf.io.write_graph(graph_def, os.path.dirname(temporary),
+                                                                os.path.basename(temporary), as_text=as_text))
+
+
+def _write_atomically(path, write):
+    """Calls `write(temporary)` for a new file `<path>.tmp-<random hex>` beside `path`, then renames it to `path`,
+    so that `path` is either absent (or its previous version) or complete. On any exception, an interrupt
+    (KeyboardInterrupt, utils.errors.Terminated) included, the temporary file is removed and the exception goes
+    on; an interrupt's line then says that no output was written. Only `kill -9` or a power loss can leave a
+    `*.tmp-*` file behind."""
+    directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    tf.io.write_graph(graph_def, directory, name, as_text=as_text)
+    temporary = "{}.tmp-{}".format(os.path.abspath(path), uuid.uuid4().hex)
+    try:
+        with on_interrupt("no output written to {}".format(path)):
+            write(temporary)
+            os.replace(temporary, path)
+    except BaseException:
+        # The temporary file, and the one tf.io.write_graph writes first itself (`<temporary>.tmp<hex>`).
+        for leftover in [temporary, *glob.glob(glob.escape(temporary) + ".tmp*")]:
+            try:
+                os.remove(leftover)
+            except OSError:  # never created, or already renamed
+                pass
+        raise
 
 
 def load_graph_def(path):
@@ -229,6 +258,4 @@ def _rename_io(model_proto, old_inputs, new_inputs, old_outputs, new_outputs):
 def _save_onnx(model_proto, output_path):
     import onnx
     if output_path:
-        directory = os.path.dirname(os.path.abspath(output_path))
-        os.makedirs(directory, exist_ok=True)
-        onnx.save(model_proto, output_path)
+        _write_atomically(output_path, lambda temporary: onnx.save(model_proto, temporary))

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 
 from utils import data_utils
-from utils.errors import UserError
+from utils.errors import UserError, on_interrupt
 
 
 class PredictCounts:
@@ -21,19 +21,32 @@ class PredictCounts:
 def predict_files(predict_step, files, image_size, batch_size, class_names=None):
     """Prints `<file>: <class> <probability>, ...` (top 5) for every file, `SKIPPED <file>: <reason>` on stderr for
     one that cannot be used, then `predicted N, failed M`; returns PredictCounts. `predict_step`: float32 images
-    [B, S, S, 3] -> probabilities (runtime/train_step.make_predict_step)."""
+    [B, S, S, 3] -> probabilities (runtime/train_step.make_predict_step).
+
+    `files` from runtime/runner_utils.parse_inference_input (InferenceFiles): its `ignored` line goes to stderr
+    first, and each of its `skipped` entries is a SKIPPED line and counts as failed, before the files are read.
+    An interrupt (Ctrl-C, SIGTERM) ends the run with one line saying how many files were predicted."""
     counts = PredictCounts()
 
     def skip(path, reason):
         counts.failed += 1
         print("SKIPPED {}: {}".format(path, reason), file=sys.stderr, flush=True)
 
-    for images, names in data_utils.iter_inference_batches(files, image_size, image_size, batch_size, skip):
-        probabilities = predict_step(images).numpy()
-        for probs, name in zip(probabilities, names):
-            top = np.argsort(-probs, kind="stable")[:5]
-            print(format_prediction(name, probs, top, class_names), flush=True)
-        counts.predicted += len(names)
+    ignored = getattr(files, "ignored", None)
+    if ignored:
+        print(ignored, file=sys.stderr, flush=True)
+    for path, reason in getattr(files, "skipped", ()):
+        skip(path, reason)
+    total = len(files) + counts.failed
+    with on_interrupt(lambda: "{} of {} file{} predicted (the lines above); run the same command again to predict "
+                              "all".format(counts.predicted, total, "" if total == 1 else "s")):
+        for images, names in data_utils.iter_inference_batches(list(files), image_size, image_size, batch_size,
+                                                               skip):
+            probabilities = predict_step(images).numpy()
+            for probs, name in zip(probabilities, names):
+                top = np.argsort(-probs, kind="stable")[:5]
+                print(format_prediction(name, probs, top, class_names), flush=True)
+            counts.predicted += len(names)
     print("Ending Inference ...", flush=True)
     print("predicted {}, failed {}".format(counts.predicted, counts.failed), flush=True)
     return counts
@@ -73,7 +86,11 @@ def load_class_names(labels_file, config, warn=None):
 
 def _check_class_names(path, names, num_classes, warn=None):
     """One warning when the labels file names fewer classes than the model has outputs. 1000 names for 1001
-    outputs is the ImageNet layout (labels 1..1000 -> outputs 0..999; output 1000 is never a label) and passes."""
+    outputs is the ImageNet layout (labels 1..1000 -> outputs 0..999; output 1000 is never a label) and passes.
+    More names than outputs is a UserError: the file belongs to another dataset, and its names would be wrong."""
+    if len(names) > num_classes:
+        raise UserError("labels file {} names {} classes but the model has {} outputs: it is the labels file of "
+                        "another dataset (pass the right --labels_file)".format(path, len(names), num_classes))
     if len(names) >= num_classes or (num_classes == 1001 and len(names) == 1000):
         return
     (warn or _print_stderr)("WARNING: labels file {} names {} classes but the model has {} outputs; outputs {}..{} "

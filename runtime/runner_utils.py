@@ -1,6 +1,7 @@
 """Step counting and file listing of the original (docs/ORIGINAL.md#step-counting,
 docs/ORIGINAL.md#predict-input), with clear errors for missing data."""
 
+import errno
 import glob
 import math
 import os
@@ -85,26 +86,97 @@ def steps_this_run(run_iter, iter_unit, steps_per_epoch, num_steps, current_step
     return max(0, min(run_iter, num_steps - current_step))
 
 
-def parse_inference_input(to_predict):
-    """A file, or the image files (non-recursive, by extension) of a directory, sorted.
+class InferenceFiles(list):
+    """The files `--mode predict` reads (a list of paths, in order) and what listing a directory left out:
+    `skipped`: [(path, reason)] for entries named like images that cannot be used (a link pointing outside the
+    directory, a dangling link, not a regular file); runtime/predict.predict_files reports each as a `SKIPPED`
+    line and counts it as failed. `ignored`: one line saying how many entries were not considered (other
+    extensions, sub-directories), or None."""
 
-    Entries of a directory that are symlinks pointing outside it are refused rather than followed.
+    def __init__(self, files=(), skipped=(), ignored=None):
+        super().__init__(files)
+        self.skipped = list(skipped)
+        self.ignored = ignored
+
+
+def parse_inference_input(to_predict):
+    """A file, or the image files (by extension, non-recursive) of a directory in sorted order: InferenceFiles.
+
+    In a directory, an entry named `*.jpg/*.jpeg/*.png` (any case) that is a link pointing outside the directory
+    is not followed, and a dangling link or something that is not a regular file (a FIFO, a socket) cannot be
+    read; each goes to `skipped` and the others are still predicted. Other names and sub-directories are counted
+    in `ignored`. A directory with nothing to predict and nothing skipped is a UserError.
     """
     if to_predict is None:
         raise UserError("No data to predict on.")
     if os.path.isfile(to_predict):
-        return [to_predict]
+        return InferenceFiles([to_predict])
     if not os.path.isdir(to_predict):
         raise UserError("--to_predict {} does not exist".format(to_predict))
     root = os.path.realpath(to_predict)
-    files = []
-    for name in sorted(os.listdir(to_predict)):
+    try:
+        names = sorted(os.listdir(to_predict))
+    except OSError as error:
+        raise UserError("cannot list --to_predict {}: {}".format(to_predict, error.strerror or error)) from None
+    files, skipped, other_extensions, directories = [], [], {}, 0
+    for name in names:
         path = os.path.join(to_predict, name)
-        if not name.lower().endswith(PREDICT_EXTENSIONS) or not os.path.isfile(path):
+        if not name.lower().endswith(PREDICT_EXTENSIONS):
+            if os.path.isdir(path):
+                directories += 1
+            else:
+                extension = os.path.splitext(name)[1].lower() or "no extension"
+                other_extensions[extension] = other_extensions.get(extension, 0) + 1
             continue
-        if os.path.commonpath([root, os.path.realpath(path)]) != root:
-            raise UserError("{} is a link pointing outside {}; refusing to follow it".format(path, to_predict))
-        files.append(path)
-    if not files:
-        raise UserError("no image files ({}) in directory {}".format(" ".join(PREDICT_EXTENSIONS), to_predict))
-    return files
+        reason = _unusable_entry(path, root, to_predict)
+        if reason == _DIRECTORY:
+            directories += 1
+        elif reason is not None:
+            skipped.append((path, reason))
+        else:
+            files.append(path)
+    ignored = _ignored_line(other_extensions, directories)
+    if not files and not skipped:
+        raise UserError("no image files ({}) in directory {}{}".format(
+            " ".join(PREDICT_EXTENSIONS), to_predict, " ({})".format(ignored) if ignored else ""))
+    return InferenceFiles(files, skipped, ignored)
+
+
+_DIRECTORY = object()
+
+
+def _unusable_entry(path, root, directory):
+    """Why a directory entry named like an image cannot be predicted (None: it can; _DIRECTORY: a sub-directory,
+    not searched). A link is resolved only as far as telling where it points; one pointing outside `root` is not
+    opened or stat-ed."""
+    if os.path.islink(path):
+        target = os.path.realpath(path)
+        if os.path.commonpath([root, target]) != root:
+            return "a link pointing outside {} (not followed)".format(directory)
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            return "a dangling link (its target {} does not exist)".format(os.readlink(path))
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                return "a link that loops (too many levels of symbolic links)"
+            return "a link that cannot be followed: {}".format(error.strerror or error)
+    if os.path.isdir(path):
+        return _DIRECTORY
+    if not os.path.isfile(path):
+        return "not a regular file"
+    return None
+
+
+def _ignored_line(other_extensions, directories):
+    """`Ignored 3 files that are not .jpg/.jpeg/.png (2 .bmp, 1 .webp) and 1 sub-directory (not searched)`."""
+    parts = []
+    count = sum(other_extensions.values())
+    if count:
+        kinds = sorted(other_extensions.items(), key=lambda item: (-item[1], item[0]))
+        parts.append("{} file{} that {} not {} ({})".format(
+            count, "" if count == 1 else "s", "is" if count == 1 else "are", "/".join(PREDICT_EXTENSIONS),
+            ", ".join("{} {}".format(number, extension) for extension, number in kinds)))
+    if directories:
+        parts.append("{} sub-director{} (not searched)".format(directories, "y" if directories == 1 else "ies"))
+    return "Ignored " + " and ".join(parts) if parts else None

@@ -35,14 +35,16 @@ def run(args, check=True, timeout=900, umask=None, script="main.py"):
 class Process:
     """main.py (or another command) in the background with stdout/stderr going to files we can poll."""
 
-    def __init__(self, args, workdir, name, command=None):
+    def __init__(self, args, workdir, name, command=None, new_session=False):
+        """`new_session`: the process leads its own process group, so that `signal_group` reaches it and every
+        process it started, as a terminal's Ctrl-C does."""
         self.out_path = os.path.join(str(workdir), name + ".out")
         self.err_path = os.path.join(str(workdir), name + ".err")
         self._out = open(self.out_path, "w")
         self._err = open(self.err_path, "w")
         command = command or [sys.executable, "main.py"]
         self.popen = subprocess.Popen([*command, *map(str, args)], cwd=ROOT, env=env(), stdout=self._out,
-                                      stderr=self._err)
+                                      stderr=self._err, start_new_session=new_session)
 
     def stdout(self):
         with open(self.out_path) as handle:
@@ -66,6 +68,10 @@ class Process:
 
     def signal(self, signum):
         self.popen.send_signal(signum)
+
+    def signal_group(self, signum):
+        """`signum` to the process group the process leads (needs `new_session`)."""
+        os.killpg(self.popen.pid, signum)
 
     def kill(self):
         if self.popen.poll() is None:

@@ -1,9 +1,11 @@
 """The shared command wrapper: one-line errors, exit statuses and the umask every tool runs under."""
 import os
+import signal
+import time
 
 import pytest
 
-from utils.errors import UserError, command
+from utils.errors import Terminated, UserError, command, interrupt_line, on_interrupt
 
 
 def test_user_error_is_one_line_on_stderr_with_status_2(capsys):
@@ -40,3 +42,67 @@ def test_umask_is_restricted_but_a_stricter_one_is_kept():
         assert os.umask(previous) == 0o077
     finally:
         os.umask(previous)
+
+
+def test_keyboard_interrupt_is_one_line_and_status_130(capsys):
+    @command
+    def main(argv=None):
+        print("working", flush=True)
+        raise KeyboardInterrupt
+
+    try:
+        status = main()
+    except KeyboardInterrupt:
+        pytest.fail("the KeyboardInterrupt escaped the command wrapper")
+    assert status == 130
+    captured = capsys.readouterr()
+    assert captured.out == "working\n"
+    assert captured.err == ("INTERRUPTED: {} stopped by SIGINT; its work is not complete; run the same command "
+                            "again\n".format(__name__))
+
+
+def test_sigterm_raises_terminated_is_one_line_and_status_143_then_the_handler_is_restored(capsys):
+    previous = signal.getsignal(signal.SIGTERM)
+
+    @command
+    def main(argv=None):
+        with on_interrupt("the shards written so far are kept"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)  # the handler raises Terminated here, at once
+        raise AssertionError("not reached")
+
+    started = time.monotonic()
+    assert main() == 143
+    assert time.monotonic() - started < 10
+    assert capsys.readouterr().err == ("INTERRUPTED: {} stopped by SIGTERM; the shards written so far are "
+                                       "kept\n".format(__name__))
+    assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def test_the_innermost_note_names_what_was_kept_and_may_count_it(capsys):
+    done = []
+
+    @command
+    def main(argv=None):
+        with on_interrupt("outer"), on_interrupt(lambda: "{} done".format(len(done))):
+            done.extend([1, 2])
+            raise Terminated()
+
+    assert main() == 143
+    assert capsys.readouterr().err.endswith("stopped by SIGTERM; 2 done\n")
+
+
+def test_an_ignored_sigterm_stays_ignored():
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        seen = []
+        command(lambda argv: seen.append(signal.getsignal(signal.SIGTERM)))()
+        assert seen == [signal.SIG_IGN] and signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_interrupts_are_not_user_errors_and_pass_other_handlers():
+    """Terminated is a BaseException: `except Exception` clean-up code does not swallow it."""
+    assert not issubclass(Terminated, Exception) and issubclass(Terminated, BaseException)
+    assert interrupt_line("main.py", signal.SIGINT, "x") == "INTERRUPTED: main.py stopped by SIGINT; x"

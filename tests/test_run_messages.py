@@ -12,6 +12,7 @@ from runtime.config import RunConfig
 from runtime.metrics import ThroughputMeter, evaluated_images_line
 from runtime.predict import load_class_names
 from tests._data_helpers import write_tfrecord_shards
+from utils.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,6 +25,18 @@ def test_evaluation_line_counts_the_dropped_partial_batch():
         "Evaluated 19,968 of 20,000 images (2 epochs of 10,000 in whole batches of 32: 32 left out, as the original)"
     assert evaluated_images_line(96, 10000, 1, "batch", 32) == \
         "Evaluated 96 images (3 batches of 32) of the 10,000 in the validation set"
+
+
+def test_evaluation_line_counts_the_records_skipped_as_corrupt():
+    assert evaluated_images_line(16, 24, 1, "epoch", 8, skipped=8) == \
+        "Evaluated 16 of 24 images (8 skipped as corrupt, see the warnings above)"
+    assert evaluated_images_line(96, 10000, 1, "batch", 32, skipped=2) == \
+        "Evaluated 96 images (3 batches of 32) of the 10,000 in the validation set (2 skipped as corrupt, see the " \
+        "warnings above)"
+    # More missing than a partial batch: not blamed on the partial batch.
+    assert evaluated_images_line(8, 24, 1, "epoch", 8, skipped=1) == \
+        "Evaluated 8 of 24 images (1 skipped as corrupt, see the warnings above; 15 more not delivered by the " \
+        "input, perhaps unreadable stream data)"
 
 
 def _labels(tmp_path, count):
@@ -41,7 +54,15 @@ def test_a_labels_file_shorter_than_the_classifier_is_warned_about_once(tmp_path
                         "shown by number only".format(path)]
 
 
-@pytest.mark.parametrize("names,num_classes", [(5, 5), (7, 5), (1000, 1001)])
+def test_a_labels_file_of_more_classes_than_the_classifier_is_refused(tmp_path):
+    path = _labels(tmp_path, 7)
+    with pytest.raises(UserError) as error:
+        load_class_names(path, RunConfig(model_dir=str(tmp_path), num_classes=5))
+    assert str(error.value) == ("labels file {} names 7 classes but the model has 5 outputs: it is the labels file "
+                                "of another dataset (pass the right --labels_file)".format(path))
+
+
+@pytest.mark.parametrize("names,num_classes", [(5, 5), (1000, 1001)])
 def test_a_labels_file_that_covers_the_classifier_is_not_warned_about(tmp_path, names, num_classes):
     """1000 names for 1001 outputs is the ImageNet layout: labels 1..1000 use outputs 0..999."""
     warnings = []
@@ -77,3 +98,51 @@ def test_inference_benchmark_on_real_data_says_what_it_evaluated_and_that_warmup
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "Evaluated 16 of 20 images (the last partial batch of 4 is dropped, as the original)" in result.stdout
     assert "WARNING: 2 step(s) ran, not more than --warmup_steps 50" in result.stdout
+
+
+def _evaluate_in_process(tmp_path, monkeypatch, corrupt, records_per_shard=8):
+    """Runner.evaluate("epoch", 1, batch 8) on 3 validation shards with `corrupt` records, random weights and a
+    stub eval step: (results, printed text, labels evaluated). Labels 1..24 identify the records."""
+    import tensorflow as tf
+
+    from runtime import runner as runner_module, train_step
+    from utils import distributed
+    from utils.logger import DLLogger
+
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "validation", 3, records_per_shard, 40, num_classes=101, corrupt=corrupt)
+    evaluated = []
+
+    def make_eval_step(model, num_classes, jit_compile):
+        def eval_step(images, labels):
+            evaluated.extend(labels.numpy().tolist())
+            hits1 = tf.reduce_sum(tf.cast(labels < 3, tf.int32))  # "top-1" hits: labels 0..2
+            return hits1, tf.size(labels), None, tf.constant(0)
+        return eval_step
+
+    monkeypatch.setattr(train_step, "make_eval_step", make_eval_step)
+    config = RunConfig(data_dir=str(data), num_classes=101, image_size=32, batch_size=8, model_dir=str(tmp_path / "m"),
+                       no_progress=True)
+    runner = runner_module.Runner(config, DLLogger(None), distributed.single_process())
+    monkeypatch.setattr(runner, "restore_for_inference", lambda required, ema=False: None)
+    return runner.evaluate("epoch", 1, 8), evaluated
+
+
+def test_an_evaluation_reads_each_record_once_and_says_how_many_were_skipped(tmp_path, capsys, monkeypatch):
+    """Four corrupt records among 24: the 20 good ones make 2 whole batches of 8, each record at most once, and
+    the line and the accuracies count exactly those 16."""
+    corrupt = {(0, 2): "bad_jpeg", (1, 1): "missing_image", (1, 5): "not_example", (2, 7): "bad_jpeg"}
+    results, evaluated = _evaluate_in_process(tmp_path, monkeypatch, corrupt)
+    out = capsys.readouterr().out
+    assert ("Evaluated 16 of 24 images (4 skipped as corrupt, see the warnings above; the last partial batch of 4 "
+            "is dropped, as the original)") in out
+    assert len(evaluated) == 16 and len(set(evaluated)) == 16  # one label per record: none read twice
+    assert results["top1_accuracy"] == sum(label < 3 for label in evaluated) / 16
+    assert results["top5_accuracy"] == 1.0
+
+
+def test_an_evaluation_without_one_whole_batch_of_good_records_is_an_error(tmp_path, monkeypatch):
+    corrupt = {(shard, i): "bad_jpeg" for shard in range(3) for i in range(4) if (shard, i) != (0, 0)}
+    with pytest.raises(UserError, match=r"^no whole batch of 8 validation images could be read: 11 of the 12 "
+                                        r"records were skipped as corrupt \(see the warnings above\)$"):
+        _evaluate_in_process(tmp_path, monkeypatch, corrupt, records_per_shard=4)

@@ -93,22 +93,61 @@ def test_truncated_file_is_a_clear_error(tmp_path):
         runner_utils.count_records(str(path))
 
 
-def test_predict_inputs_file_dir_and_symlink_escape(tmp_path):
+def test_predict_inputs_file_dir_and_errors(tmp_path):
     images = tmp_path / "images"
     images.mkdir()
     for name in ("b.JPEG", "a.png", "c.txt", "d.jpg"):
         (images / name).write_bytes(b"x")
-    assert [os.path.basename(p) for p in runner_utils.parse_inference_input(str(images))] == \
-        ["a.png", "b.JPEG", "d.jpg"]
-    assert runner_utils.parse_inference_input(str(images / "a.png")) == [str(images / "a.png")]
-    outside = tmp_path / "secret.jpg"
-    outside.write_bytes(b"x")
-    os.symlink(outside, images / "link.jpg")
-    with pytest.raises(UserError, match="outside"):
-        runner_utils.parse_inference_input(str(images))
+    files = runner_utils.parse_inference_input(str(images))
+    assert [os.path.basename(p) for p in files] == ["a.png", "b.JPEG", "d.jpg"]
+    assert files.skipped == [] and files.ignored == "Ignored 1 file that is not .jpg/.jpeg/.png (1 .txt)"
+    single = runner_utils.parse_inference_input(str(images / "a.png"))
+    assert single == [str(images / "a.png")] and single.skipped == [] and single.ignored is None
     with pytest.raises(UserError, match="No data to predict on"):
         runner_utils.parse_inference_input(None)
+    with pytest.raises(UserError, match="does not exist"):
+        runner_utils.parse_inference_input(str(tmp_path / "missing"))
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(UserError, match="no image files"):
         runner_utils.parse_inference_input(str(empty))
+    (empty / "notes.txt").write_text("x")
+    (empty / "sub").mkdir()
+    with pytest.raises(UserError) as nothing:
+        runner_utils.parse_inference_input(str(empty))
+    assert str(nothing.value) == ("no image files (.jpg .jpeg .png) in directory {} (Ignored 1 file that is not "
+                                  ".jpg/.jpeg/.png (1 .txt) and 1 sub-directory (not searched))".format(empty))
+
+
+def test_predict_directory_skips_links_out_and_dangling_links_and_counts_what_it_ignores(tmp_path):
+    images = tmp_path / "images"
+    images.mkdir()
+    for name in ("a.jpg", "c.png", "x.webp", "y.bmp", "z.BMP", "README"):
+        (images / name).write_bytes(b"x")
+    (tmp_path / "secret.jpg").write_bytes(b"x")
+    os.symlink(tmp_path / "secret.jpg", images / "b_out.jpg")  # absolute link out of the directory
+    os.symlink("../secret.jpg", images / "b_out_relative.png")
+    os.symlink("a.jpg", images / "d_in.jpg")  # stays inside: predicted like a file
+    os.symlink("missing.jpg", images / "e_dangling.jpg")
+    os.symlink("f_loop.jpg", images / "f_loop.jpg")
+    (images / "g_dir.jpg").mkdir()
+    (images / "h_sub").mkdir()
+    os.mkfifo(images / "i_fifo.jpg")
+    files = runner_utils.parse_inference_input(str(images))
+    assert list(files) == [str(images / name) for name in ("a.jpg", "c.png", "d_in.jpg")]
+    assert files.skipped == [
+        (str(images / "b_out.jpg"), "a link pointing outside {} (not followed)".format(images)),
+        (str(images / "b_out_relative.png"), "a link pointing outside {} (not followed)".format(images)),
+        (str(images / "e_dangling.jpg"), "a dangling link (its target missing.jpg does not exist)"),
+        (str(images / "f_loop.jpg"), "a link that loops (too many levels of symbolic links)"),
+        (str(images / "i_fifo.jpg"), "not a regular file")]
+    assert files.ignored == ("Ignored 4 files that are not .jpg/.jpeg/.png (2 .bmp, 1 .webp, 1 no extension) "
+                             "and 2 sub-directories (not searched)")
+
+
+def test_a_directory_of_only_unusable_links_is_not_an_error_but_all_skipped(tmp_path):
+    images = tmp_path / "images"
+    images.mkdir()
+    os.symlink("/etc/hostname", images / "out.jpg")
+    files = runner_utils.parse_inference_input(str(images))
+    assert list(files) == [] and [path for path, _ in files.skipped] == [str(images / "out.jpg")]

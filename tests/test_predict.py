@@ -1,0 +1,88 @@
+"""runtime/predict.py: what `--mode predict` prints for a directory (links, ignored entries, interrupts), with a
+stand-in predict step (no model)."""
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from runtime import runner_utils
+from runtime.predict import predict_files
+from tests._data_helpers import encode_image, random_image
+from utils.errors import command
+
+NUM_CLASSES = 6
+
+
+def fake_step(images):
+    """Probabilities that put class 3 first whatever the image."""
+    probabilities = np.tile(np.linspace(0.1, 0.2, NUM_CLASSES, dtype=np.float32), (len(images), 1))
+    probabilities[:, 3] = 0.5
+    return tf.constant(probabilities)
+
+
+def photo_dir(tmp_path, names):
+    images = tmp_path / "images"
+    images.mkdir()
+    rng = np.random.default_rng(0)
+    for name in names:
+        (images / name).write_bytes(encode_image(random_image(rng, 20, 24)))
+    return images
+
+
+def test_a_link_out_of_the_directory_is_skipped_and_the_others_are_predicted(tmp_path, capsys):
+    images = photo_dir(tmp_path, ["a.jpg", "c.jpg"])
+    (tmp_path / "outside.jpg").write_bytes((images / "a.jpg").read_bytes())
+    os.symlink(tmp_path / "outside.jpg", images / "b_out.jpg")
+    os.symlink("gone.jpg", images / "d_dangling.jpg")
+    (images / "e.webp").write_bytes(b"x")
+    (images / "f.bmp").write_bytes(b"x")
+    (images / "g.bmp").write_bytes(b"x")
+    (images / "notes.txt").write_text("x")
+    (images / "sub").mkdir()
+    (images / "z_empty.png").write_bytes(b"")
+
+    counts = predict_files(fake_step, runner_utils.parse_inference_input(str(images)), 16, 2)
+    out, err = capsys.readouterr()
+    assert (counts.predicted, counts.failed) == (2, 3)
+    assert err.splitlines() == [
+        "Ignored 4 files that are not .jpg/.jpeg/.png (2 .bmp, 1 .txt, 1 .webp) and 1 sub-directory (not searched)",
+        "SKIPPED {}: a link pointing outside {} (not followed)".format(images / "b_out.jpg", images),
+        "SKIPPED {}: a dangling link (its target gone.jpg does not exist)".format(images / "d_dangling.jpg"),
+        "SKIPPED {}: image file is empty (0 bytes)".format(images / "z_empty.png")]
+    lines = out.splitlines()
+    assert [line.split(": ", 1)[0] for line in lines[:-2]] == [str(images / "a.jpg"), str(images / "c.jpg")]
+    assert lines[0].split(": ", 1)[1].startswith("3 0.5000, ")
+    assert lines[-2:] == ["Ending Inference ...", "predicted 2, failed 3"]
+
+
+def test_a_plain_list_of_files_still_works(tmp_path, capsys):
+    images = photo_dir(tmp_path, ["a.jpg"])
+    counts = predict_files(fake_step, [str(images / "a.jpg")], 16, 4)
+    assert (counts.predicted, counts.failed) == (1, 0)
+    assert capsys.readouterr().err == ""
+
+
+def test_an_interrupt_says_how_many_files_were_predicted(tmp_path, capsys):
+    images = photo_dir(tmp_path, ["a.jpg", "b.jpg", "c.jpg", "d.jpg", "e.jpg"])
+    calls = []
+
+    def interrupted_step(batch):
+        calls.append(len(batch))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return fake_step(batch)
+
+    @command
+    def main(argv=None):
+        predict_files(interrupted_step, runner_utils.parse_inference_input(str(images)), 16, 2)
+
+    try:
+        status = main()
+    except KeyboardInterrupt:
+        pytest.fail("the KeyboardInterrupt escaped the command wrapper")
+    assert status == 130
+    out, err = capsys.readouterr()
+    assert err.splitlines() == ["INTERRUPTED: {} stopped by SIGINT; 2 of 5 files predicted (the lines above); run "
+                                "the same command again to predict all".format(__name__)]
+    assert len(out.splitlines()) == 2 and "predicted 2" not in out
