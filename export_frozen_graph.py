@@ -10,7 +10,8 @@ every architecture is built with
 its own cardinality/SE, and the raw-pixel normalisation is inside the graph unless `--no_normalization`.
 --quantize builds the QAT eval graph: BN folded into the conv weights, weights and activations fake-quantised with
 the trained ranges (model/layers/quantization.py). --checkpoint takes our checkpoints (prefix or directory) or the
-original's TF1 checkpoints; without it the weights are random. --use_ema_weights exports the checkpoint's EMA weights
+original's TF1 checkpoints; without it the weights are random. With it, --model_name, --num_classes, --image_size and
+the classifier form default to what the checkpoint records (a given flag must agree). --use_ema_weights exports the checkpoint's EMA weights
 (--moving_average_decay) instead of its raw ones. The export itself is model/export.py's.
 --compute_format NCHW on a machine without a GPU still writes the graph (it is only traced, not run) and says
 that the graph needs a GPU (TensorFlow's CPU kernels are NHWC-only).
@@ -19,6 +20,7 @@ import argparse
 import sys
 
 from model.arch_names import ARCH_NAMES
+from runtime.settings import given_options, reconcile
 from utils import quiet
 from utils.errors import command
 
@@ -27,9 +29,11 @@ FORMATS = ("NCHW", "NHWC")
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("--model_name", default="resnet50", choices=ARCH_NAMES)
-    parser.add_argument("--image_size", type=int, default=224)
-    parser.add_argument("--num_classes", type=int, default=1001)
+    # Defaults apply without --checkpoint; with one, what it records (runtime/settings.reconcile).
+    parser.add_argument("--model_name", default="resnet50", choices=ARCH_NAMES,
+                        help="default: the checkpoint's, else resnet50")
+    parser.add_argument("--image_size", type=int, default=224, help="default: the checkpoint's, else 224")
+    parser.add_argument("--num_classes", type=int, default=1001, help="default: the checkpoint's, else 1001")
     parser.add_argument("--batch_size", type=int, default=None, help="placeholder batch dim (default: dynamic)")
     parser.add_argument("--input_format", default="NCHW", choices=FORMATS)
     parser.add_argument("--compute_format", default="NCHW", choices=FORMATS)
@@ -38,7 +42,8 @@ def parse_args(argv=None):
     parser.add_argument("--quantize", action="store_true", help="QAT eval graph (fake-quant + folded BN)")
     parser.add_argument("--symmetric", action="store_true")
     parser.add_argument("--use_qdq", action="store_true", help="QuantizeAndDequantizeV4 instead of FakeQuant ops")
-    parser.add_argument("--use_final_conv", action="store_true", help="1x1 conv classifier")
+    parser.add_argument("--use_final_conv", action="store_true",
+                        help="1x1 conv classifier (default: the checkpoint's form)")
     parser.add_argument("--use_ema_weights", action="store_true",
                         help="the checkpoint's EMA weights (trained with --moving_average_decay) instead of its raw "
                              "ones")
@@ -48,6 +53,7 @@ def parse_args(argv=None):
                              "input)")
     quiet.add_verbose_flag(parser)
     args = parser.parse_args(argv)
+    args.given = given_options(parser, argv)
     if not args.output_file:
         parser.error("--output_file is required")
     if args.image_size < 32:
@@ -72,17 +78,44 @@ def build_export_model(args, quantization, platform):
     return resnet.use_native_convolutions(model, platform)
 
 
+# This tool's flag for each RunConfig field a checkpoint records.
+CHECKPOINT_FLAGS = {"arch": "--model_name", "num_classes": "--num_classes", "image_size": "--image_size",
+                    "use_final_conv": "--use_final_conv"}
+
+
+def resolve_settings(args, info, log=print):
+    """The export's settings from the checkpoint (runtime/settings.reconcile): a flag left at its default takes the
+    checkpoint's value, a given one must agree. --quantize stays a choice (a QAT checkpoint also exports as float),
+    but the quantised graph takes the checkpoint's --symmetric."""
+    given = {{"model_name": "arch"}.get(dest, dest) for dest in getattr(args, "given", ())}
+    current = {"arch": args.model_name, "num_classes": args.num_classes, "image_size": args.image_size,
+               "use_final_conv": args.use_final_conv, "symmetric": args.symmetric}
+    flags = dict(CHECKPOINT_FLAGS, **({"symmetric": "--symmetric"} if args.quantize else {}))
+    source = f"checkpoint {info.path}"
+    changes = reconcile(current, info.recorded_settings(), given, flags, source, log,
+                        compatible=lambda name, *_: name == "use_final_conv")
+    for name, value in changes.items():
+        setattr(args, {"arch": "model_name"}.get(name, name), value)
+    if info.has_quantization_ranges and not args.quantize:
+        log(f"NOTE: {source} holds quantisation ranges (QAT); this is the float graph, --quantize exports the "
+            "quantised one")
+    return args
+
+
 def export(args, log=print):
     from model import checkpoint_io, export as model_export
     from utils import devices
     platform = devices.setup_devices()
     from model.layers.quantization import QuantizationConfig
+    info = None
+    if args.checkpoint:
+        info = checkpoint_io.inspect(checkpoint_io.find_checkpoint(args.checkpoint, "--checkpoint", warn=log))
+        resolve_settings(args, info, log)
     quantization = QuantizationConfig.from_flags(args.quantize, args.symmetric, args.use_qdq, quantized_inference=True)
     model = build_export_model(args, quantization, platform)
-    if args.checkpoint:
+    if info is not None:
         describe = (f"--model_name {args.model_name} --num_classes {args.num_classes} "
                     f"--use_final_conv {args.use_final_conv}")
-        info = checkpoint_io.inspect(checkpoint_io.find_checkpoint(args.checkpoint, "--checkpoint", warn=log))
         checkpoint_io.check_fits(info, args.model_name, args.num_classes, arch_flag="--model_name")
         log(checkpoint_io.restore_model(model, info, args.model_name, describe).describe())
         if args.use_ema_weights:
@@ -94,8 +127,11 @@ def export(args, log=print):
         log("No --checkpoint: exporting random weights")
     graph_def = model_export.frozen_graph(model, args.model_name, args.image_size, args.input_format, args.batch_size)
     model_export.write_graph_def(graph_def, args.output_file, args.write_text_graphdef)
+    shape = [args.batch_size or -1] + ([3, args.image_size, args.image_size] if args.input_format == "NCHW"
+                                       else [args.image_size, args.image_size, 3])
     log(f"Wrote {'text' if args.write_text_graphdef else 'binary'} GraphDef {args.output_file}: input "
-        f"'input' {args.input_format}, output '{model_export.output_node_name(args.model_name)}'")
+        f"'input' {args.input_format} {shape}, output '{model_export.output_node_name(args.model_name)}' "
+        f"[{args.batch_size or -1}, {args.num_classes}] ({args.model_name})")
     if args.compute_format == "NCHW" and not platform.gpu:
         log("NOTE: --compute_format NCHW: this graph needs a GPU to run (TensorFlow's CPU kernels are NHWC-only); "
             "use --compute_format NHWC for CPU")

@@ -123,6 +123,11 @@ class TFRunner:
         shape = self.signature.structured_input_signature[1]["input"].shape
         return shape[1] if len(shape) == 4 and shape[1] == shape[2] else None
 
+    @property
+    def num_classes(self):
+        shape = self.signature.structured_outputs["probabilities"].shape
+        return shape[-1] if len(shape) == 2 else None
+
     def __call__(self, images):
         return self.signature(input=images)["probabilities"].numpy()
 
@@ -139,6 +144,12 @@ class ONNXRuntimeRunner:
     def input_size(self):
         shape = self.session.get_inputs()[0].shape
         return shape[1] if len(shape) == 4 and isinstance(shape[1], int) and shape[1] == shape[2] else None
+
+    @property
+    def num_classes(self):
+        outputs = [output for output in self.session.get_outputs() if output.name == "probabilities"]
+        shape = outputs[0].shape if outputs else []
+        return shape[-1] if len(shape) == 2 and isinstance(shape[-1], int) else None
 
     def __call__(self, images):
         return self.session.run(["probabilities"], {"input": images})[0]
@@ -227,8 +238,35 @@ def make_runner(args, saved_model_dir, onnx_path, workdir):
 
 # ------------------------------------------------------------------ data
 
-def batches(args):
-    """(iterator of (images [B,S,S,3] float32 0..255, labels [B] or None), number of steps)."""
+def check_dataset(data_dir, num_classes, model_flag):
+    """The validation split of --data-dir complete, and its recorded labels within the model's `num_classes`
+    outputs (utils/dataset_manifest.py; `model_flag` names where the count came from)."""
+    from utils import dataset_manifest
+    facts = dataset_manifest.read_split(data_dir, "validation")
+    dataset_manifest.check_complete(facts)
+    if num_classes is not None and facts.label_range is not None and facts.label_range[1] > num_classes:
+        raise UserError(f"{model_flag} has {num_classes} outputs, too few for dataset {data_dir}'s labels "
+                        f"{facts.label_range[0]}..{facts.label_range[1]} (recorded by dataprep): it is not a model "
+                        "of this dataset")
+
+
+def _checked(batches_of):
+    """The batches, with a label outside the model's classes turned into one UserError line."""
+    import tensorflow as tf
+    from utils import data_utils
+    try:
+        for images, labels in batches_of:
+            yield images.numpy(), labels.numpy()
+    except tf.errors.InvalidArgumentError as error:
+        label_error = data_utils.label_range_error(error)
+        if label_error is None:
+            raise
+        raise label_error from None
+
+
+def batches(args, num_classes=None):
+    """(iterator of (images [B,S,S,3] float32 0..255, labels [B] or None), number of steps). `num_classes`: the
+    model's outputs, the label range the records must fit (None: not known, 1001 assumed)."""
     if args.data_dir:
         from runtime import runner_utils
         from utils import data_utils
@@ -240,8 +278,9 @@ def batches(args):
             raise UserError(f"--data-dir {args.data_dir} has {num_samples} validation images, fewer than "
                             f"--batch-size {args.batch_size}")
         dataset = data_utils.get_tfrecords_input_fn(filenames, args.batch_size, args.image_size, args.image_size,
-                                                    training=False, num_threads=1, deterministic=True)
-        return ((images.numpy(), labels.numpy()) for images, labels in dataset.take(steps)), steps
+                                                    training=False, num_threads=1, deterministic=True,
+                                                    num_classes=num_classes or 1001)
+        return _checked(dataset.take(steps)), steps
     steps = args.num_iter if args.num_iter is not None else max(1, 60000 // args.batch_size)
     images = np.random.RandomState(0).uniform(0, 255, (args.batch_size, args.image_size, args.image_size, 3))
     images = images.astype(np.float32)
@@ -321,7 +360,11 @@ def run(args):
                 logger.print("--amp: a given SavedModel runs in the precision it was exported in")
             runner = make_runner(args, saved_model_dir, onnx_path, workdir)
             resolve_image_size(args, getattr(runner, "input_size", None), logger.print)
-            data, steps = batches(args)
+            num_classes = args.num_classes if args.architecture else getattr(runner, "num_classes", None)
+            if args.data_dir:
+                check_dataset(args.data_dir, num_classes,
+                              "--num-classes" if args.architecture else f"--model {args.model}")
+            data, steps = batches(args, num_classes)
             logger.print(f"Running {steps} steps of batch {args.batch_size} with backend {args.backend}")
             return benchmark(runner, data, steps, args.batch_size, args.warmup_steps, logger)
     finally:

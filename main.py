@@ -7,10 +7,12 @@
 Bad input ends with one line `ERROR: <what is wrong>` on stderr and exit status 2, before anything is written.
 """
 
+import contextlib
 import os
 import sys
 
-from runtime.config import ORIGINAL_FLAG_DESTS, RunConfig, given_flags, parse_cmdline
+from runtime import settings as run_settings
+from runtime.config import ORIGINAL_FLAG_DESTS
 from utils.errors import UserError, command
 
 # The original's environment (docs/ORIGINAL.md#runtime-environment), where the variables still mean something in
@@ -26,80 +28,36 @@ RUNTIME_ENVIRONMENT = {
 }
 
 
-def check_mode_arguments(config):
-    """The mode checks (docs/ORIGINAL.md#modes) that need no TensorFlow, so bad input fails fast and writes nothing."""
-    if config.mode == "predict":
-        if config.to_predict is None:
-            raise UserError("No data to predict on.")
-        if not os.path.exists(config.to_predict):
-            raise UserError("--to_predict {} does not exist".format(config.to_predict))
-    from runtime.runner_utils import require_data_dir
-    if config.mode in ("train", "train_and_evaluate"):
-        require_data_dir(config.data_dir, "train")
-    if config.mode == "evaluate":
-        require_data_dir(config.data_dir, "validation")
-    if config.data_dir is not None and not os.path.isdir(config.data_dir):
-        raise UserError("--data_dir {} does not exist or is not a directory".format(config.data_dir))
-    for flag, path in (("--results_dir", config.results_dir), ("--model_dir", config.model_dir)):
-        if path and os.path.exists(path) and not os.path.isdir(path):
-            raise UserError("{} {} exists and is not a directory".format(flag, path))
-    if config.finetune_checkpoint and not (os.path.exists(config.finetune_checkpoint)
-                                           or os.path.exists(config.finetune_checkpoint + ".index")):
-        raise UserError("--finetune_checkpoint {} does not exist".format(config.finetune_checkpoint))
-
-
-INFERENCE_MODES = ("evaluate", "predict", "inference_benchmark")
-# RunConfig field -> (checkpoint metadata field, flag) that inference modes take from model_dir's checkpoint.
-CHECKPOINT_SETTINGS = (("arch", "arch", "--arch"), ("num_classes", "num_classes", "--num_classes"),
-                       ("image_size", "image_size", "--image_size"))
-
-
-def adopt_checkpoint_settings(config, given, log=print):
-    """Evaluate / predict / inference_benchmark build the model the checkpoint in model_dir was trained as: a
-    setting left at its default is taken from the checkpoint (and said so), one given that contradicts it is
-    refused. Training modes keep the flags (a resume checks them when it restores)."""
-    import dataclasses
-    from model import checkpoint_io
-    if config.mode not in INFERENCE_MODES:
-        return config
-    path = checkpoint_io.latest_checkpoint(config.model_dir, warn=log)
-    if path is None:
-        return config
-    info = checkpoint_io.inspect(path)
-    changes = {}
-    for field, source, flag in CHECKPOINT_SETTINGS:
-        recorded, current = getattr(info, source), getattr(config, field)
-        if recorded is None or recorded == current:
-            continue
-        if field == "image_size" and config.input_size != config.image_size:
-            continue  # synthetic benchmark: --synthetic_data_size sets the input, any size runs
-        if field in given:
-            raise UserError("{} {} contradicts checkpoint {}, trained with {} {} (omit the flag to use the "
-                            "checkpoint's)".format(flag, current, path, flag, recorded))
-        changes[field] = recorded
-        log("Using {} {} from checkpoint {}".format(flag, recorded, path))
-    return dataclasses.replace(config, **changes) if changes else config
-
-
 def run(argv=None):
-    args = parse_cmdline(argv)
+    _, config, given = run_settings.parse(argv)
     for key, value in RUNTIME_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
-    config = RunConfig.from_args(args)
-    check_mode_arguments(config)
 
-    import tensorflow as tf
-    from runtime import runner as runner_module
     from runtime import startup
     from utils import distributed
-    from utils.logger import DLLogger
 
     engine = distributed.init_engine(distributed.detect_engine())
     if engine.size > 1 and config.mode in ("inference_benchmark", "predict"):
         raise UserError("Only single GPU inference is implemented.")
     platform, precision = startup.set_up(config, engine)
     distribution = distributed.create(engine, platform.replica_devices)
-    config = adopt_checkpoint_settings(config, given_flags(argv))
+    with contextlib.ExitStack() as stack:
+        if config.mode in run_settings.TRAINING_MODES and distribution.is_chief:
+            # The run owns model_dir from before it reads the checkpoint to after its last write (docs/RELIABILITY.md).
+            from utils.run_lock import RunLock
+            stack.enter_context(RunLock(config.model_dir))
+        return run_mode(run_settings.resolve(config, given), distribution, platform, precision)
+
+
+def run_mode(resolved, distribution, platform, precision):
+    """The mode of `resolved` (runtime/settings.RunSettings): log, Runner, train / evaluate / predict."""
+    import tensorflow as tf
+    from runtime import runner as runner_module
+    from runtime import startup
+    from utils.errors import on_interrupt
+    from utils.logger import DLLogger
+
+    config = resolved.config
     if distribution.num_replicas > 1 and config.mode in ("inference_benchmark", "predict"):
         raise UserError("Only single GPU inference is implemented.")
     try:
@@ -108,9 +66,10 @@ def run(argv=None):
         logger = DLLogger(config.log_path if distribution.is_chief else None, enabled=distribution.is_chief)
     except OSError as error:
         raise UserError("cannot write the log in --results_dir {}: {}".format(config.results_dir, error)) from None
-    logger.log(step="PARAMETER", data={key: getattr(args, key) for key in ORIGINAL_FLAG_DESTS}
-               | {"num_classes": args.num_classes, "image_size": args.image_size,
-                  "min_crop_area": args.min_crop_area} | config.extensions_in_use())
+    # The settings the run uses, after the resolution (not the flags as typed).
+    logger.log(step="PARAMETER", data={key: getattr(config, key) for key in ORIGINAL_FLAG_DESTS}
+               | {"num_classes": config.num_classes, "image_size": config.image_size,
+                  "min_crop_area": config.min_crop_area} | config.extensions_in_use() | resolved.parameters())
     startup.set_seeds(config.seed, distribution.rank)
     startup.configure_xla(config, distribution)
     if config.seed is not None:
@@ -125,11 +84,15 @@ def run(argv=None):
             interrupted = stop
     if interrupted is None and config.mode in ("train_and_evaluate", "evaluate", "inference_benchmark"):
         if distribution.is_chief:
+            kept = "no evaluation result was written; run the same command again"
             if config.mode == "train_and_evaluate":
-                runner.evaluate("epoch", 1, config.batch_size, export_dir=config.export_dir)
+                with on_interrupt("the training checkpoints are kept, no evaluation result was written; evaluate "
+                                  "with --mode evaluate"):
+                    runner.evaluate("epoch", 1, config.batch_size, export_dir=config.export_dir)
             else:
-                runner.evaluate(config.iter_unit, config.num_iter, config.batch_size,
-                                is_benchmark=config.mode == "inference_benchmark", export_dir=config.export_dir)
+                with on_interrupt(kept):
+                    runner.evaluate(config.iter_unit, config.num_iter, config.batch_size,
+                                    is_benchmark=config.mode == "inference_benchmark", export_dir=config.export_dir)
         distribution.barrier()
     # status 1 when predict had to skip a file it could not use (2 is for bad input before anything ran)
     predict_failed = config.mode == "predict" and runner.predict(config.to_predict, config.labels_file).failed > 0

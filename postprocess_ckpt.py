@@ -29,11 +29,15 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--input", required=True, help="checkpoint prefix (or our model_dir) with a dense classifier")
     parser.add_argument("--dense_layer", default="resnet50/output/dense/kernel",
-                        help="TF1 checkpoints: name of the dense kernel variable to reshape")
+                        help="TF1 checkpoints: name of the dense kernel variable to reshape (default: the one of the "
+                             "checkpoint's architecture)")
     parser.add_argument("--output", default="output_dir", help="output directory (must not exist)")
     parser.add_argument("--overwrite", action="store_true", help="write into an existing output directory")
     quiet.add_verbose_flag(parser)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    from runtime.settings import given_options
+    args.given = given_options(parser, argv)
+    return args
 
 
 def _prepare_output(output, overwrite):
@@ -44,7 +48,7 @@ def _prepare_output(output, overwrite):
 
 # ---------------------------------------------------------------- name-based checkpoints (ours and the original's)
 
-def convert_named(info, dense_layer, output):
+def convert_named(info, dense_layer, output, given_dense_layer=True):
     """Copy every tensor, the --dense_layer kernel (and its EMA) reshaped to [1, 1, C, N]; our metadata says final
     conv."""
     import numpy as np
@@ -53,8 +57,8 @@ def convert_named(info, dense_layer, output):
     from utils.ema import EMA_SUFFIX
     reader = tf.train.load_checkpoint(info.path)
     shapes = reader.get_variable_to_shape_map()
-    if info.format == "named" and info.arch:
-        dense_layer = f"{info.arch}/output/dense/kernel"
+    if info.arch and (info.format == "named" or not given_dense_layer):
+        dense_layer = f"{info.arch}/output/dense/kernel"  # the checkpoint's architecture decides its name
     if dense_layer not in shapes:
         candidates = sorted(name for name in shapes if name.endswith("output/dense/kernel"))
         raise UserError(f"--dense_layer {dense_layer} is not in {info.path}"
@@ -101,10 +105,11 @@ def convert_object(info, output):
 def convert(args):
     from model import checkpoint_io
     info = checkpoint_io.inspect(checkpoint_io.find_checkpoint(args.input, "--input"))
+    print(f"Read {info.path} ({info.describe()})")
     _prepare_output(args.output, args.overwrite)
     if info.format == "object":
         return convert_object(info, args.output)
-    return convert_named(info, args.dense_layer, args.output)
+    return convert_named(info, args.dense_layer, args.output, "dense_layer" in getattr(args, "given", ()))
 
 
 @command

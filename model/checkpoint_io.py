@@ -41,7 +41,9 @@ LOSS_SCALE_KEYS = {"dynamic_scale": "loss_scale/current_loss_scale", "step_count
 OPTIMIZER_ITERATIONS_KEY = "Momentum/iterations"
 SLOT_SUFFIX = "/Momentum"
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
-METADATA_VERSION = 1
+# 2 adds `training`, the training flags of the run that wrote it (QAT, EMA); version 1 is read the same way, with
+# no training flags recorded.
+METADATA_VERSION = 2
 _MAX_LISTED = 5
 _DATA_SHARD = re.compile(r"\.data-(\d+)-of-(\d+)$")
 _OPERATION_KEY = re.compile(r"^model/_operations/(\d+)/")
@@ -61,6 +63,17 @@ class CheckpointInfo:
     has_quantization_ranges: bool = False
     has_optimizer_state: bool = False
     has_weight_averages: bool = False  # the EMA of --moving_average_decay
+    # {RunConfig field: value} of the training flags the metadata records ({} before version 2).
+    training_state: dict = dataclasses.field(default_factory=dict)
+
+    def recorded_settings(self):
+        """{RunConfig field: value} of every setting this checkpoint records (None-valued ones left out). `quantize`
+        is known from the content (QAT ranges present or not) when the metadata does not say."""
+        settings = {"arch": self.arch, "num_classes": self.num_classes, "image_size": self.image_size,
+                    "use_final_conv": self.use_final_conv}
+        settings.update(self.training_state)
+        settings.setdefault("quantize", self.has_quantization_ranges)
+        return {key: value for key, value in settings.items() if value is not None}
 
     def describe(self):
         parts = [f"{self.format} format", f"step {self.step}" if self.step is not None else "no step"]
@@ -255,7 +268,8 @@ def inspect(path):
             raise UserError(f"checkpoint {path}: unreadable {METADATA_KEY} ({error})") from None
         return CheckpointInfo(path, "named", step, meta.get("arch"), meta.get("num_classes"),
                               meta.get("use_final_conv"), meta.get("image_size"), meta.get("input_normalized"),
-                              has_ranges, has_slots, has_averages)
+                              has_ranges, has_slots, has_averages,
+                              dict(meta.get("training") or {}))
     arch = _tf1_arch(shapes)
     num_classes = use_final_conv = None
     if arch is not None and f"{arch}/output/dense/kernel" in shapes:
@@ -529,7 +543,8 @@ def restore_or_initialise(model, optimizer, global_step, model_dir, arch, num_cl
                           finetune_checkpoint=None, averages=None, log=print):
     """Training: resume from model_dir's newest complete checkpoint (weights, optimizer state, step, and the EMA of
     `averages` when it has one), else fine-tune from `finetune_checkpoint`, else keep the fresh weights. Averages
-    not read from the checkpoint start as copies of the weights. Returns the fine-tuning prefix read, or None."""
+    not read from the checkpoint start as copies of the weights. Returns the fine-tuning prefix read, or None.
+    Which settings and training state the run continues is decided before, by runtime/settings.py, which says so."""
     latest = latest_checkpoint(model_dir, warn=log)
     if latest is None:
         finetuned = None
@@ -539,9 +554,6 @@ def restore_or_initialise(model, optimizer, global_step, model_dir, arch, num_cl
         if averages is not None:
             averages.reset()
         return finetuned
-    if finetune_checkpoint:
-        log("WARNING: --finetune_checkpoint {} is ignored: model_dir {} already has checkpoint {}, and training "
-            "resumes from it (use a new --model_dir to fine-tune)".format(finetune_checkpoint, model_dir, latest))
     info = inspect(latest)
     check_fits(info, arch, num_classes)
     report = restore_training(model, optimizer, global_step, info, arch,
@@ -549,19 +561,20 @@ def restore_or_initialise(model, optimizer, global_step, model_dir, arch, num_cl
     log(report.describe() + " with the optimizer state")
     if averages is not None and not info.has_weight_averages:
         averages.reset()
-        log("The checkpoint has no EMA weights: the averages start from its weights")
-    elif averages is None and info.has_weight_averages:
-        log("WARNING: checkpoint {} has EMA weights, but this run has no --moving_average_decay: its checkpoints "
-            "will not keep them".format(latest))
     return None
 
 
 # ---------------------------------------------------------------- saving
 
-def metadata(arch, num_classes, image_size, use_final_conv, input_normalized):
-    return {"version": METADATA_VERSION, "arch": arch, "num_classes": int(num_classes),
-            "image_size": int(image_size) if image_size else None, "use_final_conv": bool(use_final_conv),
-            "input_normalized": bool(input_normalized)}
+def metadata(arch, num_classes, image_size, use_final_conv, input_normalized, training_state=None):
+    """The checkpoint_metadata record; `training_state`: {RunConfig field: value} of the training flags of the run
+    that writes it, so a resume continues with the same QAT and EMA settings (runtime/settings.training_state)."""
+    record = {"version": METADATA_VERSION, "arch": arch, "num_classes": int(num_classes),
+              "image_size": int(image_size) if image_size else None, "use_final_conv": bool(use_final_conv),
+              "input_normalized": bool(input_normalized)}
+    if training_state:
+        record["training"] = dict(training_state)
+    return record
 
 
 def write(prefix, entries, meta=None):

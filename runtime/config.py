@@ -301,7 +301,9 @@ def _value_type(annotation: Any) -> type:
 
 def build_parser() -> argparse.ArgumentParser:
     """main.py's argparse parser: one argument per RunConfig field, plus --verbose (utils/quiet.py, every tool's)."""
-    parser = argparse.ArgumentParser(description=DESCRIPTION, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    # allow_abbrev=False: `--model` is not `--model_dir`, nor `--batch` `--batch_size` (an unknown argument instead).
+    parser = argparse.ArgumentParser(description=DESCRIPTION, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                     allow_abbrev=False)
     groups: dict[Optional[str], Any] = {None: parser}
     annotations = typing.get_type_hints(RunConfig)
     for field in dataclasses.fields(RunConfig):
@@ -323,6 +325,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _suggestion(arg: str, options: Sequence[str]) -> str:
+    """` (did you mean --a or --b?)` for an unknown `--name[=value]`: the options it abbreviates, else those it
+    resembles."""
+    import difflib
+    if not arg.startswith("--"):
+        return ""
+    name = arg.split("=", 1)[0]
+    close = sorted(option for option in options if option.startswith(name)) or \
+        difflib.get_close_matches(name, options, n=2, cutoff=0.8)
+    return " (did you mean {}?)".format(" or ".join(close[:3])) if close else ""
+
+
 _NOT_GIVEN = object()
 
 
@@ -338,10 +352,19 @@ def parse_cmdline(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parses and checks `argv` (default sys.argv[1:]). Unknown arguments are rejected with the original's text;
     values are checked by building the RunConfig (its UserError propagates)."""
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    # Unknown arguments first (`--batch 8` is a misspelt --batch_size, not a missing one): a pass without required
+    # flags, then the real one.
+    required = [action for action in parser._actions if action.required]
+    for action in required:
+        action.required = False
+    _, unknown = parser.parse_known_args(argv)
+    for action in required:
+        action.required = True
     if unknown:
+        options = [option for action in parser._actions for option in action.option_strings]
         for arg in unknown:
-            print("ERROR: Unknown command line arg: {}".format(arg), file=sys.stderr)
+            print("ERROR: Unknown command line arg: {}{}".format(arg, _suggestion(arg, options)), file=sys.stderr)
         raise UserError("Invalid command line arg(s)")
+    args = parser.parse_args(argv)
     RunConfig.from_args(args)
     return args

@@ -27,6 +27,8 @@ import sys
 import threading
 import time
 
+from utils.errors import command
+
 
 def free_ports(count, host="127.0.0.1"):
     """`count` distinct ports the OS reports free on `host` (sockets kept open until all are chosen)."""
@@ -165,7 +167,8 @@ class Launcher:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m runtime.launch",
-        description="Run N training workers on this machine (MultiWorkerMirroredStrategy over loopback).")
+        description="Run N training workers on this machine (MultiWorkerMirroredStrategy over loopback).",
+        allow_abbrev=False)
     parser.add_argument("--nproc", "-np", type=int, required=True, help="number of workers (one per GPU)")
     parser.add_argument("--quiet_workers", action="store_true", help="drop the output of workers other than rank 0")
     parser.add_argument("--grace", type=float, default=10.0,
@@ -178,8 +181,18 @@ def parse_args(argv=None):
     return args
 
 
+def check_script_args(script, script_args):
+    """main.py's flags checked once here (runtime/settings.parse, no TensorFlow), so bad input is one error line
+    rather than one per worker."""
+    if os.path.basename(script) == "main.py":
+        from runtime import settings
+        settings.parse(script_args)
+
+
+@command
 def main(argv=None):
     args = parse_args(argv)
+    check_script_args(args.script, args.script_args)
     launcher = Launcher([sys.executable, "-u", args.script, *args.script_args], args.nproc,
                         quiet_workers=args.quiet_workers, grace=args.grace)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):

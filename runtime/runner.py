@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from model import checkpoint_io, export, resnet
-from runtime import inputs, predict, runner_utils, startup, train_step
+from runtime import inputs, predict, runner_utils, settings, startup, train_step
 from runtime.metrics import ThroughputMeter, TrainStats, evaluated_images_line
 from utils import learning_rate, optimizers
 from utils.devices import Platform
@@ -108,7 +108,7 @@ class Runner:
                 config.model_dir,
                 checkpoint_io.training_entries(self.model, optimizer, self.global_step, config.arch, averages),
                 checkpoint_io.metadata(config.arch, config.num_classes, config.input_size, config.use_final_conv,
-                                       config.uses_dali),
+                                       config.uses_dali, settings.training_state(config)),
                 max_to_keep=5, keep_every_hours=3)
             finetuned = checkpoint_io.restore_or_initialise(
                 self.model, optimizer, self.global_step, config.model_dir,
@@ -160,7 +160,7 @@ class Runner:
         with StopRequest() as stop:
             for index in range(run_iter):
                 start = time.perf_counter()
-                images, labels = next(iterator)
+                images, labels = inputs.next_batch(iterator)
                 values = {key: value.numpy() for key, value in step_fn(images, labels).items()}
                 meter.add(time.perf_counter() - start)
                 step = int(self.global_step.numpy())
@@ -281,7 +281,12 @@ class Runner:
             num_samples = runner_utils.count_samples(filenames, "Validation", log.print)
             num_steps, num_epochs, num_decay_steps = runner_utils.count_steps(
                 iter_unit, num_samples, num_iter, batch_size)
-        dataset = inputs.eval_dataset(config, self.platform, batch_size, log=log.print)
+        # An evaluation of whole epochs reads each record once per epoch, so its count is of distinct images;
+        # benchmarks and --iter_unit batch may loop over the data.
+        passes = num_epochs if iter_unit == "epoch" and not is_benchmark and config.data_dir is not None else None
+        skipped = inputs.SkippedRecords()
+        dataset = inputs.eval_dataset(config, self.platform, batch_size, log=log.print, num_epochs=passes,
+                                      skipped=skipped)
         info = self.restore_for_inference(required=not is_benchmark, ema=is_benchmark and config.use_ema_weights)
         if config.use_ema_weights and info is not None:
             checkpoint_io.require_averages(info)
@@ -295,8 +300,12 @@ class Runner:
         eval_step = train_step.make_eval_step(self.model, config.num_classes, jit_compile=config.xla)
         meter = ThroughputMeter(batch_size, config.warmup_steps)
         top1, top5, seen, non_finite = self._evaluation_pass(eval_step, iter(dataset), num_steps, meter, is_benchmark)
+        if passes is not None:
+            from runtime.metrics import require_evaluated
+            require_evaluated(seen, num_samples, batch_size, skipped.count)
         if config.data_dir is not None:
-            log.print(evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size))
+            log.print(evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size,
+                                            skipped=skipped.count if passes is not None else 0))
         if is_benchmark and meter.warmup_warning():
             log.print(meter.warmup_warning())
         if non_finite:
@@ -304,6 +313,9 @@ class Runner:
                       "model trained for only a few steps, whose BN moving statistics have not settled)".format(
                           non_finite, seen))
         results = {"top1_accuracy": top1 / max(seen, 1), "top5_accuracy": top5 / max(seen, 1)}
+        if config.data_dir is None:  # synthetic labels are random: an accuracy of them would mean nothing
+            results = {}
+            log.print("Synthetic data: no accuracy is reported (its labels are random)")
         if not is_benchmark and info is not None and info.has_weight_averages:
             results.update(self._evaluate_averages(info, eval_step, dataset, num_steps, export_dir))
         results.update(meter.summary("eval"))
@@ -325,13 +337,17 @@ class Runner:
         return results
 
     def _evaluation_pass(self, eval_step, iterator, num_steps, meter, is_benchmark):
-        """(top-1 hits, top-5 hits, images, images with non-finite logits) over `num_steps` batches."""
+        """(top-1 hits, top-5 hits, images, images with non-finite logits) over `num_steps` batches, or fewer when
+        a finite input ends first (records skipped as corrupt)."""
         config = self.config
         top1 = top5 = seen = non_finite = 0
         progress = _progress(num_steps, "eval", config.no_progress)
         for index in range(num_steps):
             start = time.perf_counter()
-            images, labels = next(iterator)
+            try:
+                images, labels = inputs.next_batch(iterator)
+            except StopIteration:
+                break
             hits1, hits5, _, bad = eval_step(images, labels)
             hits1, hits5 = int(hits1.numpy()), int(hits5.numpy())
             non_finite += int(bad.numpy())

@@ -246,3 +246,64 @@ def test_a_checkpoint_of_the_main_before_the_runtime_redesign_resumes_and_evalua
     assert "Current step: 2" in result.stdout
     assert "top1_accuracy" in result.stdout
     assert checkpoint_io.latest_checkpoint(str(results)).endswith("model.ckpt-3")
+
+
+# ---------------------------------------------------------------- one checkpoint through every tool
+def _in_process_main(*args):
+    import main
+    return main.main([str(arg) for arg in args])
+
+
+def test_every_tool_reads_a_32px_10_class_checkpoint_as_trained(tmp_path, capsys):
+    """No size or class flag anywhere: evaluate, the synthetic inference benchmark, the frozen-graph export and the
+    ONNX Runtime benchmark of that export all take 32 px and 10 classes from the checkpoint, and the ONNX model
+    scores on the validation images exactly what evaluate scores."""
+    import export_frozen_graph
+    import inference
+    from model import checkpoint_io, export
+    from utils.logger import read_log
+    model = model_with_real_logits(num_classes=10, seed=5)
+    checkpoint = tmp_path / "run"
+    checkpoint.mkdir()
+    entries = dict(checkpoint_io.model_entries(model, "resnet50"), global_step=tf.constant(9, tf.int64))
+    prefix = checkpoint_io.write(str(checkpoint / "model.ckpt-9"), entries,
+                                 dict(checkpoint_io.metadata("resnet50", 10, SIZE, False, False), step=9))
+    checkpoint_io.write_state_file(str(checkpoint), ["model.ckpt-9"])
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "validation", 1, 16, 40, num_classes=11, seed=2)  # labels 1..10
+
+    assert _in_process_main("--mode", "evaluate", "--model_dir", checkpoint, "--data_dir", data, "--batch_size", 4,
+                            "--results_dir", tmp_path / "eval", "--no_progress") == 0
+    out = capsys.readouterr().out
+    assert f"Using --num_classes 10 from checkpoint {prefix}" in out
+    assert f"Using --image_size {SIZE} from checkpoint {prefix}" in out
+    log = read_log(str(tmp_path / "eval" / "log.json"))
+    parameters = next(r["data"] for r in log if r.get("step") == "PARAMETER")
+    assert (parameters["num_classes"], parameters["image_size"], parameters["checkpoint"]) == (10, SIZE, prefix)
+    top1 = [r["data"]["top1_accuracy"] for r in log if "top1_accuracy" in r.get("data", {})][-1]
+
+    assert _in_process_main("--mode", "inference_benchmark", "--model_dir", checkpoint, "--batch_size", 2,
+                            "--num_iter", 2, "--warmup_steps", 0, "--results_dir", tmp_path / "bench",
+                            "--no_progress") == 0
+    out = capsys.readouterr().out
+    assert f"Using --synthetic_data_size {SIZE} from checkpoint {prefix}" in out
+    assert "top1_accuracy" not in out  # random labels: no accuracy
+    bench = next(r["data"] for r in read_log(str(tmp_path / "bench" / "log.json")) if r.get("step") == "PARAMETER")
+    assert bench["synthetic_data_size"] == SIZE
+
+    frozen = tmp_path / "frozen.pb"
+    lines = []
+    graph_def = export_frozen_graph.export(export_frozen_graph.parse_args(
+        ["--checkpoint", str(checkpoint), "--output_file", str(frozen), "--input_format", "NHWC",
+         "--compute_format", "NHWC"]), log=lines.append)
+    placeholder = next(node for node in graph_def.node if node.name == "input")
+    assert [d.size for d in placeholder.attr["shape"].shape.dim] == [-1, SIZE, SIZE, 3]
+    assert f"Using --num_classes 10 from checkpoint {prefix}" in lines
+    assert lines[-1].endswith(f"input 'input' NHWC [-1, {SIZE}, {SIZE}, 3], output 'resnet50/output/softmax' "
+                              "[-1, 10] (resnet50)")
+    onnx_path = tmp_path / "frozen.onnx"
+    export.to_onnx(str(frozen), str(onnx_path))
+    results = inference.run(inference.parse_args(["--model", str(onnx_path), "--backend", "onnxruntime",
+                                                  "--data-dir", str(data), "--batch-size", "4", "--warmup-steps",
+                                                  "0", "--log-path", str(tmp_path / "onnx.json")]))
+    assert results["accuracy"] == top1

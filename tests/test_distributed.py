@@ -231,6 +231,15 @@ def test_worker_environments_use_loopback_and_one_gpu_each():
     assert len(set(launch.free_ports(4))) == 4
 
 
+def test_launcher_flags_are_not_abbreviated_and_the_script_keeps_its_own(capsys):
+    from runtime import launch
+    with pytest.raises(SystemExit):
+        launch.parse_args(["--npro", "2", "main.py"])
+    assert "the following arguments are required: --nproc" in capsys.readouterr().err  # not taken for --nproc
+    args = launch.parse_args(["--nproc", "2", "main.py", "--mode", "train", "--batch"])
+    assert (args.nproc, args.script, args.script_args) == (2, "main.py", ["--mode", "train", "--batch"])
+
+
 def test_engine_detection():
     from utils import distributed
     assert distributed.detect_engine({}).name == "single"
@@ -243,3 +252,11 @@ def test_engine_detection():
     slurm = distributed.detect_engine({"SLURM_STEP_NUM_TASKS": "8", "SLURM_PROCID": "3", "SLURM_LOCALID": "1"})
     assert (slurm.name, slurm.rank, slurm.size, slurm.local_rank) == ("multi_worker", 3, 8, 1)
     assert distributed.detect_engine({"RN50_ENGINE": "mirrored"}).name == "mirrored"
+
+
+def test_the_launcher_checks_main_py_flags_once_before_starting_workers(capsys):
+    from runtime import launch
+    assert launch.main(["--nproc", "2", "main.py", "--mode", "train", "--batch", "8"]) == 2
+    errors = capsys.readouterr().err.splitlines()
+    assert errors == ["ERROR: Unknown command line arg: --batch (did you mean --batch_size?)",
+                      "ERROR: Unknown command line arg: 8", "ERROR: Invalid command line arg(s)"]

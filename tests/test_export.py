@@ -187,11 +187,13 @@ def test_wrong_architecture_for_checkpoint(tmp_path):
                      str(tmp_path / "x.pb"))
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        f"ERROR: checkpoint {prefix} has {NUM_CLASSES} classes; this run builds 9 (pass --num_classes {NUM_CLASSES})")
+        f"ERROR: --num_classes 9 contradicts checkpoint {prefix}, trained with --num_classes {NUM_CLASSES} (omit the "
+        "flag to use the checkpoint's)")
     other_arch = run_cli("export_frozen_graph.py", "--model_name", "se-resnext101-32x4d", "--image_size", "32",
                          "--num_classes", str(NUM_CLASSES), "--compute_format", "NHWC", "--checkpoint", prefix,
                          "--output_file", str(tmp_path / "x.pb"))
-    assert other_arch.returncode == 2 and "(pass --model_name resnet50)" in other_arch.stderr
+    assert other_arch.returncode == 2 and "--model_name se-resnext101-32x4d contradicts checkpoint" in other_arch.stderr
+    assert "trained with --model_name resnet50" in other_arch.stderr
 
 
 @pytest.mark.gpu_path
@@ -228,3 +230,64 @@ def test_the_default_nchw_frozen_graph_is_laid_out_for_tensorrt(tmp_path):
         tf.graph_util.import_graph_def(graph_def, name="")
         output = tf.compat.v1.get_default_graph().get_tensor_by_name(export.output_node_name("resnet50") + ":0")
         assert output.shape.as_list() == [8, NUM_CLASSES]
+
+
+# ------------------------------------------------------------------ interrupted writes leave nothing behind
+def tiny_graph_def():
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.identity(tf.compat.v1.placeholder(tf.float32, [None, 2], name="input"), name="output")
+    return graph.as_graph_def()
+
+
+def test_graph_def_is_written_whole_and_replaces_the_previous_one(tmp_path):
+    output = tmp_path / "out" / "graph.pb"
+    export.write_graph_def(tiny_graph_def(), str(output), as_text=False)
+    export.write_graph_def(tiny_graph_def(), str(output), as_text=True)
+    assert "node {" in output.read_text() and os.listdir(output.parent) == ["graph.pb"]
+
+
+def test_an_interrupted_graph_def_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """The interrupt lands inside tf.io.write_graph, which writes `<name>.tmp<hex>` before renaming."""
+    def interrupted(graph_def, directory, name, as_text):
+        with open(os.path.join(directory, name + ".tmp0123abcd"), "wb") as handle:
+            handle.write(b"half a graph")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tf.io, "write_graph", interrupted)
+    output = tmp_path / "graph.pb"
+    output.write_bytes(b"the previous export")
+    with pytest.raises(KeyboardInterrupt) as stop:
+        export.write_graph_def(tiny_graph_def(), str(output), as_text=False)
+    assert stop.value.kept == "no output written to {}".format(output)
+    assert os.listdir(tmp_path) == ["graph.pb"] and output.read_bytes() == b"the previous export"
+
+
+def test_an_interrupted_onnx_write_leaves_neither_the_file_nor_a_temporary(tmp_path, monkeypatch):
+    import onnx
+
+    def interrupted(model_proto, path, *args, **kwargs):
+        with open(path, "wb") as handle:
+            handle.write(b"half a model")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(onnx, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export._save_onnx(onnx.ModelProto(), str(tmp_path / "model.onnx"))
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_interrupted_saved_model_export_leaves_no_temporary_directory(tmp_path, monkeypatch):
+    def interrupted(module, path, signatures=None):
+        os.makedirs(os.path.join(path, "variables"))
+        with open(os.path.join(path, "saved_model.pb"), "wb") as handle:
+            handle.write(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tf.saved_model, "save", interrupted)
+    model = tf.keras.Sequential([tf.keras.Input((SIZE, SIZE, 3)), tf.keras.layers.GlobalAveragePooling2D(),
+                                 tf.keras.layers.Dense(NUM_CLASSES)])
+    with pytest.raises(KeyboardInterrupt) as stop:
+        export.save_saved_model(model, SIZE, str(tmp_path / "export"))
+    assert "no SavedModel written" in stop.value.kept
+    assert os.listdir(tmp_path / "export") == []

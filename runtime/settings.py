@@ -1,0 +1,262 @@
+"""The one resolution of a run's settings: from the flags given, the checkpoint's metadata and the dataset's
+manifest (docs/ORIGINAL.md#modes, docs/RELIABILITY.md#one-resolution-of-a-runs-settings).
+
+Rules, the same for every tool:
+- A setting the checkpoint records (arch, classes, image size, classifier form, and for a resume the QAT and EMA
+  settings) and the flags leave at their default is taken from the checkpoint, and the log says so.
+- A flag given explicitly that contradicts the checkpoint is refused in one line naming both.
+- Training state that a resume may add but not silently drop: `--quantize` and `--moving_average_decay` may start
+  on a checkpoint without QAT ranges or EMA weights (said so); a checkpoint that has them resumes with them unless
+  the flag is given to drop them (`--moving_average_decay 0`, warned).
+- The dataset's manifest (utils/dataset_manifest.py) must be complete and its labels must fit the classifier.
+
+`parse` (flags only, no TensorFlow) is what runtime.launch checks before starting workers; `resolve` (reads the
+checkpoint, so it imports TensorFlow) is what main.py runs; `reconcile` is the rule the other tools
+(export_frozen_graph.py, postprocess_ckpt.py) apply with their own flag names.
+"""
+
+import dataclasses
+import os
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from runtime.config import RunConfig, given_flags, parse_cmdline
+from utils.errors import UserError
+
+INFERENCE_MODES = ("evaluate", "predict", "inference_benchmark")
+TRAINING_MODES = ("train", "train_and_evaluate")
+
+# Settings a checkpoint fixes for every run that reads it: a given flag must agree.
+MODEL_SETTINGS = ("arch", "num_classes", "image_size")
+# Settings of the training state a resume continues (checkpoint metadata version 2 records them).
+TRAINING_STATE = ("quantize", "symmetric", "use_qdq", "quant_delay", "moving_average_decay")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """What a run of main.py is: its resolved configuration and what it reads."""
+    config: RunConfig
+    checkpoint: Any = None              # model/checkpoint_io.CheckpointInfo restored from model_dir, or None
+    finetune: Any = None                # CheckpointInfo of --finetune_checkpoint when this run fine-tunes from it
+    data: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # {split: utils/dataset_manifest.SplitFacts}
+    adopted: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # {field: value} taken from a checkpoint
+
+    def parameters(self):
+        """The settings the PARAMETER log line records besides the flags: what was read, and from where."""
+        record = {}
+        if self.checkpoint is not None:
+            record["checkpoint"] = self.checkpoint.path
+        if self.adopted:
+            record["settings_from_checkpoint"] = sorted(self.adopted)
+        return record
+
+
+def training_state(config):
+    """{field: value} of the training state a checkpoint records (model/checkpoint_io.metadata), so a resume
+    continues it."""
+    return {name: getattr(config, name) for name in TRAINING_STATE}
+
+
+# ---------------------------------------------------------------- flags
+
+def check_mode_arguments(config):
+    """The mode checks (docs/ORIGINAL.md#modes) that need no TensorFlow, so bad input fails fast and writes
+    nothing."""
+    if config.mode == "predict":
+        if config.to_predict is None:
+            raise UserError("No data to predict on.")
+        if not os.path.exists(config.to_predict) and not os.path.islink(config.to_predict):
+            raise UserError("--to_predict {} does not exist".format(config.to_predict))
+    from runtime.runner_utils import require_data_dir
+    if config.mode in TRAINING_MODES:
+        require_data_dir(config.data_dir, "train")
+    if config.mode == "evaluate":
+        require_data_dir(config.data_dir, "validation")
+    if config.data_dir is not None and not os.path.isdir(config.data_dir):
+        raise UserError("--data_dir {} does not exist or is not a directory".format(config.data_dir))
+    for flag, path in (("--results_dir", config.results_dir), ("--model_dir", config.model_dir)):
+        if path and os.path.exists(path) and not os.path.isdir(path):
+            raise UserError("{} {} exists and is not a directory".format(flag, path))
+    if config.finetune_checkpoint and not (os.path.exists(config.finetune_checkpoint)
+                                           or os.path.exists(config.finetune_checkpoint + ".index")):
+        raise UserError("--finetune_checkpoint {} does not exist".format(config.finetune_checkpoint))
+
+
+def parse(argv=None):
+    """(argparse namespace, RunConfig, given flag destinations) of main.py's command line, checked without
+    TensorFlow."""
+    args = parse_cmdline(argv)
+    config = RunConfig.from_args(args)
+    check_mode_arguments(config)
+    return args, config, frozenset(given_flags(argv))
+
+
+# ---------------------------------------------------------------- the rule
+
+def contradiction(flag, value, source, recorded_flag, recorded):
+    return UserError("{} {} contradicts {}, trained with {} {} (omit the flag to use the checkpoint's)".format(
+        flag, _shown(value), source, recorded_flag, _shown(recorded)))
+
+
+def _shown(value):
+    return "{:g}".format(value) if isinstance(value, float) else str(value)
+
+
+def reconcile(current: Mapping[str, Any], recorded: Mapping[str, Any], given, flags: Mapping[str, str], source,
+              log: Callable[[str], None] = print, compatible: Callable[[str, Any, Any], bool] = lambda *_: False):
+    """The changes {name: value} that make `current` agree with what `source` (a checkpoint) `recorded`: a name not
+    in `given` takes the recorded value (logged as `Using <flag> <value> from <source>`); a given one that differs
+    is a UserError naming both, unless `compatible(name, given value, recorded value)`. `flags` maps each name to
+    its flag; names missing from `recorded` are left as they are."""
+    changes = {}
+    for name, flag in flags.items():
+        if name not in recorded or recorded[name] == current[name]:
+            continue
+        if name in given:
+            if compatible(name, current[name], recorded[name]):
+                continue
+            raise contradiction(flag, current[name], source, flag, recorded[name])
+        changes[name] = recorded[name]
+        if isinstance(recorded[name], bool):
+            log("Using {} from {}".format(flag, source) if recorded[name] else
+                "Leaving out {}: {} was trained without it".format(flag, source))
+        else:
+            log("Using {} {} from {}".format(flag, _shown(recorded[name]), source))
+    return changes
+
+
+def given_options(parser, argv: Optional[Sequence[str]]) -> frozenset:
+    """The destinations `argv` sets explicitly on `parser` (an option left at its default is not among them)."""
+    marker = object()
+    saved = {action.dest: action.default for action in parser._actions}
+    try:
+        parser.set_defaults(**{dest: marker for dest in saved if dest != "help"})
+        args, _ = parser.parse_known_args(argv)
+    finally:
+        parser.set_defaults(**saved)
+    return frozenset(dest for dest, value in vars(args).items() if value is not marker)
+
+
+# ---------------------------------------------------------------- main.py
+
+def _checkpoint_read_by(config, log):
+    """(CheckpointInfo of model_dir's newest complete checkpoint, or None; whether this run resumes it)."""
+    from model import checkpoint_io
+    if config.mode == "training_benchmark":  # trains from scratch and writes nothing
+        return None, False
+    path = checkpoint_io.latest_checkpoint(config.model_dir, warn=log)
+    if path is None:
+        return None, False
+    return checkpoint_io.inspect(path), config.mode in TRAINING_MODES
+
+
+def _model_changes(config, info, given, log):
+    source = "checkpoint {}".format(info.path)
+    recorded = info.recorded_settings()
+    flags = {name: "--" + name for name in MODEL_SETTINGS + ("use_final_conv",)}
+    synthetic = config.data_dir is None and config.mode == "inference_benchmark"
+    if synthetic and "image_size" in recorded:
+        # Synthetic images are --synthetic_data_size: the checkpoint's size unless that flag asks for another.
+        recorded = dict(recorded, synthetic_data_size=recorded["image_size"])
+        flags["synthetic_data_size"] = "--synthetic_data_size"
+    # A dense classifier loads into a 1x1-conv one and back (the same numbers): --use_final_conv is a choice; so is
+    # the size of synthetic images, which any size of the fully convolutional model takes.
+    free = ("use_final_conv", "synthetic_data_size", "image_size") if synthetic else ("use_final_conv",)
+    return reconcile(dataclasses.asdict(config), recorded, given, flags, source, log,
+                     compatible=lambda name, *_: name in free)
+
+
+def _training_state_changes(config, info, given, log):
+    """What a resume continues of the QAT and EMA state, and the one line for each choice."""
+    source = "checkpoint {}".format(info.path)
+    recorded = info.recorded_settings()
+    changes = {}
+    if recorded.get("quantize") and not config.quantize:
+        changes["quantize"] = True
+        log("Using --quantize from {}: it holds quantisation ranges, which this run keeps training".format(source))
+    elif config.quantize and not info.has_quantization_ranges:
+        log("Checkpoint {} has no quantisation ranges: quantisation-aware training starts at its step {} with fresh "
+            "ranges".format(info.path, info.step))
+    if changes.get("quantize", config.quantize):
+        changes.update(reconcile(dataclasses.asdict(config), recorded, given,
+                                 {name: "--" + name for name in ("symmetric", "use_qdq", "quant_delay")}, source,
+                                 log))
+    decay, recorded_decay = config.moving_average_decay, recorded.get("moving_average_decay")
+    if info.has_weight_averages and decay == 0:
+        if "moving_average_decay" in given:
+            log("WARNING: checkpoint {} has EMA weights, but this run has --moving_average_decay 0: its checkpoints "
+                "will not keep them".format(info.path))
+        elif recorded_decay is None:
+            raise UserError("checkpoint {} has EMA weights but does not record their decay: pass "
+                            "--moving_average_decay D to continue them, or --moving_average_decay 0 to drop "
+                            "them".format(info.path))
+        else:
+            changes["moving_average_decay"] = recorded_decay
+            log("Using --moving_average_decay {:g} from {}".format(recorded_decay, source))
+    elif info.has_weight_averages and recorded_decay is not None and decay != recorded_decay:
+        raise contradiction("--moving_average_decay", decay, source, "--moving_average_decay", recorded_decay)
+    elif decay > 0 and not info.has_weight_averages:
+        log("The checkpoint has no EMA weights: the averages start from its weights")
+    return changes
+
+
+def _finetune_changes(config, given, log):
+    """--finetune_checkpoint: its architecture unless --arch is given (any class count: a new classifier)."""
+    from model import checkpoint_io
+    info = checkpoint_io.inspect(checkpoint_io.find_checkpoint(config.finetune_checkpoint, "--finetune_checkpoint",
+                                                               warn=log))
+    changes = {}
+    if info.arch is not None and "arch" not in given and info.arch != config.arch:
+        changes["arch"] = info.arch
+        log("Using --arch {} from checkpoint {}".format(info.arch, info.path))
+    return info, changes
+
+
+def data_splits(config):
+    """The splits of --data_dir this run reads."""
+    if config.data_dir is None or config.mode == "predict":
+        return ()
+    if config.mode in TRAINING_MODES:
+        return ("train", "validation") if config.mode == "train_and_evaluate" else ("train",)
+    if config.mode == "training_benchmark":
+        return ("train",)
+    return ("validation",)
+
+
+def check_data(config, log=print):
+    """{split: SplitFacts} of the splits the run reads, each complete and with labels the classifier can hold."""
+    facts = {}
+    splits = data_splits(config)
+    if not splits:
+        return facts
+    from utils import dataset_manifest
+    for split in splits:
+        split_facts = dataset_manifest.read_split(config.data_dir, split)
+        dataset_manifest.check_complete(split_facts)
+        dataset_manifest.check_classes(split_facts, config.num_classes)
+        if split_facts.num_classes is not None:
+            log("Dataset {} {}: {} images in {} shards, labels {}..{} ({} classes; the classifier has {} "
+                "outputs)".format(config.data_dir, split, split_facts.num_images, split_facts.present_shards,
+                                  *split_facts.label_range, split_facts.num_classes, config.num_classes))
+        facts[split] = split_facts
+    return facts
+
+
+def resolve(config, given, log=print):
+    """The RunSettings of a main.py run: `config` (from `parse`) reconciled with the checkpoint it reads (resume or
+    inference) or fine-tunes from, then checked against the dataset."""
+    given = frozenset(given)
+    info, resumes = _checkpoint_read_by(config, log)
+    changes, finetune = {}, None
+    if info is not None and (resumes or config.mode in INFERENCE_MODES):
+        changes.update(_model_changes(config, info, given, log))
+        if resumes:
+            if config.finetune_checkpoint:
+                log("WARNING: --finetune_checkpoint {} is ignored: model_dir {} already has checkpoint {}, and "
+                    "training resumes from it (use a new --model_dir to fine-tune)".format(
+                        config.finetune_checkpoint, config.model_dir, info.path))
+            changes.update(_training_state_changes(config, info, given, log))
+    elif config.finetune_checkpoint and config.mode in TRAINING_MODES:
+        finetune, changes = _finetune_changes(config, given, log)
+    resolved = dataclasses.replace(config, **changes) if changes else config
+    data = check_data(resolved, log)
+    return RunSettings(resolved, info, finetune, data, changes)

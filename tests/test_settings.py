@@ -1,0 +1,216 @@
+"""runtime/settings.py: one resolution of a run's settings from the flags given, the checkpoint's metadata and the
+dataset's manifest. In-process, on checkpoints that hold only what `inspect` reads (metadata and key names)."""
+import os
+
+import numpy as np
+import pytest
+
+from model import checkpoint_io
+from runtime import settings
+from runtime.config import RunConfig
+from utils.ema import EMA_SUFFIX
+from utils.errors import UserError
+
+
+def fake_checkpoint(directory, step=3, arch="resnet50", num_classes=10, image_size=32, use_final_conv=False,
+                    slots=True, ranges=False, averages=False, training=None):
+    """A named-format checkpoint with the metadata and the kinds of keys a real one has, and nothing else."""
+    os.makedirs(directory, exist_ok=True)
+    kernel = f"{arch}/conv2d/conv2d/kernel"
+    entries = {checkpoint_io.GLOBAL_STEP_KEY: np.int64(step), kernel: np.zeros([1], np.float32)}
+    if slots:
+        entries[kernel + checkpoint_io.SLOT_SUFFIX] = np.zeros([1], np.float32)
+    if ranges:
+        entries[f"{arch}/conv2d/quant_min"] = np.zeros([], np.float32)
+    if averages:
+        entries[kernel + EMA_SUFFIX] = np.zeros([1], np.float32)
+    name = f"model.ckpt-{step}"
+    meta = checkpoint_io.metadata(arch, num_classes, image_size, use_final_conv, False, training)
+    checkpoint_io.write(os.path.join(str(directory), name), entries, dict(meta, step=step))
+    checkpoint_io.write_state_file(str(directory), [name])
+    return os.path.join(str(directory), name)
+
+
+def resolve(model_dir, given=(), **flags):
+    lines = []
+    flags.setdefault("batch_size", 2)
+    resolved = settings.resolve(RunConfig(model_dir=str(model_dir), **flags), set(given) | set(flags),
+                                log=lines.append)
+    return resolved, lines
+
+
+# ---------------------------------------------------------------- the model a checkpoint fixes
+
+def test_inference_takes_the_checkpoints_model_and_says_so(tmp_path):
+    path = fake_checkpoint(tmp_path, arch="resnext101-32x4d", num_classes=10, image_size=48, use_final_conv=True)
+    resolved, lines = resolve(tmp_path, mode="predict", to_predict=str(tmp_path))
+    config = resolved.config
+    assert (config.arch, config.num_classes, config.image_size, config.use_final_conv) == (
+        "resnext101-32x4d", 10, 48, True)
+    assert lines == [f"Using --arch resnext101-32x4d from checkpoint {path}",
+                     f"Using --num_classes 10 from checkpoint {path}",
+                     f"Using --image_size 48 from checkpoint {path}",
+                     f"Using --use_final_conv from checkpoint {path}"]
+    assert resolved.checkpoint.path == path
+    assert resolved.parameters() == {"checkpoint": path, "settings_from_checkpoint": [
+        "arch", "image_size", "num_classes", "use_final_conv"]}
+
+
+@pytest.mark.parametrize("flag,value,recorded", [("num_classes", 7, 10), ("image_size", 224, 32),
+                                                 ("arch", "se-resnext101-32x4d", "resnet50")])
+def test_a_given_flag_that_contradicts_the_checkpoint_is_refused_naming_both(tmp_path, flag, value, recorded):
+    path = fake_checkpoint(tmp_path)
+    with pytest.raises(UserError) as error:
+        resolve(tmp_path, mode="evaluate", **{flag: value})
+    assert str(error.value) == (f"--{flag} {value} contradicts checkpoint {path}, trained with --{flag} {recorded} "
+                                "(omit the flag to use the checkpoint's)")
+
+
+def test_the_synthetic_inference_benchmark_runs_at_the_checkpoints_size(tmp_path):
+    fake_checkpoint(tmp_path, image_size=32)
+    config = resolve(tmp_path, mode="inference_benchmark")[0].config
+    assert (config.synthetic_data_size, config.input_size, config.num_classes) == (32, 32, 10)
+    # Another size of synthetic images is a choice: the model takes any size.
+    config = resolve(tmp_path, mode="inference_benchmark", synthetic_data_size=64)[0].config
+    assert config.input_size == 64
+
+
+def test_a_dense_checkpoint_serves_a_final_conv_run(tmp_path):
+    fake_checkpoint(tmp_path, use_final_conv=False)
+    assert resolve(tmp_path, mode="evaluate", use_final_conv=True)[0].config.use_final_conv
+
+
+def test_training_benchmark_reads_no_checkpoint(tmp_path):
+    fake_checkpoint(tmp_path, num_classes=10)
+    resolved, lines = resolve(tmp_path, mode="training_benchmark")
+    assert resolved.checkpoint is None and resolved.config.num_classes == 1001 and lines == []
+
+
+def test_training_without_a_checkpoint_keeps_the_flags(tmp_path):
+    resolved, lines = resolve(tmp_path / "new", mode="train")
+    assert resolved.config == RunConfig(model_dir=str(tmp_path / "new"), mode="train", batch_size=2)
+    assert resolved.checkpoint is None and lines == []
+
+
+# ---------------------------------------------------------------- the training state a resume continues
+
+def test_a_resume_continues_quantisation_aware_training(tmp_path):
+    path = fake_checkpoint(tmp_path, ranges=True, training={"quantize": True, "symmetric": True, "use_qdq": False,
+                                                            "quant_delay": 100, "moving_average_decay": 0.0})
+    resolved, lines = resolve(tmp_path, mode="train", num_classes=10, image_size=32)
+    config = resolved.config
+    assert (config.quantize, config.symmetric, config.quant_delay) == (True, True, 100)
+    assert lines[0] == (f"Using --quantize from checkpoint {path}: it holds quantisation ranges, which this run "
+                        "keeps training")
+    with pytest.raises(UserError, match="^--quant_delay 5 contradicts checkpoint"):
+        resolve(tmp_path, mode="train", quantize=True, quant_delay=5)
+
+
+def test_a_checkpoint_of_an_earlier_version_with_ranges_resumes_with_quantize(tmp_path):
+    fake_checkpoint(tmp_path, ranges=True, training=None)  # no training record: the ranges tell
+    assert resolve(tmp_path, mode="train")[0].config.quantize
+
+
+def test_quantize_may_start_on_a_float_checkpoint_and_says_so(tmp_path):
+    path = fake_checkpoint(tmp_path, step=3, training={"quantize": False, "moving_average_decay": 0.0})
+    resolved, lines = resolve(tmp_path, mode="train", quantize=True)
+    assert resolved.config.quantize
+    assert f"Checkpoint {path} has no quantisation ranges: quantisation-aware training starts at its step 3 with " \
+           "fresh ranges" in lines
+
+
+def test_a_resume_continues_the_ema_at_its_recorded_decay(tmp_path):
+    path = fake_checkpoint(tmp_path, averages=True, training={"moving_average_decay": 0.999})
+    resolved, lines = resolve(tmp_path, mode="train")
+    assert resolved.config.moving_average_decay == 0.999
+    assert f"Using --moving_average_decay 0.999 from checkpoint {path}" in lines
+    with pytest.raises(UserError, match="^--moving_average_decay 0.9 contradicts checkpoint .* trained with "
+                                        "--moving_average_decay 0.999"):
+        resolve(tmp_path, mode="train", moving_average_decay=0.9)
+
+
+def test_dropping_the_ema_takes_an_explicit_zero_and_is_warned(tmp_path):
+    path = fake_checkpoint(tmp_path, averages=True, training={"moving_average_decay": 0.999})
+    resolved, lines = resolve(tmp_path, mode="train", moving_average_decay=0.0)
+    assert resolved.config.moving_average_decay == 0.0
+    assert lines[-1] == (f"WARNING: checkpoint {path} has EMA weights, but this run has --moving_average_decay 0: "
+                         "its checkpoints will not keep them")
+
+
+def test_ema_weights_of_an_unrecorded_decay_need_the_flag(tmp_path):
+    path = fake_checkpoint(tmp_path, averages=True, training=None)
+    with pytest.raises(UserError) as error:
+        resolve(tmp_path, mode="train")
+    assert str(error.value) == (f"checkpoint {path} has EMA weights but does not record their decay: pass "
+                                "--moving_average_decay D to continue them, or --moving_average_decay 0 to drop them")
+    assert resolve(tmp_path, mode="train", moving_average_decay=0.99)[0].config.moving_average_decay == 0.99
+
+
+def test_the_ema_may_start_on_a_checkpoint_without_averages(tmp_path):
+    fake_checkpoint(tmp_path, training={"moving_average_decay": 0.0})
+    resolved, lines = resolve(tmp_path, mode="train", moving_average_decay=0.99)
+    assert resolved.config.moving_average_decay == 0.99
+    assert "The checkpoint has no EMA weights: the averages start from its weights" in lines
+
+
+def test_inference_leaves_the_training_state_alone(tmp_path):
+    fake_checkpoint(tmp_path, ranges=True, averages=True, training={"quantize": True, "moving_average_decay": 0.9})
+    config = resolve(tmp_path, mode="evaluate")[0].config
+    assert not config.quantize and config.moving_average_decay == 0
+
+
+def test_a_resume_ignores_the_finetune_checkpoint_and_says_so(tmp_path):
+    fake_checkpoint(tmp_path / "run")
+    other = fake_checkpoint(tmp_path / "other", arch="resnext101-32x4d")
+    resolved, lines = resolve(tmp_path / "run", mode="train", finetune_checkpoint=other)
+    assert resolved.config.arch == "resnet50" and resolved.finetune is None
+    assert lines[-1].startswith(f"WARNING: --finetune_checkpoint {other} is ignored: model_dir {tmp_path / 'run'} "
+                                "already has checkpoint")
+
+
+def test_a_finetune_takes_the_architecture_of_its_checkpoint_not_its_classes(tmp_path):
+    source = fake_checkpoint(tmp_path / "imagenet", arch="resnext101-32x4d", num_classes=1001, image_size=224)
+    resolved, lines = resolve(tmp_path / "new", mode="train", finetune_checkpoint=source, num_classes=10,
+                              image_size=32)
+    assert (resolved.config.arch, resolved.config.num_classes, resolved.config.image_size) == (
+        "resnext101-32x4d", 10, 32)
+    assert resolved.finetune.path == source and lines == [f"Using --arch resnext101-32x4d from checkpoint {source}"]
+
+
+def test_the_recorded_training_state_round_trips_through_the_metadata(tmp_path):
+    config = RunConfig(batch_size=2, mode="train", quantize=True, symmetric=True, quant_delay=7,
+                       moving_average_decay=0.5)
+    path = fake_checkpoint(tmp_path, training=settings.training_state(config), ranges=True, averages=True)
+    recorded = checkpoint_io.inspect(path).recorded_settings()
+    assert {name: recorded[name] for name in settings.TRAINING_STATE} == settings.training_state(config)
+
+
+# ---------------------------------------------------------------- helpers every tool uses
+
+def test_reconcile_adopts_what_is_not_given_and_refuses_what_contradicts():
+    lines = []
+    changes = settings.reconcile({"a": 1, "b": False, "c": 3}, {"a": 2, "b": True, "c": 4}, {"c"},
+                                 {"a": "--a", "b": "--b", "c": "--c"}, "X", lines.append,
+                                 compatible=lambda name, *_: name == "c")
+    assert changes == {"a": 2, "b": True} and lines == ["Using --a 2 from X", "Using --b from X"]
+    with pytest.raises(UserError, match=r"^--c 3 contradicts X, trained with --c 4 \(omit the flag"):
+        settings.reconcile({"c": 3}, {"c": 4}, {"c"}, {"c": "--c"}, "X", lines.append)
+
+
+def test_given_options_are_the_explicit_ones_and_the_parser_keeps_its_defaults():
+    import argparse
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--name", default="x")
+    parser.add_argument("--flag", action="store_true")
+    assert settings.given_options(parser, ["--size", "224", "--flag"]) == {"size", "flag"}
+    assert parser.parse_args([]).size == 224
+
+
+def test_parse_needs_no_tensorflow_and_rejects_abbreviations(capsys):
+    with pytest.raises(UserError, match="Invalid command line arg"):
+        settings.parse(["--mode", "train", "--model", "resnext101-32x4d", "--batch", "8", "--num_class", "10"])
+    errors = capsys.readouterr().err.splitlines()
+    assert errors[0] == "ERROR: Unknown command line arg: --model (did you mean --model_dir?)"
+    assert "ERROR: Unknown command line arg: --batch (did you mean --batch_size?)" in errors
+    assert "ERROR: Unknown command line arg: --num_class (did you mean --num_classes?)" in errors
