@@ -238,19 +238,21 @@ def make_runner(args, saved_model_dir, onnx_path, workdir):
 
 # ------------------------------------------------------------------ data
 
-def check_dataset(data_dir, num_classes, model_flag):
+def check_dataset(args, num_classes):
     """The validation split of --data-dir complete, and its recorded labels within the model's `num_classes`
-    outputs (utils/dataset_manifest.py; `model_flag` names where the count came from)."""
+    outputs (utils/dataset_manifest.py): --num-classes for --architecture, the output width of --model."""
     from utils import dataset_manifest
-    facts = dataset_manifest.read_split(data_dir, "validation")
+    facts = dataset_manifest.read_split(args.data_dir, "validation")
     dataset_manifest.check_complete(facts)
-    if num_classes is not None and facts.label_range is not None and facts.label_range[1] > num_classes:
-        raise UserError(f"{model_flag} has {num_classes} outputs, too few for dataset {data_dir}'s labels "
-                        f"{facts.label_range[0]}..{facts.label_range[1]} (recorded by dataprep): it is not a model "
-                        "of this dataset")
+    if args.architecture:
+        dataset_manifest.check_classes(facts, num_classes, flag="--num-classes")
+    elif num_classes is not None and facts.label_range is not None and facts.label_range[1] > num_classes:
+        raise UserError(f"--model {args.model} has {num_classes} outputs, too few for dataset {args.data_dir}'s "
+                        f"labels {facts.label_range[0]}..{facts.label_range[1]} (recorded by dataprep): it is not a "
+                        "model of this dataset")
 
 
-def _checked(batches_of):
+def _checked(batches_of, classes_from):
     """The batches, with a label outside the model's classes turned into one UserError line."""
     import tensorflow as tf
     from utils import data_utils
@@ -258,7 +260,7 @@ def _checked(batches_of):
         for images, labels in batches_of:
             yield images.numpy(), labels.numpy()
     except tf.errors.InvalidArgumentError as error:
-        label_error = data_utils.label_range_error(error)
+        label_error = data_utils.label_range_error(error, classes_from)
         if label_error is None:
             raise
         raise label_error from None
@@ -280,7 +282,8 @@ def batches(args, num_classes=None):
         dataset = data_utils.get_tfrecords_input_fn(filenames, args.batch_size, args.image_size, args.image_size,
                                                     training=False, num_threads=1, deterministic=True,
                                                     num_classes=num_classes or 1001)
-        return _checked(dataset.take(steps)), steps
+        classes_from = "--num-classes" if args.architecture else "the outputs of --model"
+        return _checked(dataset.take(steps), classes_from), steps
     steps = args.num_iter if args.num_iter is not None else max(1, 60000 // args.batch_size)
     images = np.random.RandomState(0).uniform(0, 255, (args.batch_size, args.image_size, args.image_size, 3))
     images = images.astype(np.float32)
@@ -342,6 +345,8 @@ def run(args):
             onnx_path = saved_model_dir = None
             if args.architecture:
                 args.image_size = args.image_size or 224
+                if args.data_dir:
+                    check_dataset(args, args.num_classes)  # before the (slow) export
                 if args.tf_trt and not tf_trt_available():
                     raise UserError(NO_TF_TRT)  # before the (slow) export
                 saved_model_dir = export_random_model(args, os.path.join(workdir, "savedmodel"))
@@ -361,9 +366,8 @@ def run(args):
             runner = make_runner(args, saved_model_dir, onnx_path, workdir)
             resolve_image_size(args, getattr(runner, "input_size", None), logger.print)
             num_classes = args.num_classes if args.architecture else getattr(runner, "num_classes", None)
-            if args.data_dir:
-                check_dataset(args.data_dir, num_classes,
-                              "--num-classes" if args.architecture else f"--model {args.model}")
+            if args.data_dir and not args.architecture:
+                check_dataset(args, num_classes)
             data, steps = batches(args, num_classes)
             logger.print(f"Running {steps} steps of batch {args.batch_size} with backend {args.backend}")
             return benchmark(runner, data, steps, args.batch_size, args.warmup_steps, logger)

@@ -44,7 +44,24 @@ def list_index_files(idx_dir, filenames):
         raise UserError("{} DALI index file(s) missing in {}, e.g. {} (create them with "
                         "`python -m dataprep.make_dali_index DATA_DIR IDX_DIR`)".format(
                             len(missing), idx_dir, os.path.basename(missing[0])))
+    for index, path in zip(indexes, filenames):
+        check_index_matches(index, path)
     return indexes
+
+
+def check_index_matches(index_path, tfrecord_path):
+    """UserError unless the DALI index describes this TFRecord file: its last record (`<offset> <size>`) must end
+    where the file ends. An index of another dataset, or of the file before it was rewritten, fails this."""
+    try:
+        with open(index_path, encoding="ascii") as handle:
+            lines = [line.split() for line in handle if line.strip()]
+        end = int(lines[-1][0]) + int(lines[-1][1]) if lines else 0
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        end = None
+    if end != os.path.getsize(tfrecord_path):
+        raise UserError("DALI index {} does not describe {} (another dataset's, or made before the file was "
+                        "rewritten): re-create it with `python -m dataprep.make_dali_index DATA_DIR IDX_DIR`".format(
+                            index_path, tfrecord_path))
 
 
 def count_samples(filenames: Sequence[str], what: str = "", log: Callable[[str], None] | None = None) -> int:

@@ -223,7 +223,8 @@ def data_splits(config):
 
 
 def check_data(config, log=print):
-    """{split: SplitFacts} of the splits the run reads, each complete and with labels the classifier can hold."""
+    """{split: SplitFacts} of the splits the run reads, each complete, with labels the classifier can hold and, with
+    --dali, the index files of its shards."""
     facts = {}
     splits = data_splits(config)
     if not splits:
@@ -233,6 +234,9 @@ def check_data(config, log=print):
         split_facts = dataset_manifest.read_split(config.data_dir, split)
         dataset_manifest.check_complete(split_facts)
         dataset_manifest.check_classes(split_facts, config.num_classes)
+        if config.uses_dali:  # each index file present and describing its shard
+            from runtime.runner_utils import list_index_files
+            list_index_files(config.data_idx_dir, split_facts.files)
         if split_facts.num_classes is not None:
             log("Dataset {} {}: {} images in {} shards, labels {}..{} ({} classes; the classifier has {} "
                 "outputs)".format(config.data_dir, split, split_facts.num_images, split_facts.present_shards,
@@ -255,6 +259,9 @@ def resolve(config, given, log=print):
                     "training resumes from it (use a new --model_dir to fine-tune)".format(
                         config.finetune_checkpoint, config.model_dir, info.path))
             changes.update(_training_state_changes(config, info, given, log))
+        elif info.has_quantization_ranges:
+            log("Checkpoint {} holds quantisation ranges: {} runs the float model, as the original "
+                "(export_frozen_graph.py --quantize exports the quantised graph)".format(info.path, config.mode))
     elif config.finetune_checkpoint and config.mode in TRAINING_MODES:
         finetune, changes = _finetune_changes(config, given, log)
     resolved = dataclasses.replace(config, **changes) if changes else config

@@ -307,3 +307,31 @@ def test_every_tool_reads_a_32px_10_class_checkpoint_as_trained(tmp_path, capsys
                                                   "--data-dir", str(data), "--batch-size", "4", "--warmup-steps",
                                                   "0", "--log-path", str(tmp_path / "onnx.json")]))
     assert results["accuracy"] == top1
+
+
+@pytest.mark.slow
+def test_a_qat_run_resumed_without_quantize_keeps_its_ranges_and_a_float_one_may_start_qat(tmp_path, capsys):
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "train", 1, 16, 40, num_classes=NUM_CLASSES + 1)
+    common = ["--mode", "train", "--data_dir", data, "--batch_size", 4, "--iter_unit", "batch", "--no_progress",
+              "--lr_warmup_epochs", 0]
+    qat, plain = tmp_path / "qat", tmp_path / "float"
+    assert _in_process_main(*common, "--results_dir", qat, "--num_iter", 1, "--quantize", "--num_classes",
+                            NUM_CLASSES, "--image_size", SIZE) == 0
+    capsys.readouterr()
+    assert _in_process_main(*common, "--results_dir", qat, "--num_iter", 2) == 0  # no --quantize, no sizes
+    out = capsys.readouterr().out
+    assert f"Using --quantize from checkpoint {qat}/model.ckpt-1: it holds quantisation ranges, which this run " \
+           "keeps training" in out
+    restored = [line for line in out.splitlines() if line.startswith("Restored ")]
+    total = int(restored[0].split(" of ")[1].split()[0])
+    assert restored[0].startswith(f"Restored {total} of {total} variables") and total > 267
+    assert any("quant" in name for name in tf.train.list_variables(str(qat / "model.ckpt-2")) for name in name[:1])
+
+    assert _in_process_main(*common, "--results_dir", plain, "--num_iter", 1, "--num_classes", NUM_CLASSES,
+                            "--image_size", SIZE) == 0
+    capsys.readouterr()
+    assert _in_process_main(*common, "--results_dir", plain, "--num_iter", 2, "--quantize") == 0
+    out = capsys.readouterr().out
+    assert f"Checkpoint {plain}/model.ckpt-1 has no quantisation ranges: quantisation-aware training starts at its " \
+           "step 1 with fresh ranges" in out

@@ -118,3 +118,36 @@ def test_a_too_small_model_is_refused_by_inference_flag_name(flag, value, capsys
         inference.parse_args(["--architecture", "resnet50", flag, value])
     assert exit_info.value.code == 2
     assert "{} must be at least".format(flag) in capsys.readouterr().err
+
+
+def _twelve_class_validation(directory, manifest):
+    """Validation records labelled 1..12, with or without the manifest dataprep writes."""
+    write_tfrecord_shards(str(directory), "validation", 1, 13, 40, num_classes=13)  # labels 1..12
+    if manifest:
+        (directory / ".dataprep-validation.json").write_text(json.dumps({
+            "version": 2, "split": "validation", "num_shards": 1, "num_images": 13, "fingerprint": "",
+            "num_classes": 12, "label_range": [1, 12], "complete": True, "shards": {"0": {"written": 13,
+                                                                                       "skipped": []}}}))
+
+
+def test_a_model_with_fewer_outputs_than_the_datasets_labels_is_refused(saved_model, tmp_path, capsys):
+    """In process: the 11-output SavedModel on a 12-class dataset, refused from the manifest before anything runs,
+    and without a manifest at the first record whose label it cannot hold."""
+    import inference
+    with_manifest, without = tmp_path / "with", tmp_path / "without"
+    _twelve_class_validation(with_manifest, manifest=True)
+    _twelve_class_validation(without, manifest=False)
+    for data, expected in ((with_manifest, f"ERROR: --model {saved_model} has 11 outputs, too few for dataset "
+                                           f"{with_manifest}'s labels 1..12 (recorded by dataprep): it is not a "
+                                           "model of this dataset"),
+                           (without, "is outside 1..11: the dataset has more classes than the outputs of --model "
+                                     "(11)")):
+        assert inference.main(["--model", saved_model, "--data-dir", str(data), "--batch-size", "4",
+                               "--log-path", str(tmp_path / "log.json")]) == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and error[0].startswith("ERROR:") and expected in error[0], error
+    assert inference.main(["--architecture", "resnet50", "--num-classes", "10", "--data-dir", str(with_manifest),
+                           "--log-path", str(tmp_path / "log.json")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"ERROR: --num-classes 10 cannot hold dataset {with_manifest}'s labels 1..12 (12 classes, recorded in "
+        ".dataprep-validation.json); pass --num-classes 12 or more")

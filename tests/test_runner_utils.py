@@ -151,3 +151,17 @@ def test_a_directory_of_only_unusable_links_is_not_an_error_but_all_skipped(tmp_
     os.symlink("/etc/hostname", images / "out.jpg")
     files = runner_utils.parse_inference_input(str(images))
     assert list(files) == [] and [path for path, _ in files.skipped] == [str(images / "out.jpg")]
+
+
+def test_a_dali_index_of_another_file_is_refused(tmp_path):
+    from runtime.runner_utils import list_index_files
+    from tests._data_helpers import write_tfrecord_shards
+    from utils.tfrecord_framing import write_dali_index
+    small = write_tfrecord_shards(str(tmp_path / "a"), "train", 1, 3, 32)
+    large = write_tfrecord_shards(str(tmp_path / "b"), "train", 1, 5, 32)
+    (tmp_path / "idx").mkdir()
+    write_dali_index(large[0], str(tmp_path / "idx" / os.path.basename(large[0])))
+    assert list_index_files(str(tmp_path / "idx"), large) == [str(tmp_path / "idx" / os.path.basename(large[0]))]
+    with pytest.raises(UserError, match=r"^DALI index .* does not describe .*a/train-00000-of-00001 \(another "
+                                        r"dataset's, or made before the file was rewritten\)"):
+        list_index_files(str(tmp_path / "idx"), small)

@@ -153,10 +153,13 @@ def test_the_ema_may_start_on_a_checkpoint_without_averages(tmp_path):
     assert "The checkpoint has no EMA weights: the averages start from its weights" in lines
 
 
-def test_inference_leaves_the_training_state_alone(tmp_path):
-    fake_checkpoint(tmp_path, ranges=True, averages=True, training={"quantize": True, "moving_average_decay": 0.9})
-    config = resolve(tmp_path, mode="evaluate")[0].config
-    assert not config.quantize and config.moving_average_decay == 0
+def test_inference_leaves_the_training_state_alone_and_says_the_model_is_float(tmp_path):
+    path = fake_checkpoint(tmp_path, ranges=True, averages=True,
+                           training={"quantize": True, "moving_average_decay": 0.9})
+    resolved, lines = resolve(tmp_path, mode="evaluate")
+    assert not resolved.config.quantize and resolved.config.moving_average_decay == 0
+    assert lines[-1] == (f"Checkpoint {path} holds quantisation ranges: evaluate runs the float model, as the "
+                         "original (export_frozen_graph.py --quantize exports the quantised graph)")
 
 
 def test_a_resume_ignores_the_finetune_checkpoint_and_says_so(tmp_path):

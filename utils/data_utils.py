@@ -144,26 +144,29 @@ def label_in_range_check(label, num_classes, filename="", record_index=-1):
          tf.cast(record_index, tf.int64), LABEL_CHECK_END], summarize=-1)
 
 
-def label_error_text(label, num_classes, where):
-    """The one line of a label outside 1..num_classes; `where` says where it was read ("of <file> record 3")."""
+def label_error_text(label, num_classes, where, classes_from="--num_classes"):
+    """The one line of a label outside 1..num_classes; `where` says where it was read ("of <file> record 3");
+    `classes_from`: what set the class count, a flag (then named with the remedy) or a description."""
     text = "label {} {} is outside 1..{}: ".format(label, where, num_classes)
+    if label > num_classes and not classes_from.startswith("--"):
+        return text + "the dataset has more classes than {} ({})".format(classes_from, num_classes)
     if label > num_classes:
-        return text + ("the dataset has more classes than --num_classes {} (pass the dataset's class count, at "
-                       "least {})".format(num_classes, label))
+        return text + ("the dataset has more classes than {} {} (pass the dataset's class count, at "
+                       "least {})".format(classes_from, num_classes, label))
     missing = " (-1: the record has no image/class/label)" if label == -1 else ""
     return text + ("labels must be 1-based (1..K, as dataprep writes them){}; re-create the dataset with "
                    "python -m dataprep.build_tfrecords".format(missing))
 
 
-def label_range_error(error):
+def label_range_error(error, classes_from="--num_classes"):
     """The UserError of an InvalidArgumentError raised by `label_in_range_check` (wherever the iterator that
-    reported it sits: prefetch, tf.distribute), or None for any other error."""
+    reported it sits: prefetch, tf.distribute), or None for any other error; `classes_from` as label_error_text."""
     match = _LABEL_CHECK_MESSAGE.search(str(getattr(error, "message", error)))
     if match is None:
         return None
     label, num_classes, filename, record_index = match.groups()
     where = "of {} record {}".format(filename, record_index) if filename else "in the DALI input"
-    return UserError(label_error_text(int(label), int(num_classes), where))
+    return UserError(label_error_text(int(label), int(num_classes), where, classes_from))
 
 
 class SkippedRecords:
