@@ -79,15 +79,15 @@ print("""
    curves       {out}/curves.png
    TensorBoard  {out} (training scalars) and {out}/eval: .venv/bin/tensorboard --logdir {out}
 next:
-   predict on your own photo (any size; it is resized to {size}x{size}):
-     .venv/bin/python main.py --mode predict --to_predict my.jpg --model_dir {out} {args} --batch_size 1
+   predict on your own photo (any size; it is resized to {size}x{size}; the model's settings come from its checkpoint):
+     .venv/bin/python main.py --mode predict --to_predict my.jpg --model_dir {out}{device} --batch_size 1
    fine-tune from this checkpoint (another dataset: its --data_dir and --num_classes):
      .venv/bin/python main.py --mode train_and_evaluate --finetune_checkpoint {out} {args} \\
        --data_dir {out}/data --batch_size 32 --num_iter 1 --lr_init 0.01 --cosine_lr --results_dir /tmp/finetuned
    export a SavedModel / a frozen graph:
-     .venv/bin/python main.py --mode evaluate --model_dir {out} {args} --data_dir {out}/data --batch_size 32 \\
+     .venv/bin/python main.py --mode evaluate --model_dir {out}{device} --data_dir {out}/data --batch_size 32 \\
        --export_dir /tmp/quickstart_savedmodel
-     .venv/bin/python export_frozen_graph.py --model_name resnet50 --checkpoint {out} --num_classes 10 \\
-       --image_size {size} --output_file /tmp/quickstart_frozen.pb""".format(
-    m=elapsed // 60, s=elapsed % 60, accuracy=accuracy, checkpoint=checkpoint, out=out, size=size, args=args))
+     .venv/bin/python export_frozen_graph.py --checkpoint {out} --output_file /tmp/quickstart_frozen.pb""".format(
+    m=elapsed // 60, s=elapsed % 60, accuracy=accuracy, checkpoint=checkpoint, out=out, size=size, args=args,
+    device=" " + device if device else ""))
 PY
