@@ -20,7 +20,8 @@ import argparse
 import sys
 
 from model.arch_names import ARCH_NAMES
-from runtime.settings import given_options, reconcile
+from runtime.config import given_options
+from runtime.settings import reconcile
 from utils import quiet
 from utils.errors import command
 

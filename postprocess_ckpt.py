@@ -35,7 +35,7 @@ def parse_args(argv=None):
     parser.add_argument("--overwrite", action="store_true", help="write into an existing output directory")
     quiet.add_verbose_flag(parser)
     args = parser.parse_args(argv)
-    from runtime.settings import given_options
+    from runtime.config import given_options
     args.given = given_options(parser, argv)
     return args
 

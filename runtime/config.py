@@ -337,15 +337,22 @@ def _suggestion(arg: str, options: Sequence[str]) -> str:
     return " (did you mean {}?)".format(" or ".join(close[:3])) if close else ""
 
 
-_NOT_GIVEN = object()
+def given_options(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> frozenset:
+    """The destinations `argv` sets explicitly on `parser` (an option left at its default is not among them); any
+    tool's parser, its defaults left as they were."""
+    marker = object()
+    saved = {action.dest: action.default for action in parser._actions}
+    try:
+        parser.set_defaults(**{dest: marker for dest in saved if dest != "help"})
+        args, _ = parser.parse_known_args(argv)
+    finally:
+        parser.set_defaults(**saved)
+    return frozenset(dest for dest, value in vars(args).items() if value is not marker)
 
 
-def given_flags(argv: Optional[Sequence[str]] = None) -> set[str]:
-    """The destinations of the flags `argv` sets explicitly (a flag left at its default is not among them)."""
-    parser = build_parser()
-    parser.set_defaults(**{action.dest: _NOT_GIVEN for action in parser._actions if action.dest != "help"})
-    args, _ = parser.parse_known_args(argv)
-    return {dest for dest, value in vars(args).items() if value is not _NOT_GIVEN}
+def given_flags(argv: Optional[Sequence[str]] = None) -> frozenset:
+    """The destinations of the main.py flags `argv` sets explicitly."""
+    return given_options(build_parser(), argv)
 
 
 def parse_cmdline(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:

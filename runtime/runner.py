@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from model import checkpoint_io, export, resnet
 from runtime import inputs, predict, runner_utils, settings, startup, train_step
-from runtime.metrics import ThroughputMeter, TrainStats, evaluated_images_line
+from runtime.metrics import ThroughputMeter, TrainStats, evaluated_images_line, require_evaluated
 from utils import learning_rate, optimizers
 from utils.devices import Platform
 from utils.ema import WeightAverage
@@ -301,7 +301,6 @@ class Runner:
         meter = ThroughputMeter(batch_size, config.warmup_steps)
         top1, top5, seen, non_finite = self._evaluation_pass(eval_step, iter(dataset), num_steps, meter, is_benchmark)
         if passes is not None:
-            from runtime.metrics import require_evaluated
             require_evaluated(seen, num_samples, batch_size, skipped.count)
         if config.data_dir is not None:
             log.print(evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size,

@@ -17,7 +17,7 @@ checkpoint, so it imports TensorFlow) is what main.py runs; `reconcile` is the r
 
 import dataclasses
 import os
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping
 
 from runtime.config import RunConfig, given_flags, parse_cmdline
 from utils.errors import UserError
@@ -122,18 +122,6 @@ def reconcile(current: Mapping[str, Any], recorded: Mapping[str, Any], given, fl
         else:
             log("Using {} {} from {}".format(flag, _shown(recorded[name]), source))
     return changes
-
-
-def given_options(parser, argv: Optional[Sequence[str]]) -> frozenset:
-    """The destinations `argv` sets explicitly on `parser` (an option left at its default is not among them)."""
-    marker = object()
-    saved = {action.dest: action.default for action in parser._actions}
-    try:
-        parser.set_defaults(**{dest: marker for dest in saved if dest != "help"})
-        args, _ = parser.parse_known_args(argv)
-    finally:
-        parser.set_defaults(**saved)
-    return frozenset(dest for dest, value in vars(args).items() if value is not marker)
 
 
 # ---------------------------------------------------------------- main.py

@@ -7,7 +7,7 @@ import pytest
 
 from model import checkpoint_io
 from runtime import settings
-from runtime.config import RunConfig
+from runtime.config import RunConfig, given_options
 from utils.ema import EMA_SUFFIX
 from utils.errors import UserError
 
@@ -206,7 +206,7 @@ def test_given_options_are_the_explicit_ones_and_the_parser_keeps_its_defaults()
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--name", default="x")
     parser.add_argument("--flag", action="store_true")
-    assert settings.given_options(parser, ["--size", "224", "--flag"]) == {"size", "flag"}
+    assert given_options(parser, ["--size", "224", "--flag"]) == {"size", "flag"}
     assert parser.parse_args([]).size == 224
 
 
