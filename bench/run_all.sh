@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Every benchmark of docs/BENCHMARKS.md, one after the other (never concurrently: they would share the cores).
-# Results as JSON in docs/bench_results/. About 1-2 hours on an idle 2-vCPU machine, much longer under load.
+# Results as JSON in bench/results/. About 1-2 hours on an idle 2-vCPU machine, much longer under load.
 #   bash bench/run_all.sh            # TORCH_PYTHON=/tmp/torchvenv/bin/python for the torchvision peer
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
-OUT=docs/bench_results
+OUT=bench/results
 mkdir -p "$OUT"
 $PY -m bench.matmul_ceiling | tee "$OUT/matmul_ceiling.json"
 $PY -m bench.train_step --variants ours,keras,ours_xla,ours_amp --warmup 2 --rounds 5 --json "$OUT/train_step_rn50_224.json"

@@ -375,3 +375,109 @@ def parse_cmdline(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     RunConfig.from_args(args)
     return args
+
+
+# The flags reference, docs/FLAGS.md: rendered from build_parser() (so from RunConfig's fields, plus --verbose), in
+# the groups and the order of `--help`. The test suite regenerates it and compares (tests/test_docs.py).
+FLAGS_REFERENCE_COMMAND = ".venv/bin/python -m runtime.config --markdown > docs/FLAGS.md"
+
+# What the reference says of a flag beyond its `--help` text (the original's help strings are kept as they were).
+REFERENCE_NOTES: dict[str, str] = {
+    "mode": "One example of each: [the README's modes](../README.md#modes).",
+    "export_dir": "Written after evaluation.",
+    "batch_size": "Per worker process: the global batch is this times the workers (and times --grad_accum_steps).",
+    "num_iter": "Counted in --iter_unit; a run resumes until this total is reached.",
+    "run_iter": "-1 = all the remaining iterations.",
+    "warmup_steps": "Does not affect the learning rate (that is --lr_warmup_epochs).",
+    "model_dir": "Checkpoints and TensorBoard events.",
+    "results_dir": "The log file, and model_dir when --model_dir is not given.",
+    "log_filename": "dllogger's JSON format (`DLLL {json}` lines).",
+    "seed": "Per rank: seed*2+rank. Makes CPU runs bit-identical.",
+    "finetune_checkpoint": "Used when model_dir has no checkpoint; from a checkpoint with another class count the "
+                           "classifier starts fresh (a different --arch is refused).",
+    "use_final_conv": "A 1x1 conv classifier instead of dense (for TensorRT / QAT export).",
+    "data_dir": "Without it only the benchmarks run, on synthetic data.",
+    "data_idx_dir": "Made by `python -m dataprep.make_dali_index`.",
+    "lr_init": "For a batch of 256: the rate used is lr_init x global batch / 256.",
+    "lr_warmup_epochs": "Linear warmup from 0.",
+    "weight_decay": "Coupled L2 on all non-BN trainable variables (biases included).",
+    "weight_init": "Variance scaling over fan_in or fan_out (the recipes use fan_in).",
+    "momentum": "TF1 semantics: a = m*a + g; w -= lr*a.",
+    "label_smoothing": "Over all classes.",
+    "cosine_lr": "Cosine decay anchored at step 0, instead of steps at 30/60/80/90 epochs.",
+    "data_format": "NCHW needs a GPU.",
+    "cpu": "Hide the GPUs.",
+    "static_loss_scale": "Only under --amp; bfloat16 needs no loss scaling.",
+    "amp_dtype": "float16 on CPU runs the GPU's float16 + dynamic loss scaling path ([GPU.md](GPU.md)).",
+}
+
+
+def _markdown_cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _reference_default(action: argparse.Action) -> str:
+    if action.required:
+        return "required"
+    if isinstance(action, argparse._StoreTrueAction):
+        return "off"
+    if action.default is None:
+        return "–"
+    return "`{}`".format(action.default)
+
+
+def _reference_type(action: argparse.Action) -> str:
+    if isinstance(action, argparse._StoreTrueAction):
+        return "switch"
+    return getattr(action.type, "__name__", "str")
+
+
+def flags_markdown() -> str:
+    """The Markdown of docs/FLAGS.md: per `--help` group, a table of flag (and aliases), type, default and help."""
+    unknown = set(REFERENCE_NOTES) - set(_FIELDS)
+    if unknown:
+        raise ValueError("REFERENCE_NOTES names no RunConfig field: {}".format(", ".join(sorted(unknown))))
+    parser = build_parser()
+    lines = [
+        "<!-- Generated from runtime/config.py; do not edit. Regenerate with: {} -->".format(FLAGS_REFERENCE_COMMAND),
+        "# Flags of `main.py`",
+        "",
+        "Generated from the `RunConfig` fields of `runtime/config.py`, which also generate main.py's parser:",
+        "`python main.py --help` prints the same flags, in the same groups and order. The flags of the original",
+        "main.py keep its names, aliases, defaults and help texts ([ORIGINAL.md](ORIGINAL.md#command-line)); the",
+        "last two groups are ours.",
+        "An unknown flag prints `ERROR: Unknown command line arg: <arg>` and exits non-zero, as the original.",
+    ]
+    for group in parser._action_groups:
+        actions = [action for action in group._group_actions
+                   if action.help is not argparse.SUPPRESS and not isinstance(action, argparse._HelpAction)]
+        if not actions:
+            continue
+        title = "General arguments" if group is parser._optionals else group.title
+        lines += ["", "## {}".format(title), "", "| flag (aliases) | type | default | description |",
+                  "|---|---|---|---|"]
+        for action in actions:
+            name, *aliases = action.option_strings
+            flag = "`{}`".format(name) + (" ({})".format(", ".join("`{}`".format(a) for a in aliases))
+                                          if aliases else "")
+            params = dict(vars(action), prog=parser.prog)
+            if action.choices is not None:
+                params["choices"] = ", ".join(str(choice) for choice in action.choices)
+            text = ((action.help or "") % params).strip()
+            if text and text[-1] not in ".!?)":
+                text += "."
+            if action.choices is not None:
+                text += " One of: {}.".format(", ".join("`{}`".format(choice) for choice in action.choices))
+            if action.dest in REFERENCE_NOTES:
+                text += " " + REFERENCE_NOTES[action.dest]
+            lines.append("| {} | {} | {} | {} |".format(flag, _reference_type(action), _reference_default(action),
+                                                        _markdown_cell(text)))
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    _reference = argparse.ArgumentParser(prog="python -m runtime.config", description="main.py's flags reference.")
+    _reference.add_argument("--markdown", action="store_true", required=True,
+                            help="print docs/FLAGS.md (Markdown) to stdout")
+    _reference.parse_args()
+    sys.stdout.write(flags_markdown())

@@ -54,3 +54,31 @@ def test_extensions_benchmark_times_the_pipeline_and_every_variant(tmp_path):
     assert set(result["step_median"]) == {"original", "all"}
     assert all(value > 0 for value in list(result["pipeline_median"].values()) + list(result["step_median"].values()))
     assert result["step_vs_original"]["original"] == pytest.approx(1.0)
+
+
+def test_results_live_under_bench():
+    """bench/run_all.sh writes into bench/results/, which holds the raw results docs/BENCHMARKS.md cites; nothing
+    refers to their old place under docs/ any more."""
+    import os
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    results = os.path.join(root, "bench", "results")
+    assert os.path.isdir(results) and os.listdir(results)
+    assert not os.path.exists(os.path.join(root, "docs", "bench_results"))
+    with open(os.path.join(root, "bench", "run_all.sh"), encoding="utf-8") as handle:
+        run_all = handle.read()
+    assert re.search(r"^OUT=bench/results$", run_all, re.MULTILINE)
+    old = "docs/" + "bench_results"  # built from pieces so that this file does not match itself
+    stale = []
+    for directory in ("bench", "scripts", "tests", "docs"):
+        for folder, subdirs, names in os.walk(os.path.join(root, directory)):
+            subdirs[:] = [name for name in subdirs if name != "__pycache__"]
+            for name in names:
+                path = os.path.join(folder, name)
+                with open(path, "rb") as handle:
+                    if old.encode() in handle.read():
+                        stale.append(os.path.relpath(path, root))
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as handle:
+        if old in handle.read():
+            stale.append("README.md")
+    assert not stale, "still naming {}: {}".format(old, ", ".join(stale))

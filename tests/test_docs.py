@@ -1,8 +1,10 @@
 """The repository is self-contained: nothing refers to files outside it, and every cited section of
 docs/ORIGINAL.md (the description of the original) exists as a heading."""
+import argparse
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -133,6 +135,138 @@ def test_links_of_the_docs_resolve(page):
         elif anchor and path.endswith(".md") and anchor not in heading_anchors(_read(os.path.relpath(path, ROOT))):
             missing.append("{}#{}: no such heading".format(target or page, anchor))
     assert not missing, "broken links in {}:\n".format(page) + "\n".join(missing)
+
+
+README_MAX_LINES = 250
+
+
+def test_readme_is_a_short_user_guide():
+    """The README stays a user guide: at most README_MAX_LINES lines (measurements live in docs/BENCHMARKS.md,
+    messages in docs/TROUBLESHOOTING.md, the flags in docs/FLAGS.md), opening with the two commands."""
+    lines = _read("README.md").splitlines()
+    assert len(lines) <= README_MAX_LINES, "README.md has {} lines (at most {}): move detail to docs/".format(
+        len(lines), README_MAX_LINES)
+    opening = "\n".join(lines[:6])
+    assert "bash scripts/install.sh && bash scripts/quickstart.sh" in opening
+    assert ".venv/bin/python -m pytest" in opening
+
+
+def test_flags_reference_is_generated_from_runconfig():
+    """docs/FLAGS.md is exactly what runtime/config.py renders, by the command written at its top."""
+    from runtime import config
+    with open(os.path.join(ROOT, "docs", "FLAGS.md"), encoding="utf-8") as handle:
+        written = handle.read()
+    assert written == config.flags_markdown(), (
+        "docs/FLAGS.md is out of date with runtime/config.py; regenerate it with:\n    "
+        + config.FLAGS_REFERENCE_COMMAND)
+    assert config.FLAGS_REFERENCE_COMMAND in written.splitlines()[0]
+    # The documented command itself works (run with this interpreter, stdout instead of the redirect).
+    command = config.FLAGS_REFERENCE_COMMAND.split(">")[0].split()
+    assert command[:3] == [".venv/bin/python", "-m", "runtime.config"]
+    output = subprocess.run([sys.executable] + command[1:], cwd=ROOT, capture_output=True, check=True,
+                            text=True).stdout
+    assert output == written
+
+
+def test_flags_reference_lists_every_flag_of_the_parser():
+    """Every option string of main.py's parser (aliases included) is in docs/FLAGS.md, and the README points there
+    and at --help instead of keeping a table of its own."""
+    from runtime.config import build_parser
+    reference = _read(os.path.join("docs", "FLAGS.md"))
+    options = [option for action in build_parser()._actions if action.help != argparse.SUPPRESS
+               for option in action.option_strings if option.startswith("--") and option != "--help"]
+    assert options and not [option for option in options if "`{}`".format(option) not in reference]
+    readme = _read("README.md")
+    assert "](docs/FLAGS.md)" in readme and "python main.py --help" in readme
+    assert "| `--batch_size` |" not in readme, "the README keeps no flag table of its own: docs/FLAGS.md is the one"
+
+
+# Commands named in the README: `python -m MODULE ARGS`, `python FILE.py ARGS` and `bash FILE.sh`.
+INVOCATION = re.compile(r"(?:\.venv/bin/)?python3?\s+(?:-m\s+([A-Za-z_][\w.]*)|([\w./-]+\.py)\b)"
+                        r"((?:\s+(?!&&|\||#)\S+)*)")
+BASH_COMMAND = re.compile(r"\bbash\s+([\w./-]+\.sh)\b")
+FLAG = re.compile(r"--[a-z][\w-]*")
+THIRD_PARTY_MODULES = {"pytest", "pip"}
+
+
+def _readme_commands():
+    """The README's code: the lines of its code blocks (backslash continuations joined) and its inline code spans,
+    whitespace collapsed."""
+    text = _read("README.md")
+    pieces, block = [], None
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            if block is not None:
+                pieces += block
+            block = [] if block is None else None
+        elif block is not None:
+            if block and block[-1].endswith("\\"):
+                block[-1] = block[-1][:-1] + " " + line.strip()
+            else:
+                block.append(line)
+    outside = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    pieces += re.findall(r"`([^`]+)`", outside)
+    return [" ".join(piece.split()) for piece in pieces if piece.strip()]
+
+
+def test_commands_named_in_the_readme_exist():
+    """Every script and module the README runs exists; main.py's flags and modes are its parser's, and another
+    tool's flags appear as option strings in that tool's source."""
+    from runtime.config import MODE_CHOICES, build_parser
+    options = {option for action in build_parser()._actions for option in action.option_strings}
+    problems = []
+    for command in _readme_commands():
+        for path in BASH_COMMAND.findall(command):
+            if not os.path.isfile(os.path.join(ROOT, path)):
+                problems.append("no file {}: {}".format(path, command))
+        for module, script, tail in INVOCATION.findall(command):
+            if module.split(".")[0] in THIRD_PARTY_MODULES:
+                continue
+            path = script or module.replace(".", "/") + ".py"
+            if module and not os.path.isfile(os.path.join(ROOT, path)):
+                path = module.replace(".", "/") + "/__init__.py"
+            if not os.path.isfile(os.path.join(ROOT, path)):
+                problems.append("no file {}: {}".format(path, command))
+                continue
+            arguments = [argument.strip("[]") for argument in tail.split()]
+            source = _read(path)
+            for index, argument in enumerate(arguments):
+                flag = argument.split("=", 1)[0]
+                if not FLAG.fullmatch(flag):
+                    continue
+                if path == "main.py":
+                    if flag not in options:
+                        problems.append("main.py has no flag {}: {}".format(flag, command))
+                    elif flag == "--mode" and index + 1 < len(arguments) and arguments[index + 1] not in MODE_CHOICES:
+                        problems.append("main.py has no mode {}: {}".format(arguments[index + 1], command))
+                elif '"{}"'.format(flag) not in source and "'{}'".format(flag) not in source:
+                    problems.append("{} has no flag {}: {}".format(path, flag, command))
+    assert not problems, "commands of README.md that do not exist:\n" + "\n".join(problems)
+
+
+REPOSITORY_PATH = re.compile(r"(?:model|runtime|utils|dataprep|datasets|training|scripts|bench|tests|docs)/[\w./-]*"
+                             r"|[\w-]+\.(?:py|ini)")  # a bare name: a top-level file
+
+
+def test_paths_named_in_the_readme_exist():
+    """A file or folder of the repository named in the README's inline code (`model/checkpoint_names.py`,
+    `pytest.ini`, ...) exists."""
+    text = re.sub(r"```.*?```", "", _read("README.md"), flags=re.DOTALL)
+    named = {span for span in re.findall(r"`([^`\s]+)`", text) if REPOSITORY_PATH.fullmatch(span)}
+    assert "model/checkpoint_names.py" in named
+    missing = sorted(path for path in named if not os.path.exists(os.path.join(ROOT, path)))
+    assert not missing, "paths named in README.md that do not exist: " + ", ".join(missing)
+
+
+def test_readme_commands_are_found():
+    """The command check above sees the README's commands (so it cannot pass by finding none)."""
+    commands = _readme_commands()
+    assert any("main.py --mode training_benchmark" in command for command in commands)
+    assert any(module for command in commands for module, _, _ in INVOCATION.findall(command))
+    assert any(script != "main.py" for command in commands for _, script, _ in INVOCATION.findall(command) if script)
+    assert any(BASH_COMMAND.search(command) for command in commands)
+    assert any("--moving_average_decay 0.999 --grad_accum_steps 2" in command for command in commands)
+
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
