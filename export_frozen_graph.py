@@ -69,14 +69,13 @@ def parse_args(argv=None):
 
 
 def build_export_model(args, quantization, platform):
-    """The model as exported: plain conv ops (model/resnet.use_native_convolutions); NCHW is only traced here, so
+    """The model as exported: plain conv ops (model/kernels.py, purpose "export"); NCHW is only traced here, so
     it is built on CPU too."""
     from model import resnet
-    model = resnet.build_model(
+    return resnet.build_model(
         args.model_name, num_classes=args.num_classes, compute_format=args.compute_format,
         use_final_conv=args.use_final_conv, input_normalized=args.no_normalization, image_size=args.image_size,
-        platform=platform, allow_nchw_on_cpu=True, quantization=quantization)
-    return resnet.use_native_convolutions(model, platform)
+        platform=platform, allow_nchw_on_cpu=True, purpose="export", quantization=quantization)
 
 
 # This tool's flag for each RunConfig field a checkpoint records.
@@ -104,23 +103,25 @@ def resolve_settings(args, info, log=print):
 
 
 def export(args, log=print):
-    from model import checkpoint_io, export as model_export
+    from model import checkpoint, export as model_export
+    from runtime import checkpoints
     from utils import devices
     platform = devices.setup_devices()
     from model.layers.quantization import QuantizationConfig
     info = None
     if args.checkpoint:
-        info = checkpoint_io.inspect(checkpoint_io.find_checkpoint(args.checkpoint, "--checkpoint", warn=log))
+        info = checkpoint.inspect(checkpoint.find_checkpoint(args.checkpoint, "--checkpoint", warn=log))
         resolve_settings(args, info, log)
     quantization = QuantizationConfig.from_flags(args.quantize, args.symmetric, args.use_qdq, quantized_inference=True)
     model = build_export_model(args, quantization, platform)
     if info is not None:
         describe = (f"--model_name {args.model_name} --num_classes {args.num_classes} "
                     f"--use_final_conv {args.use_final_conv}")
-        checkpoint_io.check_fits(info, args.model_name, args.num_classes, arch_flag="--model_name")
-        log(checkpoint_io.restore_model(model, info, args.model_name, describe).describe())
+        checkpoints.check_fits(info, args.model_name, args.num_classes, arch_flag="--model_name")
+        log(checkpoint.restore_model(model, info, args.model_name, describe).describe())
         if args.use_ema_weights:
-            checkpoint_io.use_averages(model, info, args.model_name, describe, log)
+            checkpoints.require_averages(info)
+            checkpoint.use_averages(model, info, args.model_name, describe, log)
         if quantization is not None and not info.has_quantization_ranges:
             log("WARNING: the checkpoint has no quantisation ranges (not QAT-trained); activation ranges keep "
                 "their initial [-6, 6]")

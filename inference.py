@@ -80,13 +80,13 @@ def parse_args(argv=None):
 def export_random_model(args, directory):
     """The SavedModel of a freshly built model (random weights), as the original's inference.py did: plain conv ops
     (what converters and engines expect), --amp's precision."""
-    from model import export, resnet
+    from model import export
     from runtime import startup
     from runtime.config import RunConfig
     config = RunConfig(arch=args.architecture, num_classes=args.num_classes, image_size=args.image_size,
                        amp=args.amp, no_progress=True)
     platform, precision = startup.set_up(config)
-    model = resnet.use_native_convolutions(startup.build_model(config, platform, precision), platform)
+    model = startup.build_model(config, platform, precision, purpose="export")
     return export.save_saved_model(model, config.image_size, directory)
 
 
@@ -225,10 +225,7 @@ def make_runner(args, saved_model_dir, onnx_path, workdir):
             return ONNXRuntimeRunner(onnx_path)
         except Exception as error:  # noqa: BLE001 - onnxruntime raises its own Fail/InvalidGraph types
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise UserError(
-                f"ONNX Runtime cannot load {onnx_path}: {first[:200]} (a SavedModel exported by main.py on CPU "
-                "computes small convs as matmul/patches, which tf2onnx mis-converts; export a frozen graph with "
-                "export_frozen_graph.py and pass its export_onnx.py output as --model)") from None
+            raise UserError(f"ONNX Runtime cannot load {onnx_path}: {first[:200]}") from None
     if args.image_size is None:
         import onnx
         dims = onnx.load(onnx_path, load_external_data=False).graph.input[0].type.tensor_type.shape.dim
@@ -363,10 +360,19 @@ def run(args):
                                     "timestamped subdirectory of main.py's --export_dir)")
             if args.amp and args.backend == "tf" and not args.tf_trt and args.model:
                 logger.print("--amp: a given SavedModel runs in the precision it was exported in")
+            data_checked = bool(args.architecture)
+            if saved_model_dir is not None and not args.architecture and args.backend != "tf":
+                # The SavedModel's signature is checked against the flags and the data before its (slow) conversion.
+                signature = TFRunner(saved_model_dir)
+                resolve_image_size(args, signature.input_size, logger.print)
+                if args.data_dir:
+                    check_dataset(args, signature.num_classes)
+                    data_checked = True
+                del signature
             runner = make_runner(args, saved_model_dir, onnx_path, workdir)
             resolve_image_size(args, getattr(runner, "input_size", None), logger.print)
             num_classes = args.num_classes if args.architecture else getattr(runner, "num_classes", None)
-            if args.data_dir and not args.architecture:
+            if args.data_dir and not data_checked:
                 check_dataset(args, num_classes)
             data, steps = batches(args, num_classes)
             logger.print(f"Running {steps} steps of batch {args.batch_size} with backend {args.backend}")

@@ -28,7 +28,9 @@ RUNTIME_ENVIRONMENT = {
 }
 
 
-def run(argv=None):
+def run(argv=None, runner_class=None):
+    """Runs main.py with `argv`; its exit status. `runner_class`: a subclass of runtime/runner.Runner to run the mode
+    with (one that records what it trained, as tests/_dist_train_worker.py does); by default the Runner."""
     _, config, given = run_settings.parse(argv)
     for key, value in RUNTIME_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
@@ -46,10 +48,10 @@ def run(argv=None):
             # The run owns model_dir from before it reads the checkpoint to after its last write (docs/RELIABILITY.md).
             from utils.run_lock import RunLock
             stack.enter_context(RunLock(config.model_dir))
-        return run_mode(run_settings.resolve(config, given), distribution, platform, precision)
+        return run_mode(run_settings.resolve(config, given), distribution, platform, precision, runner_class)
 
 
-def run_mode(resolved, distribution, platform, precision):
+def run_mode(resolved, distribution, platform, precision, runner_class=None):
     """The mode of `resolved` (runtime/settings.RunSettings): log, Runner, train / evaluate / predict."""
     import tensorflow as tf
     from runtime import runner as runner_module
@@ -74,7 +76,7 @@ def run_mode(resolved, distribution, platform, precision):
     startup.configure_xla(config, distribution)
     if config.seed is not None:
         tf.config.experimental.enable_op_determinism()
-    runner = runner_module.Runner(config, logger, distribution, platform, precision)
+    runner = (runner_class or runner_module.Runner)(config, logger, distribution, platform, precision)
 
     interrupted = None
     if config.mode in ("train", "train_and_evaluate", "training_benchmark"):
@@ -96,7 +98,7 @@ def run_mode(resolved, distribution, platform, precision):
         distribution.barrier()
     # status 1 when predict had to skip a file it could not use (2 is for bad input before anything ran)
     predict_failed = config.mode == "predict" and runner.predict(config.to_predict, config.labels_file).failed > 0
-    # All workers leave together: a worker still busy (rank 0's final checkpoint) ~10 s after another exited is told
+    # All workers leave together: a worker still busy (rank 0's final checkpoint) well after another exited is told
     # by TF's coordination service that the task crashed (BaseCollectiveExecutor::StartAbort), a false alarm.
     distribution.barrier()
     logger.close()

@@ -53,7 +53,7 @@ def convert_named(info, dense_layer, output, given_dense_layer=True):
     conv."""
     import numpy as np
     import tensorflow as tf
-    from model import checkpoint_io
+    from model import checkpoint
     from utils.ema import EMA_SUFFIX
     reader = tf.train.load_checkpoint(info.path)
     shapes = reader.get_variable_to_shape_map()
@@ -65,18 +65,18 @@ def convert_named(info, dense_layer, output, given_dense_layer=True):
                         + (f" (it has {', '.join(candidates)})" if candidates else ""))
     if len(shapes[dense_layer]) != 2:
         raise UserError(f"{dense_layer} has shape {shapes[dense_layer]}, not [C, N]: already converted?")
-    tensors = {name: reader.get_tensor(name) for name in shapes if name != checkpoint_io.METADATA_KEY}
+    tensors = {name: reader.get_tensor(name) for name in shapes if name != checkpoint.METADATA_KEY}
     for key in (dense_layer, dense_layer + EMA_SUFFIX):  # the kernel and its EMA (--moving_average_decay)
         if key in tensors:
             tensors[key] = np.reshape(tensors[key], [1, 1, *shapes[dense_layer]])
     if info.format == "named":
-        meta = json.loads(reader.get_tensor(checkpoint_io.METADATA_KEY).decode("utf-8"))
-        name = f"{checkpoint_io.CHECKPOINT_PREFIX}-{info.step or 0}"
+        meta = json.loads(reader.get_tensor(checkpoint.METADATA_KEY).decode("utf-8"))
+        name = f"{checkpoint.CHECKPOINT_PREFIX}-{info.step or 0}"
         meta["use_final_conv"] = True
     else:  # the original's output name, and no metadata: the result stays in the original's format
         name, meta = "new.ckpt", None
-    prefix = checkpoint_io.write(os.path.join(output, name), tensors, meta)
-    checkpoint_io.write_state_file(output, [name])
+    prefix = checkpoint.write(os.path.join(output, name), tensors, meta)
+    checkpoint.write_state_file(output, [name])
     return prefix
 
 
@@ -87,24 +87,24 @@ def convert_object(info, output):
     format as `<output>/model.ckpt-<step>`. Optimizer slots are not carried over: the result is for export and
     evaluation, or a fresh fine-tune (which restarts momentum, as the original's --finetune_checkpoint)."""
     import tensorflow as tf
-    from model import checkpoint_io, resnet
+    from model import checkpoint, resnet
     from model.layers.quantization import QuantizationConfig
     target = resnet.build_model(info.arch, num_classes=info.num_classes, use_final_conv=True,
                                 input_normalized=bool(info.input_normalized),
                                 quantization=QuantizationConfig() if info.has_quantization_ranges else None)
-    checkpoint_io.restore_model(target, info, info.arch, f"{info.arch} with {info.num_classes} classes")
-    entries = checkpoint_io.model_entries(target, info.arch)
-    entries[checkpoint_io.GLOBAL_STEP_KEY] = tf.constant(info.step or 0, tf.int64)
-    name = f"{checkpoint_io.CHECKPOINT_PREFIX}-{info.step or 0}"
-    meta = checkpoint_io.metadata(info.arch, info.num_classes, None, True, bool(info.input_normalized))
-    prefix = checkpoint_io.write(os.path.join(output, name), entries, dict(meta, step=info.step or 0))
-    checkpoint_io.write_state_file(output, [name])
+    checkpoint.restore_model(target, info, info.arch, f"{info.arch} with {info.num_classes} classes")
+    entries = checkpoint.model_entries(target, info.arch)
+    entries[checkpoint.GLOBAL_STEP_KEY] = tf.constant(info.step or 0, tf.int64)
+    name = f"{checkpoint.CHECKPOINT_PREFIX}-{info.step or 0}"
+    meta = checkpoint.metadata(info.arch, info.num_classes, None, True, bool(info.input_normalized))
+    prefix = checkpoint.write(os.path.join(output, name), entries, dict(meta, step=info.step or 0))
+    checkpoint.write_state_file(output, [name])
     return prefix
 
 
 def convert(args):
-    from model import checkpoint_io
-    info = checkpoint_io.inspect(checkpoint_io.find_checkpoint(args.input, "--input"))
+    from model import checkpoint
+    info = checkpoint.inspect(checkpoint.find_checkpoint(args.input, "--input"))
     print(f"Read {info.path} ({info.describe()})")
     _prepare_output(args.output, args.overwrite)
     if info.format == "object":

@@ -72,43 +72,32 @@ def median(values):
 
 
 class OurModel:
-    """What main.py --mode training_benchmark sets up in one process: config, platform, precision, the model and its
-    step counter (runtime/startup.py)."""
+    """What main.py --mode training_benchmark sets up in one process: config, platform, precision and the model
+    (runtime/startup.py). `purpose` and `kernels` pick the conv formulations (model/kernels.py)."""
 
     def __init__(self, arch="resnet50", batch_size=32, image_size=224, xla=False, amp=False, num_classes=1001,
-                 **extra):
-        import tensorflow as tf
+                 purpose="train", kernels=None, **extra):
         from runtime import startup
         from runtime.config import RunConfig
         self.config = RunConfig(arch=arch, mode="training_benchmark", batch_size=batch_size, image_size=image_size,
                                 synthetic_data_size=image_size, xla=xla, amp=amp, num_classes=num_classes, **extra)
         self.platform, self.precision = startup.set_up(self.config)
-        self.model = startup.build_model(self.config, self.platform, self.precision)
-        self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        self.model = startup.build_model(self.config, self.platform, self.precision, purpose=purpose, kernels=kernels)
+
+
+def our_train_state(ours, num_steps=1000):
+    """The TrainState main.py's training builds (runtime/train_state.create_train_state) around `ours.model`, for a
+    single-process run of `num_steps` steps of one epoch."""
+    from runtime import inputs, train_state
+    from utils import distributed
+    length = inputs.TrainingLength(num_steps, 1, num_steps, float(num_steps))
+    return train_state.create_train_state(ours.config, ours.platform, ours.precision, distributed.single_process(),
+                                          length, model=ours.model, mixup_seed=0)
 
 
 def our_train_step(ours):
-    """Runner.train's step (runtime/train_step.make_train_step, same optimizer set-up) for `ours` (an OurModel):
-    a callable(images, labels) -> dict."""
-    import numpy as np
-    import tensorflow as tf
-    from model import resnet
-    from runtime import train_step
-    from utils import learning_rate, optimizers
-    from utils.precision import LossScaler
-    config = ours.config
-    num_steps = 1000
-    schedule = lambda: learning_rate.learning_rate_schedule(  # noqa: E731 - as Runner.train
-        ours.global_step, config.lr_init, config.batch_size, float(num_steps), config.lr_warmup_epochs, num_steps,
-        config.cosine_lr)
-    optimizer = optimizers.build_optimizer(schedule, config.momentum, ours.precision)
-    optimizer.build(ours.model.trainable_variables)
-    return train_step.make_train_step(
-        ours.model, optimizer, schedule, ours.global_step,
-        loss=train_step.LossSettings(config.num_classes, config.label_smoothing, config.weight_decay, config.mixup),
-        regularized=resnet.regularized_variables(ours.model), scaler=LossScaler(ours.precision, optimizer),
-        reduce_gradients=lambda grads: grads, strategy=tf.distribute.get_strategy(),
-        mixup_seed=tf.constant(np.int64(0)), jit_compile=config.xla)
+    """The train step of `our_train_state(ours)`: a callable(images, labels) -> dict."""
+    return our_train_state(ours).train_step
 
 
 def our_eval_step(ours, xla=None):

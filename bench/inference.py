@@ -5,14 +5,14 @@ ONNX Runtime, against keras.applications.ResNet50 - all interleaved in one proce
         [--variants ours,ours_cpu_conv,ours_xla,ours_amp,savedmodel,frozen,onnx,keras] [--json FILE]
 
 Variants:
-  ours        the forward of Runner.evaluate's eval_step (main.py --mode inference_benchmark), fp32; native convs
-              at inference (model/layers/conv.py)
-  ours_cpu_conv  ... with the training step's matmul/patches conv formulations kept at inference
+  ours        the forward of Runner.evaluate's eval_step (main.py --mode inference_benchmark), fp32, on a model
+              built for inference (plain convs, model/kernels.py)
+  ours_cpu_conv  ... on a model built with the CPU training kernels (matmul/patches conv formulations)
   ours_xla    ... with --xla;  ours_amp ... with --amp (mixed_bfloat16)
   savedmodel  model/export.save_saved_model (main.py --export_dir) loaded back, serving_default signature
   frozen      the frozen GraphDef of model/export.py (export_frozen_graph.py; NHWC, native convs) run by TF
-  onnx        model/export.py's SavedModel -> ONNX (native convs, as model/resnet.use_native_convolutions),
-              run by ONNX Runtime's CPU provider
+  onnx        model/export.py's SavedModel of a model built for export (native convs) -> ONNX, run by ONNX
+              Runtime's CPU provider
   keras       keras.applications.ResNet50(weights=None) in a tf.function, training=False
 Fresh random weights everywhere (throughput does not depend on the values).
 """
@@ -28,36 +28,33 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import common  # noqa: E402
 
 
-def _native_model(args):
-    from model import resnet
-    ours = common.OurModel(args.arch, 1, args.size)
-    resnet.use_native_convolutions(ours.model, ours.platform)
-    return ours
+def _export_model(args):
+    return common.OurModel(args.arch, 1, args.size, purpose="export")
 
 
 def build_variants(names, args, workdir, log):
     import numpy as np
     import tensorflow as tf
     from model import export
+    from model.kernels import CPU_TRAINING_KERNELS
     makers = {}
     for name in names:
         log(f"building {name}")
         if name in ("ours", "ours_xla", "ours_amp", "ours_cpu_conv"):
-            ours = common.OurModel(args.arch, 1, args.size, xla=name == "ours_xla", amp=name == "ours_amp")
-            if name == "ours_cpu_conv":  # the training step's matmul formulations at inference too
-                for layer in ours.model._flatten_layers():
-                    if hasattr(layer, "native_at_inference"):
-                        layer.native_at_inference = False
+            # ours_cpu_conv: the training step's matmul/patches formulations at inference too.
+            kernels = CPU_TRAINING_KERNELS if name == "ours_cpu_conv" else None
+            ours = common.OurModel(args.arch, 1, args.size, xla=name == "ours_xla", amp=name == "ours_amp",
+                                   purpose="inference", kernels=kernels)
             step = common.our_eval_step(ours)
             makers[name] = lambda images, step=step: step(images).numpy()
         elif name == "savedmodel":
-            ours = common.OurModel(args.arch, 1, args.size)
+            ours = common.OurModel(args.arch, 1, args.size, purpose="inference")
             path = export.save_saved_model(ours.model, args.size, os.path.join(workdir, "savedmodel"))
             serve = tf.saved_model.load(path).signatures["serving_default"]
             makers[name] = lambda images, serve=serve: serve(input=images)["probabilities"].numpy()
         elif name == "frozen":
             from model.export import freeze, probabilities_function
-            ours = _native_model(args)
+            ours = _export_model(args)
             function = probabilities_function(ours.model, args.arch, args.size, "NHWC")
             graph_def = freeze(function.get_concrete_function(), "output")
 
@@ -70,7 +67,7 @@ def build_variants(names, args, workdir, log):
         elif name == "onnx":
             import onnxruntime
             from model.export import saved_model_to_onnx
-            ours = _native_model(args)
+            ours = _export_model(args)
             saved = export.save_saved_model(ours.model, args.size, os.path.join(workdir, "onnx_savedmodel"))
             onnx_path = os.path.join(workdir, "model.onnx")
             saved_model_to_onnx(saved, onnx_path)

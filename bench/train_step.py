@@ -2,15 +2,15 @@
 keras.applications.ResNet50 trained by a plain tf.function step, interleaved in one process.
 
     .venv/bin/python -m bench.train_step [--variants ours,keras,ours_xla,ours_amp] [--batch 32] [--size 224] \
-        [--warmup 2] [--rounds 5] [--arch resnet50] [--json docs/bench_results/train_step.json]
+        [--warmup 2] [--rounds 5] [--arch resnet50] [--json bench/results/train_step.json]
 
 Variants:
   ours            Runner train step, fp32 (the default path: fused BN, CPU conv formulations)
   ours_xla        ... with --xla (jit_compile=True)
   ours_amp        ... with --amp (mixed_bfloat16 on CPU)
   ours_ref_bn     ours with the reference (unfused) batch norm, to show what the fused BN buys
-  ours_native     ours with every conv a plain tf.nn.conv2d (the CPU conv formulations switched off)
-  ours_amp_native ours --amp with every conv a plain tf.nn.conv2d
+  ours_native     ours built with plain tf.nn.conv2d convs (grouped ones per group; the CPU conv formulations off)
+  ours_amp_native ours --amp built with those plain convs
   keras           keras.applications.ResNet50(weights=None), SGD momentum, CE loss, tf.function
   keras_xla       ... with jit_compile=True
 The same synthetic batch (already in memory) feeds every variant: this measures the step, not the input pipeline
@@ -31,15 +31,15 @@ from bench import common  # noqa: E402
 
 def build_variant(name, args, images, labels):
     if name.startswith("ours"):
+        from model import kernels
         xla = name == "ours_xla"
         amp = name in ("ours_amp", "ours_amp_native")
-        ours = common.OurModel(args.arch, args.batch, args.size, xla=xla, amp=amp)
+        native = name in ("ours_native", "ours_amp_native")
+        ours = common.OurModel(args.arch, args.batch, args.size, xla=xla, amp=amp,
+                               kernels=kernels.CPU_PLAIN_KERNELS if native else None)
         if name == "ours_ref_bn":
             from model.layers import batch_norm
             batch_norm.set_implementation(ours.model, "reference")
-        if name in ("ours_native", "ours_amp_native"):
-            from model import resnet
-            resnet.use_native_convolutions(ours.model, ours.platform)
         step = common.our_train_step(ours)
         return lambda: common.fetch(step(images, labels))
     if name.startswith("keras"):

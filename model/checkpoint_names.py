@@ -1,5 +1,5 @@
 """Map between our Keras variables and the original's TF1 variable names (docs/ORIGINAL.md#variable-names);
-model/checkpoint_io.py reads and writes checkpoints by it.
+model/checkpoint/ reads and writes checkpoints by it.
 
 The map is built by walking the model's structure (stem `conv2d`, blocks `btlnck_block_{s}_{l}`, head `output`),
 never from Keras' own variable paths, so it does not depend on Keras naming rules.

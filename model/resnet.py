@@ -11,9 +11,8 @@ import keras
 
 from model.blocks.conv2d_block import Conv2DBlock
 from model.blocks.resnet_bottleneck_block import BottleneckBlock
+from model.kernels import Kernels, check_purpose, choose_kernels
 from model.layers.classifier import Classifier
-from model.layers.conv import Conv2D
-from model.layers.grouped_conv import GroupedConv2D
 from model.layers.initializers import Initializers
 from model.layers.layout import KERAS_DATA_FORMATS, ToChannelsFirst
 from model.layers.normalization import InputNormalization
@@ -82,21 +81,26 @@ def _dtype_policy(dtype_policy):
 
 def build_model(arch, num_classes=1001, compute_format="NHWC", dtype_policy=None, weight_init="fan_out",
                 use_final_conv=False, input_normalized=False, image_size=None, seed=None, *, platform=CPU,
-                allow_nchw_on_cpu=False, grouped_implementation=None, quantization=None):
+                allow_nchw_on_cpu=False, purpose="train", kernels=None, quantization=None):
     """Build the Keras model: NHWC float32 images -> float32 logits [B, num_classes].
 
-    `platform` (utils/devices.Platform, decided at start-up) picks the conv formulations: cuDNN's on GPU, the
-    CPU-friendly ones otherwise (model/layers/conv.py, grouped_conv.py); the variables are the same either way.
+    `platform` (utils/devices.Platform, decided at start-up) and `purpose` ("train", "inference" or "export")
+    pick the conv formulations (model/kernels.choose_kernels): cuDNN's on GPU; on CPU the training-friendly ones
+    for "train" and plain conv ops for "inference" / "export". `kernels` (a model.kernels.Kernels) overrides that
+    choice. The variables, their names and order and the function computed (up to float rounding) are the same
+    whichever is chosen; the layers keep the chosen formulation in every call, training or not.
     `allow_nchw_on_cpu` builds an NCHW model without a GPU; it then only runs under
     `tf.function(jit_compile=True)` (XLA compiles NCHW conv/pool on CPU), which is how the tests use it.
-    `grouped_implementation` overrides the platform's grouped-conv formulation.
     `quantization`: a `QuantizationConfig` for QAT (model/layers/quantization.py), None for the float model; it adds
     only non-trainable variables (`quant` in their paths) and leaves the float variables' names and order alone.
     """
     spec = get_arch(arch)
     data_format = _data_format(compute_format, platform, allow_nchw_on_cpu)
-    convs = {"conv_implementation": platform.conv_implementation,
-             "grouped_implementation": grouped_implementation or platform.grouped_implementation}
+    check_purpose(purpose)
+    if kernels is None:
+        kernels = choose_kernels(platform, purpose)
+    elif not isinstance(kernels, Kernels):
+        raise TypeError(f"kernels must be a model.kernels.Kernels or None, got {type(kernels).__name__}")
     policy = _dtype_policy(dtype_policy)
     init = Initializers(weight_init, seed)
     if quantization is not None and not isinstance(quantization, QuantizationConfig):
@@ -111,7 +115,7 @@ def build_model(arch, num_classes=1001, compute_format="NHWC", dtype_policy=None
         x = ToChannelsFirst(name="input_reshape", dtype=policy)(x)
     x = Conv2DBlock(STEM_FILTERS, STEM_KERNEL, 2, use_relu=True, data_format=data_format,
                     kernel_initializer=init.conv(), name="conv2d", dtype=policy, quantization=qat,
-                    owns_quant_step=qat is not None, **convs)(x)
+                    owns_quant_step=qat is not None, kernels=kernels)(x)
     x = MaxPool2D(3, 2, data_format=data_format, name="max_pooling2d", dtype=policy)(x)
     in_channels = STEM_FILTERS
     for stage, num_blocks in enumerate(spec.layers):
@@ -119,29 +123,13 @@ def build_model(arch, num_classes=1001, compute_format="NHWC", dtype_policy=None
             block = BottleneckBlock(
                 in_channels, spec.widths[stage], spec.expansions, strides=block_strides(stage, index),
                 cardinality=spec.cardinality, use_se=spec.use_se, se_ratio=spec.se_ratio, data_format=data_format,
-                initializers=init, name=block_name(stage, index), dtype=policy, quantization=qat, **convs)
+                initializers=init, name=block_name(stage, index), dtype=policy, quantization=qat, kernels=kernels)
             x = block(x)
             in_channels = block.out_channels
     head, head_kwargs = (Classifier, {}) if qat is None else (QuantizedClassifier, {"state": qat})
     logits = head(num_classes, use_final_conv=use_final_conv, data_format=data_format,
                   kernel_initializer=init.classifier(num_classes), name="output", dtype=policy, **head_kwargs)(x)
     return keras.Model(images, logits, name=arch)
-
-
-def use_native_convolutions(model, platform):
-    """Switch every conv of `model` to plain `tf.nn.conv2d` ops (same variables, same numbers), as the original's
-    graph: for exported graphs, which deployment converters (tf2onnx, TensorRT) take as they are.
-
-    Forward-only calls already use plain convs; this also covers the QAT eval graph, which calls the conv ops
-    directly. Grouped convs become one grouped Conv2D on a GPU platform (as the original's graph) and per-group
-    plain convs on CPU, where TF cannot run a frozen grouped Conv2D (model/layers/grouped_conv.py).
-    """
-    for layer in _all_layers(model):
-        if isinstance(layer, Conv2D):
-            layer.implementation = "native"
-        elif isinstance(layer, GroupedConv2D) and layer.implementation != "native":
-            layer.implementation = "native" if platform.gpu else "per_group_conv"
-    return model
 
 
 def _all_layers(model):

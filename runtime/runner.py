@@ -1,8 +1,10 @@
 """The Runner: train / evaluate / predict / benchmarks / SavedModel export (docs/ORIGINAL.md#modes).
 
-A custom training loop replaces the original's Estimator: one `tf.function` train step (XLA-compiled under
-`--xla`) does forward, loss (smoothed CE + coupled L2), backward, loss scaling and the TF1-momentum update, and
-returns the numbers the logger needs. Host work per step is one fetch of a few scalars.
+A custom training loop replaces the original's Estimator. What it trains comes from
+runtime/train_state.create_train_state: the model, the optimizer, the schedule, the averages and one `tf.function`
+train step (XLA-compiled under `--xla`) that does forward, loss (smoothed CE + coupled L2), backward, loss scaling
+and the TF1-momentum update and returns the numbers the logger needs. Host work per step is one fetch of a few
+scalars. Evaluation, predict and export run the inference-built model (`Runner.inference_model`).
 """
 
 import os
@@ -10,17 +12,14 @@ import shutil
 import signal
 import time
 
-import numpy as np
 import tensorflow as tf
 
-from model import checkpoint_io, export, resnet
-from runtime import inputs, predict, runner_utils, settings, startup, train_step
+from model import checkpoint, export
+from runtime import checkpoints, inputs, predict, runner_utils, startup, train_state, train_step
 from runtime.metrics import ThroughputMeter, TrainStats, evaluated_images_line, require_evaluated
-from utils import learning_rate, optimizers
 from utils.devices import Platform
-from utils.ema import WeightAverage
 from utils.logger import progress_enabled
-from utils.precision import LossScaler, Precision
+from utils.precision import Precision
 
 SUMMARY_EVERY_STEPS = 100
 
@@ -64,60 +63,55 @@ class Runner:
         self.platform = platform
         self.precision = precision
         self.exported_path = None
-        # The images of one optimizer step (all replicas, all --grad_accum_steps micro-batches).
-        self.global_batch_size = config.batch_size * distribution.num_replicas * config.grad_accum_steps
-        with self.strategy.scope():
-            self.model = startup.build_model(config, platform, precision)
-            # ONLY_FIRST_REPLICA: every replica steps it once per step; with several replicas one increment counts.
-            self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
-                                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        self.global_batch_size = train_state.global_batch_size(config, distribution)
+        self.state = None  # the TrainState, once train() has built it
+        self._inference = None
 
-    def _model_settings(self):
-        config = self.config
-        return {"arch": config.arch, "num_classes": config.num_classes, "use_final_conv": config.use_final_conv,
-                "log": self.logger.print}
+    def inference_model(self):
+        """(model, global step) for evaluation, predict and export: the model built with the inference kernels
+        (plain convolutions on CPU), once per Runner; the weights come from the checkpoint each mode restores."""
+        if self._inference is None:
+            with self.strategy.scope():
+                self._inference = (startup.build_model(self.config, self.platform, self.precision,
+                                                       purpose="inference"),
+                                   train_state.create_step_counter())
+        return self._inference
 
     def restore_for_inference(self, required, ema=False):
-        """model_dir's newest checkpoint (its EMA weights with `ema`) into the model (model/checkpoint_io.py); its
-        CheckpointInfo, or None."""
-        return checkpoint_io.restore_for_inference(self.model, self.global_step, self.config.model_dir,
-                                                   required=required, ema=ema, **self._model_settings())
+        """model_dir's newest checkpoint (its EMA weights with `ema`) into the inference model
+        (runtime/checkpoints.py); its CheckpointInfo, or None."""
+        model, global_step = self.inference_model()
+        config = self.config
+        return checkpoints.restore_for_inference(model, global_step, config.model_dir, required=required, ema=ema,
+                                                 arch=config.arch, num_classes=config.num_classes,
+                                                 use_final_conv=config.use_final_conv, log=self.logger.print)
 
     # ------------------------------------------------------------------ training
     def train(self, is_benchmark=False):
+        """Trains --num_iter / --run_iter steps from model_dir's checkpoint (or a fine-tune source, or the initial
+        values); returns the TrainState (also `self.state`)."""
         config = self.config
         log = self.logger
         distribution = self.distribution
         if not is_benchmark:
             runner_utils.require_data_dir(config.data_dir, "train")
         length = inputs.training_length(config, self.global_batch_size, log.print)
-
-        with self.strategy.scope():
-            schedule = lambda: learning_rate.learning_rate_schedule(  # noqa: E731
-                self.global_step, config.lr_init, self.global_batch_size, length.steps_per_epoch,
-                config.lr_warmup_epochs, length.num_decay_steps, config.cosine_lr)
-            optimizer = optimizers.build_optimizer(schedule, config.momentum, self.precision)
-            optimizer.build(self.model.trainable_variables)
-            distribution.prepare_optimizer(optimizer)
-            averages = WeightAverage(resnet.averaged_variables(self.model), config.moving_average_decay) \
-                if config.moving_average_decay > 0 else None
+        state = self.state = train_state.create_train_state(config, self.platform, self.precision, distribution,
+                                                            length)
+        global_step = state.global_step
 
         saver = None
         if not is_benchmark:
-            saver = checkpoint_io.CheckpointWriter(
-                config.model_dir,
-                checkpoint_io.training_entries(self.model, optimizer, self.global_step, config.arch, averages),
-                checkpoint_io.metadata(config.arch, config.num_classes, config.input_size, config.use_final_conv,
-                                       config.uses_dali, settings.training_state(config)),
-                max_to_keep=5, keep_every_hours=3)
-            finetuned = checkpoint_io.restore_or_initialise(
-                self.model, optimizer, self.global_step, config.model_dir,
-                finetune_checkpoint=config.finetune_checkpoint, averages=averages, **self._model_settings())
+            saver = checkpoint.CheckpointWriter(config.model_dir, state.checkpoint_entries,
+                                                state.checkpoint_metadata, max_to_keep=5, keep_every_hours=3)
+            finetuned = checkpoints.restore_or_initialise(
+                state.model, state.optimizer, global_step, config.model_dir,
+                finetune_checkpoint=config.finetune_checkpoint, averages=state.averages, arch=config.arch,
+                num_classes=config.num_classes, use_final_conv=config.use_final_conv, log=log.print)
             if finetuned:
                 log.log(step="PARAMETER", data={"Restoring variables from checkpoint": finetuned})
-        distribution.broadcast_variables(self.model.variables + optimizer.variables + [self.global_step] +
-                                         (averages.averages if averages is not None else []))
-        current_step = int(self.global_step.numpy())
+        distribution.broadcast_variables(state.variables)
+        current_step = int(global_step.numpy())
         run_iter = runner_utils.steps_this_run(config.run_iter, config.iter_unit, length.steps_per_epoch,
                                                length.num_steps, current_step)
         if distribution.is_chief:
@@ -125,27 +119,17 @@ class Runner:
         print("Current step: {}".format(current_step), flush=True)
         if run_iter == 0:
             log.print("Model already trained required number of steps. Skipped")
-            return
+            return state
         # With --seed the stream restarts where the restored step left it (exact resume, docs/RELIABILITY.md).
         dataset = inputs.train_dataset(config, self.platform, distribution.rank, distribution.size,
                                        start_step=current_step if config.seed is not None else 0, log=log.print)
         dataset = inputs.prefetch_to_accelerator(distribution.distribute_dataset(dataset), self.platform,
                                                  config.uses_dali)
         if saver is not None and distribution.is_chief:
-            checkpoint_io.remove_save_debris(config.model_dir)
+            checkpoint.remove_save_debris(config.model_dir)
             if saver.latest_checkpoint is None:
                 saver.save(current_step)
                 self._copy_labels_file()
-        mixup_seed = tf.constant(config.seed if config.seed is not None else np.random.randint(2 ** 31 - 1),
-                                 tf.int64)
-        step_fn = train_step.make_train_step(
-            self.model, optimizer, schedule, self.global_step,
-            loss=train_step.LossSettings(config.num_classes, config.label_smoothing, config.weight_decay,
-                                         config.mixup, config.cutmix, config.mixup_switch_prob),
-            regularized=resnet.regularized_variables(self.model), scaler=LossScaler(self.precision, optimizer),
-            reduce_gradients=distribution.reduce_gradients, strategy=self.strategy, mixup_seed=mixup_seed,
-            jit_compile=config.xla and distribution.jit_in_step, accumulation=config.grad_accum_steps,
-            averages=averages)
         writer = None
         if distribution.is_chief and not is_benchmark:
             writer = tf.summary.create_file_writer(config.model_dir)
@@ -161,9 +145,9 @@ class Runner:
             for index in range(run_iter):
                 start = time.perf_counter()
                 images, labels = inputs.next_batch(iterator)
-                values = {key: value.numpy() for key, value in step_fn(images, labels).items()}
+                values = {key: value.numpy() for key, value in state.train_step(images, labels).items()}
                 meter.add(time.perf_counter() - start)
-                step = int(self.global_step.numpy())
+                step = int(global_step.numpy())
                 stats.check(values, step)
                 if distribution.is_chief:
                     self._log_train_step(values, step, index, meter, length.steps_per_epoch, is_benchmark)
@@ -182,7 +166,7 @@ class Runner:
         if progress is not None:
             progress.close()
 
-        final_step = int(self.global_step.numpy())
+        final_step = int(global_step.numpy())
         if saver is not None and distribution.is_chief and \
                 not (saver.latest_checkpoint or "").endswith("-{}".format(final_step)):
             saver.save(final_step)
@@ -196,7 +180,8 @@ class Runner:
                 log.log(step=(), data={"skipped_steps": stats.skipped_total})
         log.print("Ending Model Training ...")
         if stopped_by_signal:
-            raise TrainingInterrupted(int(self.global_step.numpy()))
+            raise TrainingInterrupted(final_step)
+        return state
 
     def _log_training_parameters(self, length):
         config = self.config
@@ -289,7 +274,7 @@ class Runner:
                                       skipped=skipped)
         info = self.restore_for_inference(required=not is_benchmark, ema=is_benchmark and config.use_ema_weights)
         if config.use_ema_weights and info is not None:
-            checkpoint_io.require_averages(info)
+            checkpoints.require_averages(info)
 
         log.print("Starting Model Evaluation...")
         log.print("Evaluation Epochs", num_epochs)
@@ -297,7 +282,8 @@ class Runner:
         log.print("Decay Steps", num_decay_steps)
         log.print("Global Batch Size", batch_size)
 
-        eval_step = train_step.make_eval_step(self.model, config.num_classes, jit_compile=config.xla)
+        model, global_step = self.inference_model()
+        eval_step = train_step.make_eval_step(model, config.num_classes, jit_compile=config.xla)
         meter = ThroughputMeter(batch_size, config.warmup_steps)
         top1, top5, seen, non_finite = self._evaluation_pass(eval_step, iter(dataset), num_steps, meter, is_benchmark)
         if passes is not None:
@@ -323,7 +309,7 @@ class Runner:
         if not is_benchmark and self.distribution.is_chief:
             # TensorBoard beside the training scalars (the Estimator's model_dir/eval), at the evaluated step.
             writer = tf.summary.create_file_writer(os.path.join(config.model_dir, "eval"))
-            with writer.as_default(step=int(self.global_step.numpy())):
+            with writer.as_default(step=int(global_step.numpy())):
                 for key in ("top1_accuracy", "top5_accuracy", "ema_top1_accuracy", "ema_top5_accuracy",
                             "eval_throughput"):
                     if key in results:
@@ -331,7 +317,7 @@ class Runner:
             writer.close()
         log.print("Model evaluation finished")
         if export_dir:
-            self.exported_path = export.save_saved_model(self.model, config.input_size, export_dir)
+            self.exported_path = export.save_saved_model(model, config.input_size, export_dir)
             log.log(step=(), data={"export_dir": self.exported_path})
         return results
 
@@ -366,16 +352,17 @@ class Runner:
     def _evaluate_averages(self, info, eval_step, dataset, num_steps, export_dir):
         """The same images through the checkpoint's EMA weights: {ema_top1_accuracy, ema_top5_accuracy}. The model
         keeps the EMA weights afterwards when --use_ema_weights asks to export them, else gets its raw ones back."""
-        raw = [tf.identity(v) for v in self.model.variables]
-        count = checkpoint_io.load_averages(self.model, info, self.config.arch,
-                                            checkpoint_io.describe_model(self.config.arch, self.config.num_classes))
+        model, _ = self.inference_model()
+        raw = [tf.identity(v) for v in model.variables]
+        count = checkpoint.load_averages(model, info, self.config.arch,
+                                         checkpoint.describe_model(self.config.arch, self.config.num_classes))
         self.logger.print("Evaluating the EMA weights of {} too ({} averaged variables)".format(info.path, count))
         top1, top5, seen, _ = self._evaluation_pass(eval_step, iter(dataset), num_steps,
                                                     ThroughputMeter(1, 0), is_benchmark=False)
         if export_dir and self.config.use_ema_weights:
             self.logger.print("Exporting the EMA weights (--use_ema_weights)")
         else:
-            for variable, value in zip(self.model.variables, raw):
+            for variable, value in zip(model.variables, raw):
                 variable.assign(value)
         return {"ema_top1_accuracy": top1 / max(seen, 1), "ema_top5_accuracy": top5 / max(seen, 1)}
 
@@ -390,7 +377,8 @@ class Runner:
             predict.check_image(files[0], config.image_size)
         self.restore_for_inference(required=True, ema=config.use_ema_weights)
         class_names = predict.load_class_names(labels_file, config)
-        return predict.predict_files(train_step.make_predict_step(self.model, config.image_size), files,
+        model, _ = self.inference_model()
+        return predict.predict_files(train_step.make_predict_step(model, config.image_size), files,
                                      config.image_size, config.batch_size, class_names)
 
 

@@ -35,7 +35,7 @@ TRAINING_STATE = ("quantize", "symmetric", "use_qdq", "quant_delay", "moving_ave
 class RunSettings:
     """What a run of main.py is: its resolved configuration and what it reads."""
     config: RunConfig
-    checkpoint: Any = None              # model/checkpoint_io.CheckpointInfo restored from model_dir, or None
+    checkpoint: Any = None              # model/checkpoint.CheckpointInfo restored from model_dir, or None
     finetune: Any = None                # CheckpointInfo of --finetune_checkpoint when this run fine-tunes from it
     data: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # {split: utils/dataset_manifest.SplitFacts}
     adopted: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # {field: value} taken from a checkpoint
@@ -51,7 +51,7 @@ class RunSettings:
 
 
 def training_state(config):
-    """{field: value} of the training state a checkpoint records (model/checkpoint_io.metadata), so a resume
+    """{field: value} of the training state a checkpoint records (model/checkpoint.metadata), so a resume
     continues it."""
     return {name: getattr(config, name) for name in TRAINING_STATE}
 
@@ -128,13 +128,13 @@ def reconcile(current: Mapping[str, Any], recorded: Mapping[str, Any], given, fl
 
 def _checkpoint_read_by(config, log):
     """(CheckpointInfo of model_dir's newest complete checkpoint, or None; whether this run resumes it)."""
-    from model import checkpoint_io
+    from model import checkpoint
     if config.mode == "training_benchmark":  # trains from scratch and writes nothing
         return None, False
-    path = checkpoint_io.latest_checkpoint(config.model_dir, warn=log)
+    path = checkpoint.latest_checkpoint(config.model_dir, warn=log)
     if path is None:
         return None, False
-    return checkpoint_io.inspect(path), config.mode in TRAINING_MODES
+    return checkpoint.inspect(path), config.mode in TRAINING_MODES
 
 
 def _model_changes(config, info, given, log):
@@ -189,9 +189,9 @@ def _training_state_changes(config, info, given, log):
 
 def _finetune_changes(config, given, log):
     """--finetune_checkpoint: its architecture unless --arch is given (any class count: a new classifier)."""
-    from model import checkpoint_io
-    info = checkpoint_io.inspect(checkpoint_io.find_checkpoint(config.finetune_checkpoint, "--finetune_checkpoint",
-                                                               warn=log))
+    from model import checkpoint
+    info = checkpoint.inspect(checkpoint.find_checkpoint(config.finetune_checkpoint, "--finetune_checkpoint",
+                                                         warn=log))
     changes = {}
     if info.arch is not None and "arch" not in given and info.arch != config.arch:
         changes["arch"] = info.arch

@@ -59,8 +59,10 @@ def quantization_config(config):
     return QuantizationConfig.from_flags(config.quantize, config.symmetric, config.use_qdq, config.quant_delay)
 
 
-def build_model(config, platform=Platform(), precision=Precision()):
-    """The model of the run configuration (call it inside the distribution strategy's scope)."""
+def build_model(config, platform=Platform(), precision=Precision(), purpose="train", kernels=None):
+    """The model of the run configuration (call it inside the distribution strategy's scope). `purpose` ("train",
+    "inference" or "export") picks its conv formulations with `platform`, `kernels` (a model.kernels.Kernels)
+    overrides them (model/resnet.build_model)."""
     from model import resnet
     return resnet.build_model(
         config.arch,
@@ -73,5 +75,7 @@ def build_model(config, platform=Platform(), precision=Precision()):
         image_size=config.input_size,
         seed=config.seed,
         platform=platform,
+        purpose=purpose,
+        kernels=kernels,
         quantization=quantization_config(config),
     )

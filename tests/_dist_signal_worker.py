@@ -1,4 +1,4 @@
-"""Worker for the launcher tests of tests/test_distributed.py (no TensorFlow, starts in milliseconds).
+"""Worker for the launcher tests of tests/test_launch.py (no TensorFlow, starts in milliseconds).
 
     python tests/_dist_signal_worker.py OUT_DIR MODE
 MODE "die":  rank 1 kills itself with SIGKILL after 1 s; rank 0 sleeps (the launcher must stop it).

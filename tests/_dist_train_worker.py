@@ -2,10 +2,10 @@
 
     python tests/_dist_train_worker.py WEIGHTS_DIR <main.py flags>
 
-Runs main.py unchanged; when training ends (or fails), writes WEIGHTS_DIR/weights-rank<R>.json with sha256 sums of
-the trainable and optimizer variables (identical on all workers after correct steps) and of the other variables
-(BN moving statistics: each worker's own batches, as in the original; rank 0's are saved). The optimizer is
-captured by wrapping utils.optimizers.build_optimizer, so nothing of this lives in the training code.
+Runs main.py's `run` with a Runner that, when training ends (or fails), writes WEIGHTS_DIR/weights-rank<R>.json
+with sha256 sums of the trainable and optimizer variables of its TrainState (identical on all workers after correct
+steps) and of the other variables (BN moving statistics: each worker's own batches, as in the original; rank 0's
+are saved).
 """
 
 import hashlib
@@ -26,36 +26,42 @@ def _checksum(variables):
     return digest.hexdigest()
 
 
-def run(weights_dir, argv):
-    quiet.setup(argv)  # as main.py run as a script: before TensorFlow is imported
-    import main
-    from runtime import runner as runner_module
-    from utils import optimizers
-    captured = {}
-    build_optimizer = optimizers.build_optimizer
-    train = runner_module.Runner.train
+def recording_runner(weights_dir):
+    from runtime.runner import Runner
 
-    def capturing_build_optimizer(*args, **kwargs):
-        captured["optimizer"] = build_optimizer(*args, **kwargs)
-        return captured["optimizer"]
+    class RecordingRunner(Runner):
+        def train(self, *args, **kwargs):
+            try:
+                return super().train(*args, **kwargs)
+            finally:
+                if self.state is not None:
+                    self._record(self.state)
 
-    def recording_train(self, *args, **kwargs):
-        try:
-            return train(self, *args, **kwargs)
-        finally:
+        def _record(self, state):
             distribution = self.distribution
             os.makedirs(weights_dir, exist_ok=True)
             record = {"rank": distribution.rank, "size": distribution.size, "backend": distribution.backend,
-                      "step": int(self.global_step.numpy()), "num_replicas": distribution.num_replicas,
-                      "trainable_sha256": _checksum(self.model.trainable_variables + captured["optimizer"].variables),
-                      "other_sha256": _checksum(self.model.non_trainable_variables + [self.global_step])}
+                      "step": int(state.global_step.numpy()), "num_replicas": distribution.num_replicas,
+                      "trainable_sha256": _checksum(state.model.trainable_variables + state.optimizer.variables),
+                      "other_sha256": _checksum(state.model.non_trainable_variables + [state.global_step])}
             path = os.path.join(weights_dir, "weights-rank{}.json".format(distribution.rank))
             with open(path, "w", encoding="utf-8") as handle:
                 json.dump(record, handle)
 
-    optimizers.build_optimizer = capturing_build_optimizer
-    runner_module.Runner.train = recording_train
-    return main.main(argv)
+    return RecordingRunner
+
+
+def run(weights_dir, argv):
+    quiet.setup(argv)  # as main.py run as a script: before TensorFlow is imported
+    import main
+    from utils.errors import command
+    runner_class = recording_runner(weights_dir)
+
+    @command
+    def worker(argv):
+        return main.run(argv, runner_class=runner_class)
+
+    return worker(argv)
 
 
 if __name__ == "__main__":

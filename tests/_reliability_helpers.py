@@ -1,7 +1,6 @@
-"""Shared pieces of the reliability tests (tests/test_reliability_*.py): run main.py in subprocesses, watch them,
-signal or kill them at chosen moments, and compare checkpoints tensor by tensor."""
+"""Shared pieces of the reliability tests (tests/test_reliability_*.py): run main.py (in subprocesses where they
+are signalled or killed at chosen moments, in-process otherwise), and compare checkpoints tensor by tensor."""
 import glob
-import json
 import os
 import signal
 import subprocess
@@ -10,6 +9,8 @@ import time
 
 import numpy as np
 
+from tests._cli import child_env, main_in_process, run_script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_CLASSES = 11  # tests/_data_helpers.py writes labels 1..10
 SMALL = ["--num_classes", str(NUM_CLASSES), "--image_size", "32", "--weight_init", "fan_in",
@@ -17,19 +18,12 @@ SMALL = ["--num_classes", str(NUM_CLASSES), "--image_size", "32", "--weight_init
 
 
 def env(**extra):
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", **extra)
+    return child_env(**extra)
 
 
 def run(args, check=True, timeout=900, umask=None, script="main.py"):
-    """Runs `python <script> args` (script may be "-m package.module") to completion; `umask` is applied in the
-    child before exec."""
-    preexec = (lambda: os.umask(umask)) if umask is not None else None
-    result = subprocess.run([sys.executable, *script.split(), *map(str, args)], cwd=ROOT, env=env(), capture_output=True,
-                            text=True, timeout=timeout, preexec_fn=preexec)
-    if check and result.returncode != 0:
-        raise AssertionError("{} failed ({}):\n{}\n{}".format(script, result.returncode, result.stdout[-3000:],
-                                                             result.stderr[-3000:]))
-    return result
+    """`python <script> args` in a child process (tests/_cli.run_script)."""
+    return run_script(script, *args, check=check, timeout=timeout, umask=umask)
 
 
 class Process:
@@ -115,11 +109,11 @@ def assert_checkpoints_identical(path_a, path_b):
     return len(a)
 
 
-def run_cases(cases, timeout=900):
-    """Runs several `main.main(argv)` calls in ONE subprocess (one TensorFlow import for all) through
-    tests/_reliability_cases.py; returns [{"rc", "out", "err"}] in order."""
-    result = subprocess.run([sys.executable, "tests/_reliability_cases.py", json.dumps(
-        [[str(a) for a in case] for case in cases])], cwd=ROOT, env=env(), capture_output=True, text=True,
-        timeout=timeout)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+def run_cases(cases):
+    """Several main.py runs that each end in a message, called in this process (tests/_cli.main_in_process);
+    [{"rc", "out", "err"}] in order."""
+    results = []
+    for case in cases:
+        result = main_in_process(*case, check=False)
+        results.append({"rc": result.returncode, "out": result.stdout, "err": result.stderr})
+    return results

@@ -5,11 +5,17 @@ end of the session, one run needs ~13 GB under the temporary directory. Each pas
 removed when the test ends, and whatever a test module made under the base temporary directory (its module
 fixtures' directories included) when the module ends. The directories of a failed test, or of a module in
 which a test failed, stay for inspection.
+
+`trained_run` is the one training run the test files share: main.py's training of a small ResNet-50 (5 classes,
+32 px, one step). It lives for the whole session (per pytest-xdist worker); tests copy it (`copy_run`) before they
+resume or change it.
 """
 
 import shutil
 
 import pytest
+
+SESSION_PREFIX = "session-"
 
 _FAILED = pytest.StashKey[bool]()
 
@@ -35,4 +41,28 @@ def _remove_module_temporaries(request, tmp_path_factory):
     if getattr(request.module, "_tmp_failed", False):
         return
     for path in set(base.iterdir()) - before:
-        shutil.rmtree(path, ignore_errors=True)
+        if not path.name.startswith(SESSION_PREFIX):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """{"data_dir", "model_dir", "flags"}: data_dir holds 2 train shards of 8 and a validation shard of 6 images
+    (40 px, labels 1..5); model_dir holds main.py's checkpoints 0 and 1 of `--mode train` with `flags` (5 classes,
+    32 px, batch 4, seed 1). Read-only: copy it with `copy_run` to go on from it."""
+    from tests._cli import main_in_process
+    from tests._data_helpers import write_tfrecord_shards
+    root = tmp_path_factory.mktemp(SESSION_PREFIX + "trained_run")
+    data_dir, model_dir = root / "data", root / "run"
+    write_tfrecord_shards(str(data_dir), "train", 2, 8, 40, num_classes=6)
+    write_tfrecord_shards(str(data_dir), "validation", 1, 6, 40, num_classes=6, seed=1)
+    flags = ("--num_classes", 5, "--image_size", 32, "--batch_size", 4, "--iter_unit", "batch", "--seed", 1,
+             "--display_every", 1, "--no_progress")
+    main_in_process("--mode", "train", "--data_dir", data_dir, "--results_dir", model_dir, "--num_iter", 1, *flags)
+    return {"data_dir": data_dir, "model_dir": model_dir, "flags": flags}
+
+
+def copy_run(run, destination):
+    """A copy of `run`'s model_dir (trained_run) at `destination`, to resume or change."""
+    shutil.copytree(run["model_dir"], destination)
+    return destination

@@ -2,8 +2,6 @@
 inference_benchmark, a checkpoint missing a variable, settings read from the checkpoint, transfer learning from a
 1001-class model to the embedded 10-class data."""
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,8 +10,10 @@ from PIL import Image
 
 from model import resnet
 from model.checkpoint_names import tf1_variable_map
+from tests._cli import main_in_process, run_script, tool_in_process
 from tests._data_helpers import write_tfrecord_shards
-from tests.test_checkpoint_io import randomise, save_named
+from tests.conftest import copy_run
+from tests._checkpoint_helpers import randomise, save_named
 from tests.test_checkpoint_names import write_tf1_checkpoint
 from utils import data_utils
 
@@ -23,9 +23,7 @@ SIZE = 32
 
 
 def run_main(*args):
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, "main.py", *map(str, args)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)
+    return main_in_process(*args, check=False)
 
 
 def model_with_real_logits(num_classes=NUM_CLASSES, seed=3):
@@ -116,8 +114,10 @@ def test_a_checkpoint_missing_one_variable_is_one_line_and_exit_2(tf1_model_dir,
     directory = tmp_path / "broken"
     directory.mkdir()
     write_tf1_checkpoint(str(directory), broken)
-    result = run_main("--mode", "predict", "--model_dir", directory, "--results_dir", tmp_path, "--to_predict",
-                      photos, "--num_classes", NUM_CLASSES, "--image_size", SIZE, "--batch_size", 2, "--cpu")
+    # In a child process: the stderr that TensorFlow's restore warnings would flood is the process's own.
+    result = run_script("main.py", "--mode", "predict", "--model_dir", directory, "--results_dir", tmp_path,
+                        "--to_predict", photos, "--num_classes", NUM_CLASSES, "--image_size", SIZE, "--batch_size", 2,
+                        "--cpu", check=False)
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
     assert errors == [result.stderr.strip().splitlines()[-1]]
@@ -146,16 +146,14 @@ def test_predict_takes_settings_from_the_checkpoint_and_refuses_contradictions(p
 @pytest.mark.slow
 def test_finetune_from_1001_classes_onto_the_embedded_10_class_data(tmp_path):
     source = model_with_real_logits(num_classes=1001, seed=4)
-    from model import checkpoint_io
-    entries = dict(checkpoint_io.model_entries(source, "resnet50"), global_step=tf.constant(500, tf.int64))
+    from model import checkpoint
+    entries = dict(checkpoint.model_entries(source, "resnet50"), global_step=tf.constant(500, tf.int64))
     (tmp_path / "imagenet").mkdir()
-    checkpoint_io.write(str(tmp_path / "imagenet" / "model.ckpt-500"), entries,
-                        checkpoint_io.metadata("resnet50", 1001, SIZE, False, False))
+    checkpoint.write(str(tmp_path / "imagenet" / "model.ckpt-500"), entries,
+                     checkpoint.metadata("resnet50", 1001, SIZE, False, False))
     data = tmp_path / "data"
-    prep = subprocess.run([sys.executable, "-m", "dataprep.fashion_mnist", "--out", str(data), "--image_size",
-                           str(SIZE), "--train_count", "64", "--val_count", "16", "--no_progress"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
-    assert prep.returncode == 0, prep.stderr[-2000:]
+    tool_in_process("dataprep.fashion_mnist", "--out", data, "--image_size", SIZE, "--train_count", 64,
+                    "--val_count", 16, "--no_progress")
     result = run_main("--mode", "train", "--data_dir", data, "--results_dir", tmp_path / "tuned", "--num_classes", 10,
                       "--image_size", SIZE, "--batch_size", 8, "--num_iter", 1, "--iter_unit", "batch", "--cpu",
                       "--finetune_checkpoint", tmp_path / "imagenet", "--no_progress", "--lr_warmup_epochs", 0)
@@ -213,8 +211,8 @@ def _write_from_layout(directory, layout):
     os.makedirs(directory, exist_ok=True)
     prefix = os.path.join(directory, "model.ckpt-{}".format(layout["metadata"]["step"]))
     tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors)
-    from model import checkpoint_io
-    checkpoint_io.write_state_file(directory, [os.path.basename(prefix)])
+    from model import checkpoint
+    checkpoint.write_state_file(directory, [os.path.basename(prefix)])
     return prefix
 
 
@@ -223,14 +221,14 @@ def test_a_checkpoint_of_the_main_before_the_runtime_redesign_resumes_and_evalua
     training writes the same tensors, and such a checkpoint resumes training (optimizer state included) and is
     evaluated from the CLI."""
     import json
-    from model import checkpoint_io
+    from model import checkpoint
     from utils.optimizers import build_optimizer
     from utils.precision import Precision
     layout = json.load(open(LAYOUT))
     model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE)
     optimizer = build_optimizer(0.1, 0.9, Precision())
     optimizer.build(model.trainable_variables)
-    entries = checkpoint_io.training_entries(model, optimizer, tf.Variable(0, dtype=tf.int64), "resnet50")
+    entries = checkpoint.training_entries(model, optimizer, tf.Variable(0, dtype=tf.int64), "resnet50")
     written = {key: [list(variable.shape), tf.as_dtype(variable.dtype).name] for key, variable in entries.items()}
     assert written == {key: value for key, value in layout["tensors"].items() if key != "checkpoint_metadata"}
 
@@ -245,11 +243,12 @@ def test_a_checkpoint_of_the_main_before_the_runtime_redesign_resumes_and_evalua
     assert "Restored 267 of 267 variables" in result.stdout and "with the optimizer state" in result.stdout
     assert "Current step: 2" in result.stdout
     assert "top1_accuracy" in result.stdout
-    assert checkpoint_io.latest_checkpoint(str(results)).endswith("model.ckpt-3")
+    assert checkpoint.latest_checkpoint(str(results)).endswith("model.ckpt-3")
 
 
 # ---------------------------------------------------------------- one checkpoint through every tool
 def _in_process_main(*args):
+    """main.py's exit status, its output left to capsys."""
     import main
     return main.main([str(arg) for arg in args])
 
@@ -260,15 +259,15 @@ def test_every_tool_reads_a_32px_10_class_checkpoint_as_trained(tmp_path, capsys
     scores on the validation images exactly what evaluate scores."""
     import export_frozen_graph
     import inference
-    from model import checkpoint_io, export
+    from model import checkpoint as checkpoint_files, export
     from utils.logger import read_log
     model = model_with_real_logits(num_classes=10, seed=5)
     checkpoint = tmp_path / "run"
     checkpoint.mkdir()
-    entries = dict(checkpoint_io.model_entries(model, "resnet50"), global_step=tf.constant(9, tf.int64))
-    prefix = checkpoint_io.write(str(checkpoint / "model.ckpt-9"), entries,
-                                 dict(checkpoint_io.metadata("resnet50", 10, SIZE, False, False), step=9))
-    checkpoint_io.write_state_file(str(checkpoint), ["model.ckpt-9"])
+    entries = dict(checkpoint_files.model_entries(model, "resnet50"), global_step=tf.constant(9, tf.int64))
+    prefix = checkpoint_files.write(str(checkpoint / "model.ckpt-9"), entries,
+                                    dict(checkpoint_files.metadata("resnet50", 10, SIZE, False, False), step=9))
+    checkpoint_files.write_state_file(str(checkpoint), ["model.ckpt-9"])
     data = tmp_path / "data"
     write_tfrecord_shards(str(data), "validation", 1, 16, 40, num_classes=11, seed=2)  # labels 1..10
 
@@ -310,7 +309,8 @@ def test_every_tool_reads_a_32px_10_class_checkpoint_as_trained(tmp_path, capsys
 
 
 @pytest.mark.slow
-def test_a_qat_run_resumed_without_quantize_keeps_its_ranges_and_a_float_one_may_start_qat(tmp_path, capsys):
+def test_a_qat_run_resumed_without_quantize_keeps_its_ranges_and_a_float_one_may_start_qat(tmp_path, capsys,
+                                                                                           trained_run):
     data = tmp_path / "data"
     write_tfrecord_shards(str(data), "train", 1, 16, 40, num_classes=NUM_CLASSES + 1)
     common = ["--mode", "train", "--data_dir", data, "--batch_size", 4, "--iter_unit", "batch", "--no_progress",
@@ -328,9 +328,7 @@ def test_a_qat_run_resumed_without_quantize_keeps_its_ranges_and_a_float_one_may
     assert restored[0].startswith(f"Restored {total} of {total} variables") and total > 267
     assert any("quant" in name for name in tf.train.list_variables(str(qat / "model.ckpt-2")) for name in name[:1])
 
-    assert _in_process_main(*common, "--results_dir", plain, "--num_iter", 1, "--num_classes", NUM_CLASSES,
-                            "--image_size", SIZE) == 0
-    capsys.readouterr()
+    copy_run(trained_run, plain)  # a float run of one step, NUM_CLASSES classes at SIZE
     assert _in_process_main(*common, "--results_dir", plain, "--num_iter", 2, "--quantize") == 0
     out = capsys.readouterr().out
     assert f"Checkpoint {plain}/model.ckpt-1 has no quantisation ranges: quantisation-aware training starts at its " \

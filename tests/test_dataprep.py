@@ -13,7 +13,6 @@ import os
 import random
 import re
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -22,6 +21,7 @@ from PIL import Image
 
 from dataprep import build_tfrecords, dali_index, fashion_mnist, make_dali_index, process_bounding_boxes, records
 from tests import _dataprep_helpers as h
+from tests._cli import main_in_process, tool_in_process
 from utils.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -170,24 +170,16 @@ def test_imagenet_subset_defaults_train_with_the_exact_sample_count(tmp_path):
     """Real photos in train/<wnid>/ + validation/<wnid>/ -> dataprep defaults -> train_and_evaluate from the CLI."""
     counts = h.make_imagenet_subset(str(tmp_path / "src"), train_per_class=13, val_per_class=4)  # 39 / 12
     out = tmp_path / "tfrecords"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    prep = subprocess.run([sys.executable, "-m", "dataprep.build_tfrecords",
-                           "--train_directory", str(tmp_path / "src" / "train"),
-                           "--validation_directory", str(tmp_path / "src" / "validation"),
-                           "--output_directory", str(out)], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert prep.returncode == 0, prep.stdout + prep.stderr
+    tool_in_process("dataprep.build_tfrecords", "--train_directory", tmp_path / "src" / "train",
+                    "--validation_directory", tmp_path / "src" / "validation", "--output_directory", out)
     for split in ("train", "validation"):
         sizes = [len(h.parse_framing(p)) for p in h.shard_paths(str(out), split)]
         assert len(sizes) == 2 and min(sizes) >= 1 and sum(sizes) == counts[split], (split, sizes)
 
     batch = 8
-    run = subprocess.run([sys.executable, "main.py", "--mode", "train_and_evaluate", "--data_dir", str(out),
-                          "--image_size", "32", "--batch_size", str(batch), "--num_iter", "1", "--iter_unit", "epoch",
-                          "--cpu", "--no_progress", "--results_dir", str(tmp_path / "results"),
-                          "--model_dir", str(tmp_path / "model")], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=900)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run = main_in_process("--mode", "train_and_evaluate", "--data_dir", out, "--image_size", 32, "--batch_size", batch,
+                          "--num_iter", 1, "--iter_unit", "epoch", "--cpu", "--no_progress", "--results_dir",
+                          tmp_path / "results", "--model_dir", tmp_path / "model")
     assert f"Training samples: {counts['train']} (from 2 files)" in run.stdout
     assert f"Validation samples: {counts['validation']} (from 2 files)" in run.stdout
     steps_per_epoch = re.search(r"^Steps per Epoch (\S+)$", run.stdout, re.M).group(1)

@@ -1,25 +1,22 @@
 """export_frozen_graph.py, export_onnx.py and model/export.py: frozen graphs and ONNX models equal the Keras model."""
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import export_frozen_graph
-from model import checkpoint_io, export, resnet
+from model import checkpoint, export, resnet
 from model.layers.quantization import QuantizationConfig
+from tests._cli import child_env, run_script, tool_in_process
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZE = 32
 NUM_CLASSES = 7
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
 
 
 def run_cli(script, *args):
-    return subprocess.run([sys.executable, script, *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                          timeout=600)
+    """`python <script> args` called in-process (tests/_cli.py)."""
+    return tool_in_process(script.removesuffix(".py"), *args, check=False)
 
 
 def images(batch=2, seed=0):
@@ -58,11 +55,11 @@ def keras_probabilities(model, inputs):
 
 
 def save_checkpoint(model, directory, use_final_conv=False, input_normalized=False):
-    """The runner's checkpoint format (model/checkpoint_io.py), weights and step only."""
+    """The runner's checkpoint format (model/checkpoint/), weights and step only."""
     arch = model.name
-    entries = dict(checkpoint_io.model_entries(model, arch), global_step=tf.constant(7, tf.int64))
-    meta = checkpoint_io.metadata(arch, NUM_CLASSES, SIZE, use_final_conv, input_normalized)
-    return checkpoint_io.write(os.path.join(directory, "model.ckpt-7"), entries, meta)
+    entries = dict(checkpoint.model_entries(model, arch), global_step=tf.constant(7, tf.int64))
+    meta = checkpoint.metadata(arch, NUM_CLASSES, SIZE, use_final_conv, input_normalized)
+    return checkpoint.write(os.path.join(directory, "model.ckpt-7"), entries, meta)
 
 
 def randomise_bn(model, seed=1):
@@ -75,11 +72,11 @@ def randomise_bn(model, seed=1):
             variable.assign(rng.normal(0, 0.2, variable.shape).astype("float32"))
 
 
-# SE-ResNeXt101 is ResNeXt101 plus the SE layers (same grouped convs, same names otherwise): it covers both, and a
-# separate ResNeXt101 run would add ~2.5 minutes of tf2onnx time for no new op (test_checkpoint_names and test_model
-# cover ResNeXt101's own names and shapes).
-@pytest.mark.parametrize("arch", ["resnet50", pytest.param("se-resnext101-32x4d", marks=pytest.mark.slow)])
-def test_frozen_graph_and_onnx_equal_keras(arch, tmp_path):
+@pytest.mark.parametrize("arch", ["resnet50", "se-resnext101-32x4d"])
+def test_frozen_graph_equals_keras_and_resnet50_onnx_too(arch, tmp_path):
+    """The whole export of each model family: SE-ResNeXt101 is ResNeXt101 plus the SE layers (same grouped convs,
+    same names otherwise), so it covers both. Its 1,127 per-group convolutions take tf2onnx minutes: the ONNX
+    conversion of grouped convolutions and SE is checked on a small model of the same blocks below."""
     model = resnet.build_model(arch, num_classes=NUM_CLASSES, image_size=SIZE, seed=3)
     randomise_bn(model)
     prefix = save_checkpoint(model, tmp_path)
@@ -91,6 +88,27 @@ def test_frozen_graph_and_onnx_equal_keras(arch, tmp_path):
     reloaded = load_graph_def(output)
     got = run_graph_def(reloaded, x, output=f"{arch}/output/softmax")
     np.testing.assert_allclose(got, expected, atol=1e-5)
+    if arch == "resnet50":
+        onnx_path = tmp_path / "frozen.onnx"
+        export.to_onnx(str(output), str(onnx_path))
+        np.testing.assert_allclose(onnx_probabilities(onnx_path, x), expected, atol=1e-4)
+
+
+def test_grouped_convolutions_and_se_convert_to_onnx_equal_keras(tmp_path, monkeypatch):
+    """SE-ResNeXt's blocks (32 groups of 4 channels, SE) in a two-block model: frozen graph and ONNX equal Keras."""
+    monkeypatch.setitem(resnet.ARCHITECTURES, "small-se-resnext",
+                        resnet.ArchSpec(layers=(1, 1), widths=(128, 256), expansions=2, cardinality=32, use_se=True))
+    model = resnet.build_model("small-se-resnext", num_classes=NUM_CLASSES, image_size=SIZE, seed=3,
+                               purpose="export")
+    randomise_bn(model)
+    x = images()
+    expected = keras_probabilities(model, x)
+    graph_def = export.frozen_graph(model, "small-se-resnext", SIZE)
+    assert sum(n.op == "Conv2D" for n in graph_def.node) == 1 + 2 * (2 + 32 + 1)  # stem; 1x1, groups, 1x1, shortcut
+    output = tmp_path / "frozen.pb"
+    export.write_graph_def(graph_def, str(output), as_text=False)
+    np.testing.assert_allclose(run_graph_def(graph_def, x, output="small-se-resnext/output/softmax"), expected,
+                               atol=1e-5)
     onnx_path = tmp_path / "frozen.onnx"
     export.to_onnx(str(output), str(onnx_path))
     np.testing.assert_allclose(onnx_probabilities(onnx_path, x), expected, atol=1e-4)
@@ -132,7 +150,7 @@ def test_quantized_eval_graph_matches_quantized_keras_and_has_qdq_in_onnx(tmp_pa
     evaluator = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE,
                                    quantization=QuantizationConfig(symmetric=True, use_qdq=True,
                                                                    quantized_inference=True))
-    assert checkpoint_io.load(evaluator, prefix, "resnet50").restored == len(evaluator.variables)
+    assert checkpoint.load(evaluator, prefix, "resnet50").restored == len(evaluator.variables)
     x = images(seed=9)
     expected = keras_probabilities(evaluator, x)
     np.testing.assert_allclose(run_graph_def(graph_def, x), expected, atol=1e-5)
@@ -147,8 +165,9 @@ def test_quantized_eval_graph_matches_quantized_keras_and_has_qdq_in_onnx(tmp_pa
 
 
 def test_saved_model_to_onnx(tmp_path):
-    """The model as built for training converts: forward-only calls already run plain Conv2D ops."""
-    model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE, seed=8)
+    """A model built for inference (as main.py's SavedModel export builds it) converts: its convs are plain Conv2D
+    ops (model/kernels.py)."""
+    model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE, seed=8, purpose="inference")
 
     module = tf.Module()
     module.model = model
@@ -160,7 +179,9 @@ def test_saved_model_to_onnx(tmp_path):
 
     tf.saved_model.save(module, str(tmp_path / "sm"), signatures={"serving_default": serve})
     onnx_path = tmp_path / "sm.onnx"
-    result = run_cli("export_onnx.py", "--input", str(tmp_path / "sm"), "--output", str(onnx_path))
+    # In a child process: tf2onnx's deprecation notices would go to the process's stderr.
+    result = run_script("export_onnx.py", "--input", tmp_path / "sm", "--output", onnx_path, check=False,
+                        env=child_env(TF_CPP_MIN_LOG_LEVEL="3"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("Wrote {} (opset 17".format(onnx_path))
     assert result.stderr == ""  # no TensorFlow deprecation notices from tf2onnx's calls (model/export.py)

@@ -1,19 +1,18 @@
 """The training extensions from the CLI (docs/EXTENSIONS.md): all of them at once in train_and_evaluate, the EMA
 through checkpoints, resume, evaluation, predict and the export tools, and the flag checks."""
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from PIL import Image
 
-from model import checkpoint_io, export, resnet
+from model import checkpoint, export, resnet
+from tests._cli import child_env, run_script, tool_in_process
 from tests._data_helpers import write_tfrecord_shards
+from tests.conftest import copy_run
 from utils.ema import EMA_SUFFIX
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLASSES, SIZE = 5, 32
 DATA_FLAGS = ("--num_classes", CLASSES, "--image_size", SIZE, "--batch_size", 4, "--iter_unit", "batch",
               "--seed", 1, "--display_every", 1, "--no_progress")
@@ -22,9 +21,8 @@ EXTENSIONS = ("--grad_accum_steps", 2, "--moving_average_decay", 0.9, "--augment
 
 
 def run(script, *args):
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, script, *map(str, args)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)
+    """`python <script> args` called in-process (tests/_cli.py)."""
+    return tool_in_process(script.removesuffix(".py"), *args, check=False)
 
 
 def checkpoint_values(prefix):
@@ -67,17 +65,17 @@ def test_every_extension_at_once_trains_evaluates_both_weights_and_exports_the_e
     prefix = str(results / "model.ckpt-3")
     values = checkpoint_values(prefix)
     model = resnet.build_model("resnet50", num_classes=CLASSES, image_size=SIZE)
-    averaged = checkpoint_io.average_keys(model, "resnet50")
+    averaged = checkpoint.average_keys(model, "resnet50")
     assert len(averaged) == len(resnet.averaged_variables(model)) == len(model.variables)
     assert set(averaged) <= set(values)
     assert sum(key.endswith(EMA_SUFFIX) for key in values) == len(averaged)
     raw_key = "resnet50/conv2d/conv2d/kernel"
     assert not np.allclose(values[raw_key], values[raw_key + EMA_SUFFIX])
     # The exported SavedModel holds the EMA weights: its outputs are those of a model loaded with them.
-    info = checkpoint_io.inspect(prefix)
+    info = checkpoint.inspect(prefix)
     assert info.has_weight_averages
-    checkpoint_io.restore_model(model, info, "resnet50", "test")
-    checkpoint_io.load_averages(model, info, "resnet50", "test")
+    checkpoint.restore_model(model, info, "resnet50", "test")
+    checkpoint.load_averages(model, info, "resnet50", "test")
     exported = [os.path.join(results / "export", name) for name in os.listdir(results / "export")]
     _, serve = export.load_serving_signature(exported[0])
     images = np.random.default_rng(0).uniform(0, 255, (2, SIZE, SIZE, 3)).astype("f4")
@@ -105,7 +103,8 @@ def test_resumed_ema_continues_the_recurrence_from_the_checkpoint(trained, data_
 
 
 @pytest.mark.slow
-def test_ema_weights_in_predict_and_the_frozen_graph_and_refused_without_them(trained, data_dir, tmp_path):
+def test_ema_weights_in_predict_and_the_frozen_graph_and_refused_without_them(trained, data_dir, tmp_path,
+                                                                              trained_run):
     results, first = trained
     assert first.returncode == 0
     photo = tmp_path / "photo.png"
@@ -120,10 +119,7 @@ def test_ema_weights_in_predict_and_the_frozen_graph_and_refused_without_them(tr
     assert graph.returncode == 0, graph.stderr[-2000:]
     assert "Using the EMA weights of" in graph.stdout
     # A run without --moving_average_decay: its checkpoint has no EMA, and asking for it is an error.
-    plain = tmp_path / "plain"
-    trained_plain = run("main.py", "--mode", "train", "--data_dir", data_dir, "--results_dir", plain, "--num_iter", 1,
-                        *DATA_FLAGS)
-    assert trained_plain.returncode == 0, trained_plain.stderr[-2000:]
+    plain = copy_run(trained_run, tmp_path / "plain")  # one step of CLASSES classes at SIZE, no EMA
     refused = run("main.py", "--mode", "evaluate", "--data_dir", data_dir, "--results_dir", plain, "--batch_size", 2,
                   "--export_dir", tmp_path / "e", "--use_ema_weights")
     assert refused.returncode == 2
@@ -176,13 +172,10 @@ def test_extension_flags_have_their_own_help_group_and_are_not_original():
 def test_extensions_under_the_mirrored_engine(data_dir, tmp_path):
     """Two logical CPU replicas (RN50_ENGINE=mirrored): the EMA and the accumulation run in the replica step and
     the effective batch counts both replicas."""
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", RN50_ENGINE="mirrored", RN50_CPU_REPLICAS="2")
-    result = subprocess.run(
-        [sys.executable, "main.py", "--mode", "train_and_evaluate", "--data_dir", str(data_dir), "--results_dir",
-         str(tmp_path), "--num_iter", "2", *map(str, DATA_FLAGS), "--grad_accum_steps", "2",
-         "--moving_average_decay", "0.9", "--cutmix", "1.0"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # In a child process: the logical CPU devices are set before TensorFlow starts.
+    result = run_script("main.py", "--mode", "train_and_evaluate", "--data_dir", data_dir, "--results_dir", tmp_path,
+                        "--num_iter", 2, *DATA_FLAGS, "--grad_accum_steps", 2, "--moving_average_decay", 0.9,
+                        "--cutmix", 1.0, env=child_env(RN50_ENGINE="mirrored", RN50_CPU_REPLICAS="2"))
     assert "Num GPUs 2" in result.stdout
     assert "effective batch 16" in result.stdout and "ema_top1_accuracy" in result.stdout
     values = checkpoint_values(str(tmp_path / "model.ckpt-2"))

@@ -1,23 +1,19 @@
 """GPU code paths run on CPU as far as TensorFlow allows (docs/GPU.md): float16 AMP with dynamic and static loss
-scaling (`--amp --amp_dtype float16`), from the CLI and at the train step. Marked `gpu_path`; they run in CI."""
+scaling (`--amp --amp_dtype float16`) from the CLI, the mirrored engine on two logical CPU devices. Marked `gpu_path`;
+they run in CI. Their unit tests are in test_precision.py (the AMP dtype, loss scaling at the train step),
+test_devices.py (GPU selection) and test_inputs.py (prefetch to the accelerator)."""
 
 import os
 import subprocess
 import sys
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from runtime import train_step
-from runtime.config import RunConfig
+from tests._cli import main_in_process
 from tests._data_helpers import write_tfrecord_shards
-from utils.devices import CPU, Platform
-from utils.errors import UserError
 from utils.logger import read_log
-from utils.optimizers import TF1Momentum
-from utils.precision import LossScaler, Precision
 
 pytestmark = pytest.mark.gpu_path
 
@@ -26,9 +22,7 @@ NUM_CLASSES = 5
 
 
 def run_main(*args):
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, "main.py", *map(str, args)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)
+    return main_in_process(*args, check=False)
 
 
 def train_args(data, results, *extra):
@@ -51,54 +45,12 @@ def data_dir(tmp_path_factory):
     return directory
 
 
-def test_amp_dtype_is_resolved_once_and_checked():
-    assert Precision.resolve(True, -1, CPU) == Precision("mixed_bfloat16", None)
-    assert Precision.resolve(True, -1, Platform(gpu=True)) == Precision("mixed_float16", "dynamic")
-    assert Precision.resolve(True, -1, CPU, "float16") == Precision("mixed_float16", "dynamic")
-    assert Precision.resolve(True, 128, CPU, "float16") == Precision("mixed_float16", "static", 128.0)
-    assert Precision.resolve(True, -1, Platform(gpu=True), "bfloat16") == Precision("mixed_bfloat16", None)
-    assert Precision.resolve(False, -1, CPU, None) == Precision()
-    with pytest.raises(UserError, match="--amp_dtype only takes effect with --amp"):
-        RunConfig(amp_dtype="float16")
-    with pytest.raises(UserError, match="--amp_dtype must be one of float16, bfloat16"):
-        RunConfig(amp=True, amp_dtype="float8")
-
-
-def test_dynamic_loss_scale_skips_a_non_finite_step_and_grows_after_its_interval():
-    """The train step of main.py with a float16 model: a step with non-finite gradients leaves the weights alone,
-    says it was skipped and halves the scale; `dynamic_growth_steps` good steps in a row double it."""
-    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(NUM_CLASSES, dtype="mixed_float16")])
-    optimizer = keras.optimizers.LossScaleOptimizer(TF1Momentum(0.1, 0.9), initial_scale=1024.0,
-                                                    dynamic_growth_steps=2)
-    optimizer.build(model.trainable_variables)
-    global_step = tf.Variable(0, dtype=tf.int64)
-    step = train_step.make_train_step(
-        model, optimizer, lambda: tf.constant(0.1), global_step, loss=train_step.LossSettings(NUM_CLASSES),
-        regularized=model.trainable_variables, scaler=LossScaler(Precision("mixed_float16", "dynamic"), optimizer),
-        reduce_gradients=lambda grads: grads, strategy=tf.distribute.get_strategy(),
-        mixup_seed=tf.constant(0, tf.int64))
-    images = tf.constant(np.random.default_rng(0).normal(0, 1, (4, 6)), tf.float32)
-    labels = tf.constant([0, 1, 2, 3], tf.int32)
-
-    outputs = [step(images, labels) for _ in range(3)]
-    assert [float(o["loss_scale"]) for o in outputs] == [1024.0, 1024.0, 2048.0]  # doubled after 2 good steps
-    assert not any(bool(o["skipped"]) for o in outputs)
-    before = [v.numpy().copy() for v in model.trainable_variables]
-    bad = step(tf.fill([4, 6], np.float32("inf")), labels)
-    assert bool(bad["skipped"]) and float(bad["loss_scale"]) == 2048.0
-    assert float(optimizer.dynamic_scale.numpy()) == 1024.0
-    for old, new in zip(before, model.trainable_variables):
-        np.testing.assert_array_equal(old, new.numpy())
-    assert int(global_step.numpy()) == 4  # a skipped step still counts, as the original's global step
-
-
 @pytest.mark.slow
 def test_float16_training_logs_skips_and_resumes_its_dynamic_loss_scale(tmp_path, data_dir):
     results = str(tmp_path / "results")
     first = run_main(*train_args(data_dir, results, "--num_iter", 6, "--run_iter", 3))
     assert first.returncode == 0, first.stderr[-2000:]
     assert "Mixed precision: mixed_float16, dynamic loss scaling" in first.stdout
-    assert "oneDNN" not in first.stderr
     scales = logged_scales(results)
     assert [s for s, _ in scales] == [1, 2, 3] and scales[0][1] == 2.0 ** 15
     # each logged scale is the previous one or half of it (a skipped step); no growth within 2000 steps
@@ -199,58 +151,6 @@ def test_mirrored_train_step_applies_the_mean_of_the_replicas_gradients():
     for before, after, a, b in zip(out["before"], out["after"], *per_replica):
         # first TF1-momentum step: w1 = w0 - lr * (mean of the two replicas' gradients), not their sum
         np.testing.assert_allclose(np.array(after), np.array(before) - 0.5 * (a + b) / 2, rtol=1e-5, atol=1e-6)
-
-
-@pytest.fixture
-def four_fake_gpus(monkeypatch):
-    """tf.config as it looks with four GPUs: what utils/devices.setup_devices asks for and sets is recorded."""
-    import types
-    from utils import devices
-    gpus = [types.SimpleNamespace(name="/physical_device:GPU:{}".format(i), device_type="GPU") for i in range(4)]
-    calls = {"visible": [], "growth": [], "logical": []}
-    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: gpus if kind == "GPU" else [])
-    monkeypatch.setattr(tf.config, "set_visible_devices",
-                        lambda chosen, kind=None: calls["visible"].append([d.name[-1] for d in chosen]))
-    monkeypatch.setattr(tf.config.experimental, "set_memory_growth",
-                        lambda device, on: calls["growth"].append(device.name[-1]))
-    monkeypatch.setattr(tf.config, "set_logical_device_configuration",
-                        lambda device, configs: calls["logical"].append((device.name[-1], configs[0].memory_limit)))
-    monkeypatch.setattr(devices, "gpu_total_memory_mb", lambda index: 16000)
-    return calls
-
-
-def test_device_selection_gives_each_process_the_gpus_its_engine_asks_for(four_fake_gpus):
-    from utils.devices import setup_devices
-    from utils.distributed import Engine
-    calls = four_fake_gpus
-    assert setup_devices(gpu_id=2) == Platform(gpu=True)  # --gpu_id alone
-    assert calls["visible"][-1] == ["2"] and calls["growth"] == ["2"]
-    setup_devices(engine=Engine("multi_worker", rank=5, size=8, local_rank=5))  # local rank 5 of 4 GPUs
-    assert calls["visible"][-1] == ["1"]
-    setup_devices(engine=Engine("mirrored"))  # one process drives them all
-    assert calls["visible"][-1] == ["0", "1", "2", "3"]
-    setup_devices(gpu_id=0, dali_memory_fraction=0.7)  # DALI: --gpu_memory_fraction of the GPU, not growth
-    assert calls["logical"] == [("0", int(16000 * 0.7))]
-    assert setup_devices(cpu=True) == CPU and calls["visible"][-1] == []  # --cpu hides every GPU
-    with pytest.raises(UserError, match="--gpu_id 4 but only 4 GPU"):
-        setup_devices(gpu_id=4)
-
-
-def test_prefetch_to_the_accelerator_stages_batches_on_the_platforms_device():
-    """Platform.prefetch_device is the GPU with one; a logical CPU device stands in for it here: the batches come
-    out unchanged from that device. No-op without such a device and for DALI (its batches are made on the GPU)."""
-    import types
-    from runtime.inputs import prefetch_to_accelerator
-    dataset = tf.data.Dataset.range(6).map(lambda i: (tf.fill([2, 2], tf.cast(i, tf.float32)), i)).batch(2)
-    assert prefetch_to_accelerator(dataset, CPU, uses_dali=False) is dataset
-    assert Platform(gpu=True).prefetch_device == "/device:GPU:0"
-    stand_in = types.SimpleNamespace(prefetch_device="/device:CPU:0")
-    assert prefetch_to_accelerator(dataset, stand_in, uses_dali=True) is dataset
-    staged = prefetch_to_accelerator(dataset, stand_in, uses_dali=False)
-    assert staged is not dataset
-    batches = list(staged)
-    assert [b[1].numpy().tolist() for b in batches] == [[0, 1], [2, 3], [4, 5]]
-    assert all(b[0].device.endswith("CPU:0") for b in batches)
 
 
 def test_sigterm_under_the_mirrored_engine_stops_after_the_step_with_a_checkpoint(tmp_path, data_dir):

@@ -1,21 +1,18 @@
-"""inference.py end to end (subprocess, small): tf and onnxruntime backends, random inputs and TFRecords, errors."""
+"""inference.py end to end (in-process, small): tf and onnxruntime backends, random inputs and TFRecords, errors."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+from tests._cli import tool_in_process
 from tests._data_helpers import write_tfrecord_shards
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
 SMALL = ["--image-size", "32", "--num-classes", "11", "--batch-size", "2", "--warmup-steps", "1"]
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "inference.py", *args], cwd=ROOT, env=ENV, capture_output=True,
-                          text=True, timeout=900)
+    """`python inference.py args` called in-process (tests/_cli.py)."""
+    return tool_in_process("inference", *args, check=False)
 
 
 def final_record(log_path):
@@ -30,7 +27,7 @@ def saved_model(tmp_path_factory):
     """A SavedModel written by model/export.save_saved_model (what main.py --export_dir writes)."""
     from model import export, resnet
     directory = str(tmp_path_factory.mktemp("export"))
-    model = resnet.build_model("resnet50", num_classes=11, image_size=32)
+    model = resnet.build_model("resnet50", num_classes=11, image_size=32, purpose="inference")
     return export.save_saved_model(model, 32, directory)
 
 

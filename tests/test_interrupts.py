@@ -37,15 +37,15 @@ def group_ends(pgid, timeout=20):
 def evaluation(tmp_path_factory):
     """A validation split and a model_dir holding a checkpoint of random weights (no training needed)."""
     import tensorflow as tf
-    from model import checkpoint_io, resnet
+    from model import checkpoint, resnet
     root = tmp_path_factory.mktemp("evaluation")
     data_dir, model_dir = root / "data", root / "model"
     write_tfrecord_shards(str(data_dir), "validation", 1, 8, 32, num_classes=NUM_CLASSES)
     model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32, weight_init="fan_in", seed=1)
     os.makedirs(model_dir)
-    entries = dict(checkpoint_io.model_entries(model, "resnet50"), global_step=tf.constant(3, tf.int64))
-    checkpoint_io.write(str(model_dir / "model.ckpt-3"), entries,
-                        checkpoint_io.metadata("resnet50", NUM_CLASSES, 32, False, False))
+    entries = dict(checkpoint.model_entries(model, "resnet50"), global_step=tf.constant(3, tf.int64))
+    checkpoint.write(str(model_dir / "model.ckpt-3"), entries,
+                     checkpoint.metadata("resnet50", NUM_CLASSES, 32, False, False))
     return {"data_dir": str(data_dir), "model_dir": str(model_dir)}
 
 

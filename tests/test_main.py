@@ -1,32 +1,24 @@
-"""End-to-end CLI tests of every mode (docs/ORIGINAL.md#modes) on synthetic data and on tiny TFRecords, in
-subprocesses."""
+"""End-to-end CLI tests of every mode (docs/ORIGINAL.md#modes) on synthetic data and on tiny TFRecords: main.py's
+`main` called in-process with its output captured (tests/_cli.py)."""
 
 import glob
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from tests._cli import main_in_process, tool_in_process
 from tests._data_helpers import write_tfrecord_shards
 from utils.logger import read_log
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_CLASSES = 11  # the helper writes labels 1..10
 SMALL = ["--num_classes", str(NUM_CLASSES), "--image_size", "32", "--weight_init", "fan_in",
          "--lr_warmup_epochs", "0", "--display_every", "1", "--no_progress"]
 
 
-def run_main(*args, check=True, timeout=600):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    result = subprocess.run([sys.executable, "main.py", *map(str, args)], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=timeout)
-    if check and result.returncode != 0:
-        raise AssertionError("main.py failed ({}):\n{}\n{}".format(result.returncode, result.stdout[-3000:],
-                                                                   result.stderr[-3000:]))
-    return result
+def run_main(*args, check=True):
+    return main_in_process(*args, check=check)
 
 
 def logged(results_dir, key):
@@ -190,31 +182,21 @@ def test_export_round_trip_matches_in_memory_model(trained, data_dir, tmp_path):
              "--export_dir", export_dir, *SMALL)
     (exported,) = glob.glob(os.path.join(export_dir, "*"))
     assert not os.path.basename(exported).startswith(".tmp")
-    script = """
-import json, sys, numpy as np, tensorflow as tf
-from model import checkpoint_io, resnet
-model = resnet.build_model("resnet50", num_classes=%d, image_size=32)
-info = checkpoint_io.inspect(checkpoint_io.latest_checkpoint(%r))
-report = checkpoint_io.restore_model(model, info, "resnet50", "the test model")
-assert report.restored == report.total == len(model.variables), report.describe()
-images = np.random.default_rng(0).uniform(0, 255, (3, 32, 32, 3)).astype(np.float32)
-loaded = tf.saved_model.load(%r)
-sig = loaded.signatures["serving_default"]
-out = sig(input=tf.constant(images))
-pred = loaded.signatures["predict"](input=tf.constant(images))
-expected = tf.nn.softmax(model(images, training=False)).numpy()
-print(json.dumps({"diff": float(np.abs(out["probabilities"].numpy() - expected).max()),
-                  "dtypes": [out["classes"].dtype.name, out["probabilities"].dtype.name],
-                  "same": bool(np.array_equal(out["classes"].numpy(), pred["classes"].numpy())),
-                  "argmax": bool(np.array_equal(out["classes"].numpy(), expected.argmax(1)))}))
-""" % (NUM_CLASSES, trained["dir"], exported)
-    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert result.returncode == 0, result.stderr[-2000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["diff"] < 1e-5
-    assert report["dtypes"] == ["int32", "float32"]
-    assert report["same"] and report["argmax"]
+    import tensorflow as tf
+    from model import checkpoint, resnet
+    model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32)
+    info = checkpoint.inspect(checkpoint.latest_checkpoint(trained["dir"]))
+    report = checkpoint.restore_model(model, info, "resnet50", "the test model")
+    assert report.restored == report.total == len(model.variables), report.describe()
+    images = np.random.default_rng(0).uniform(0, 255, (3, 32, 32, 3)).astype(np.float32)
+    loaded = tf.saved_model.load(exported)
+    out = loaded.signatures["serving_default"](input=tf.constant(images))
+    predicted = loaded.signatures["predict"](input=tf.constant(images))
+    expected = tf.nn.softmax(model(images, training=False)).numpy()
+    assert np.abs(out["probabilities"].numpy() - expected).max() < 1e-5
+    assert [out["classes"].dtype.name, out["probabilities"].dtype.name] == ["int32", "float32"]
+    assert np.array_equal(out["classes"].numpy(), predicted["classes"].numpy())
+    assert np.array_equal(out["classes"].numpy(), expected.argmax(1))
 
 
 @pytest.mark.parametrize("args,message", [
@@ -294,15 +276,10 @@ def test_qat_workflow_end_to_end(trained, data_dir, tmp_path):
     assert sum(value == 0.0 for value in minima) >= 1 + 16 * 3  # stem, and per bottleneck 2 conv ReLUs + add-ReLU
     final_conv = str(tmp_path / "final_conv")
     graph_path = str(tmp_path / "qat.pb")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    for script in (["postprocess_ckpt.py", "--input", qat, "--output", final_conv],
-                   ["export_frozen_graph.py", "--model_name", "resnet50", "--num_classes", str(NUM_CLASSES),
-                    "--image_size", "32", "--input_format", "NHWC", "--compute_format", "NHWC", "--checkpoint",
-                    final_conv, "--output_file", graph_path, "--quantize", "--use_final_conv", "--use_qdq",
-                    "--symmetric"]):
-        result = subprocess.run([sys.executable, *script], cwd=ROOT, env=env, capture_output=True, text=True,
-                                timeout=600)
-        assert result.returncode == 0, result.stderr[-3000:]
+    tool_in_process("postprocess_ckpt", "--input", qat, "--output", final_conv)
+    tool_in_process("export_frozen_graph", "--model_name", "resnet50", "--num_classes", NUM_CLASSES, "--image_size",
+                    32, "--input_format", "NHWC", "--compute_format", "NHWC", "--checkpoint", final_conv,
+                    "--output_file", graph_path, "--quantize", "--use_final_conv", "--use_qdq", "--symmetric")
     graph_def = tf.compat.v1.GraphDef()
     with open(graph_path, "rb") as handle:
         graph_def.ParseFromString(handle.read())

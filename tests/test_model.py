@@ -1,8 +1,6 @@
 """Tests of model/: counts, topology, numerics against NumPy, BN statistics, init, layouts, precision."""
 import math
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -13,15 +11,17 @@ import tensorflow as tf
 from model.blocks.resnet_bottleneck_block import BottleneckBlock
 from model.layers.batch_norm import BatchNorm
 from model.layers.classifier import Classifier
+from model.layers.conv import Conv2D
 from model.layers.grouped_conv import GroupedConv2D
 from model.layers.initializers import Initializers
 from model.layers.normalization import CHANNEL_MEANS, CHANNEL_STDS
-from model.resnet import ARCHITECTURES, build_model, forward_macs, regularized_variables, use_native_convolutions
+from model.checkpoint_names import tf1_variable_map
+from model.kernels import CPU_PLAIN_KERNELS, CPU_TRAINING_KERNELS, GPU_KERNELS, PURPOSES, Kernels, choose_kernels
+from model.resnet import ARCHITECTURES, build_model, forward_macs, regularized_variables
 from tests import _model_reference as ref
 from utils.devices import CPU, Platform
 from utils.errors import UserError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPECTED_COUNTS = {  # docs/ORIGINAL.md#parameter-counts, 1001 classes
     "resnet50": (25559081, 53120, 161),
     "resnext101-32x4d": (44179753, 137856, 314),
@@ -41,8 +41,10 @@ def _counts(model):
 
 @pytest.fixture(scope="module")
 def models_1001():
-    """One 1001-class model per arch at 64 px (the heavy builds happen once per module)."""
-    return {arch: build_model(arch, image_size=64, seed=0) for arch in ARCHITECTURES}
+    """One 1001-class model per arch at 64 px, built once per module. Its shapes and variables are the same with any
+    kernels (test_train_and_inference_builds_have_the_same_checkpoint_keys); the GPU's single grouped
+    convolution builds fastest."""
+    return {arch: build_model(arch, image_size=64, seed=0, kernels=GPU_KERNELS) for arch in ARCHITECTURES}
 
 
 @pytest.mark.parametrize("arch", sorted(EXPECTED_COUNTS))
@@ -50,12 +52,10 @@ def test_parameter_and_variable_counts(models_1001, arch):
     assert _counts(models_1001[arch]) == EXPECTED_COUNTS[arch]
 
 
-def test_summary_command_last_line():
-    result = subprocess.run([sys.executable, "-m", "model.resnet", "--arch", "resnet50"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""})
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.strip().splitlines()
+def test_summary_command_last_line(capsys):
+    from model import resnet
+    assert resnet.main(["--arch", "resnet50"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1] == "trainable_params=25559081 non_trainable_params=53120 trainable_variables=161"
     gflops_line = [line for line in lines if "GFLOPs" in line][0]
     assert 4.0 < float(gflops_line.split()[-1]) < 4.2
@@ -302,7 +302,7 @@ def _per_group_reference(x, kernel, strides, groups):
 
 
 @pytest.mark.parametrize("implementation,execution", [
-    ("split", "eager"), ("split", "function"), ("split", "jit"), ("native", "jit")])
+    ("split", "eager"), ("split", "function"), ("split", "jit"), ("per_group_conv", "function"), ("native", "jit")])
 def test_grouped_conv_forward_and_gradient(implementation, execution):
     rng = np.random.default_rng(7)
     x = rng.normal(0, 1, (2, 9, 9, 64)).astype("f4")
@@ -333,7 +333,6 @@ def test_grouped_conv_forward_and_gradient(implementation, execution):
 def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, kernel_size, stride, execution):
     # 9x9, 10x10 and 16x16 (> 49 output positions): native conv; 8x8 1x1 stride 2: strided matmul; 5x5 3x3:
     # patches + matmul. Forward and both gradients against NumPy, eagerly, in a graph and under XLA.
-    from model.layers.conv import Conv2D
     rng = np.random.default_rng(11)
     x = rng.normal(0, 1, (2, size, size, 6)).astype("f4")
     kernel = rng.normal(0, 0.3, (kernel_size, kernel_size, 6, 5)).astype("f4")
@@ -344,7 +343,7 @@ def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, ker
     def step(inputs):
         with tf.GradientTape() as tape:
             tape.watch(inputs)
-            y = layer(inputs, training=True)
+            y = layer(inputs)
             loss = tf.reduce_sum(y * tf.cos(y))
         return (y,) + tuple(tape.gradient(loss, [inputs, layer.kernel]))
 
@@ -380,28 +379,111 @@ def test_nchw_without_gpu_is_a_clear_user_error():
         build_model("resnet50", compute_format="NHCW")
 
 
-@pytest.mark.gpu_path
-@pytest.mark.parametrize("platform,conv,grouped", [(CPU, "cpu", "split"), (Platform(gpu=True), "native", "native")])
-def test_the_platform_picks_the_conv_formulations(platform, conv, grouped):
-    """Decided by the Platform passed in (utils/devices.py), not by what devices this process sees."""
-    model = build_model("resnext101-32x4d", num_classes=10, image_size=32, platform=platform)
-    block = model.get_layer("btlnck_block_0_0")
-    assert block.bottleneck_1.conv.implementation == conv
-    assert block.bottleneck_2.conv.implementation == grouped
-    assert model.get_layer("conv2d").conv.implementation == conv
-    use_native_convolutions(model, platform)
-    assert block.bottleneck_1.conv.implementation == "native"
-    assert block.bottleneck_2.conv.implementation == ("native" if platform.gpu else "per_group_conv")
+def test_the_platform_and_purpose_pick_the_kernels():
+    """Decided by the Platform passed in (utils/devices.py) and the purpose, not by what devices this process sees."""
+    gpu = Platform(gpu=True)
+    assert {purpose: choose_kernels(CPU, purpose) for purpose in PURPOSES} == {
+        "train": Kernels("cpu", "split"), "inference": Kernels("native", "per_group_conv"),
+        "export": Kernels("native", "per_group_conv")}
+    assert {purpose: choose_kernels(gpu, purpose) for purpose in PURPOSES} == dict.fromkeys(PURPOSES, GPU_KERNELS)
+    assert GPU_KERNELS == Kernels("native", "native")
+    with pytest.raises(ValueError, match="purpose must be one of train, inference, export, got 'eval'"):
+        choose_kernels(CPU, "eval")
+    with pytest.raises(ValueError, match="implementation must be one of"):
+        Kernels(conv="native", grouped="cpu")
+    with pytest.raises(ValueError, match="implementation must be one of"):
+        Kernels(conv="split", grouped="split")
+
+
+def _implementations(model, layer_type):
+    return {layer.implementation for layer in model._flatten_layers(include_self=False, recursive=True)
+            if isinstance(layer, layer_type)}
+
+
+@pytest.mark.parametrize("platform,purpose", [
+    (CPU, "train"), (CPU, "export"), pytest.param(Platform(gpu=True), "inference", marks=pytest.mark.gpu_path)])
+def test_every_conv_layer_is_built_with_the_chosen_kernels(platform, purpose):
+    expected = choose_kernels(platform, purpose)
+    model = build_model("resnext101-32x4d", num_classes=10, image_size=32, platform=platform, purpose=purpose)
+    assert _implementations(model, Conv2D) == {expected.conv}
+    assert _implementations(model, GroupedConv2D) == {expected.grouped}
+
+
+def test_explicit_kernels_override_the_choice_and_bad_arguments_are_refused():
+    model = build_model("resnet50", num_classes=10, image_size=32, purpose="export", kernels=CPU_TRAINING_KERNELS)
+    assert _implementations(model, Conv2D) == {"cpu"}
+    with pytest.raises(ValueError, match="purpose must be one of"):
+        build_model("resnet50", num_classes=10, image_size=32, purpose="serving")
+    with pytest.raises(ValueError, match="purpose must be one of"):
+        build_model("resnet50", num_classes=10, image_size=32, purpose="serving", kernels=CPU_PLAIN_KERNELS)
+    with pytest.raises(TypeError, match="kernels must be a model.kernels.Kernels"):
+        build_model("resnet50", num_classes=10, image_size=32, kernels="native")
+
+
+@pytest.fixture(scope="module", params=["resnet50", "resnext101-32x4d"])
+def train_and_inference_builds(request):
+    """(arch, [train-built model, inference-built model with the same weights], their traced inference forwards)."""
+    arch = request.param
+    trained = build_model(arch, num_classes=3, image_size=32, seed=5, weight_init="fan_in")
+    rng = np.random.default_rng(5)
+    for variable in trained.variables:  # non-trivial BN statistics, so a mismatched variable would show
+        if "moving_variance" in variable.path:
+            variable.assign(rng.uniform(0.5, 2.0, variable.shape).astype("f4"))
+        elif "moving_mean" in variable.path or "beta" in variable.path:
+            variable.assign(rng.normal(0, 0.2, variable.shape).astype("f4"))
+    serving = build_model(arch, num_classes=3, image_size=32, purpose="inference")
+    serving.set_weights(trained.get_weights())
+    spec = tf.TensorSpec([2, 32, 32, 3], tf.float32)
+    forwards = [tf.function(lambda x, model=model: model(x, training=False)).get_concrete_function(spec)
+                for model in (trained, serving)]
+    return arch, (trained, serving), forwards
+
+
+def _graph_ops(concrete_function):
+    graph = concrete_function.graph.as_graph_def()
+    return [node.op for node in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
+
+
+def test_a_cpu_inference_build_traces_to_plain_convs_and_a_training_build_keeps_its_formulations(
+        train_and_inference_builds):
+    """The inference-built model's forward holds Conv2D ops only (the classifier's one MatMul aside); the
+    train-built one keeps its matmul / patches formulations in inference calls too (at 32 px the stage 0 1x1 convs
+    are einsums, the 3x3 convs of stages 1-3 patches + matmul, the stem's 7x7 conv on a 16x16 output native)."""
+    _, _, (trained, serving) = train_and_inference_builds
+    formulation_ops = ("ExtractImagePatches", "Einsum", "BatchMatMulV2")
+    ops = _graph_ops(serving)
+    assert ops.count("Conv2D") > 50 and ops.count("MatMul") == 1
+    assert not [op for op in ops if op in formulation_ops]
+    ops = _graph_ops(trained)
+    assert "ExtractImagePatches" in ops and "Einsum" in ops and "Conv2D" in ops
+
+
+def test_train_and_inference_builds_give_the_same_logits_on_the_same_weights(train_and_inference_builds):
+    _, _, forwards = train_and_inference_builds
+    images = np.random.default_rng(6).uniform(0, 255, (2, 32, 32, 3)).astype("f4")
+    trained, serving = (forward(tf.constant(images)).numpy() for forward in forwards)
+    assert np.abs(trained).max() > 1e-3
+    np.testing.assert_allclose(serving, trained, rtol=1e-4, atol=1e-4 * np.abs(trained).max())
+
+
+def test_train_and_inference_builds_have_the_same_checkpoint_keys(train_and_inference_builds):
+    """Same TF1 names for the same variable paths and shapes: a checkpoint of either build restores into the
+    other (model/checkpoint_names.py)."""
+    arch, models, _ = train_and_inference_builds
+    assert [v.path for v in models[1].variables] == [v.path for v in models[0].variables]
+    keys = [{name: (variable.path, tuple(variable.shape)) for name, variable in tf1_variable_map(model, arch).items()}
+            for model in models]
+    assert keys[0] == keys[1] and len(keys[0]) == len(models[0].variables)
 
 
 @pytest.mark.gpu_path
 @pytest.mark.parametrize("arch,use_final_conv", [("resnet50", True)])
 def test_nhwc_and_nchw_give_the_same_logits(arch, use_final_conv):
     """NCHW runs on CPU under XLA; both layouts compiled the same way, same weights, both BN modes."""
-    nhwc = build_model(arch, num_classes=10, image_size=32, seed=9, use_final_conv=use_final_conv)
     # Same conv formulation in both (NCHW always runs tf.nn.conv2d): only the layout differs. Training-mode BN over
     # N*H*W = 2 values at 1x1 maps would amplify the rounding differences of the CPU matmul formulation.
-    use_native_convolutions(nhwc, CPU)
+    nhwc = build_model(arch, num_classes=10, image_size=32, seed=9, use_final_conv=use_final_conv,
+                       kernels=CPU_PLAIN_KERNELS)
     nchw = build_model(arch, num_classes=10, image_size=32, compute_format="NCHW", allow_nchw_on_cpu=True,
                        use_final_conv=use_final_conv)
     assert nchw.get_layer("btlnck_block_1_0").bottleneck_2.conv.data_format == "channels_first"

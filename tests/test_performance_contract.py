@@ -115,14 +115,14 @@ def _all_op_types(concrete):
 
 def test_train_step_traces_once_runs_fused_batch_norm_and_stays_in_the_graph(tmp_path):
     from bench import common
-    ours = _ours()
-    step = common.our_train_step(ours)
+    state = common.our_train_state(_ours())
+    step = state.train_step
     outputs = []
     for seed in range(3):  # new data every step, same shapes
         images, labels = common.synthetic_batch(4, 32, num_classes=10, seed=seed)
         outputs.append(step(images, labels))
     assert step.experimental_get_tracing_count() == 1
-    assert int(ours.global_step.numpy()) == 3
+    assert int(state.global_step.numpy()) == 3
     assert all(set(values) >= {"cross_entropy", "total_loss", "learning_rate"} for values in outputs)
     op_types = _all_op_types(step.get_concrete_function(images, labels))
     assert not PYTHON_OPS & set(op_types)

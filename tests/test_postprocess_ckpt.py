@@ -1,24 +1,21 @@
 """postprocess_ckpt.py: dense -> 1x1 conv classifier, for our checkpoints and the original's TF1 checkpoints."""
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from model import checkpoint_io, resnet
+from model import checkpoint, resnet
 from model.layers.quantization import QuantizationConfig
+from tests._cli import tool_in_process
 from tests.test_checkpoint_names import random_values, write_tf1_checkpoint
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
 NUM_CLASSES = 5
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "postprocess_ckpt.py", *args], cwd=ROOT, env=ENV, capture_output=True,
-                          text=True, timeout=600)
+    """`python postprocess_ckpt.py args` called in-process (tests/_cli.py)."""
+    return tool_in_process("postprocess_ckpt", *args, check=False)
 
 
 def images():
@@ -49,11 +46,11 @@ def test_ours_round_trip(qat_checkpoint, tmp_path):
     assert "Rewriting checkpoint completed" in result.stdout
     latest = tf.train.latest_checkpoint(str(output))
     assert latest.endswith("model.ckpt-42")
-    info = checkpoint_io.inspect(latest)
+    info = checkpoint.inspect(latest)
     assert (info.format, info.step, info.use_final_conv, info.has_quantization_ranges) == ("named", 42, True, True)
     converted = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32, use_final_conv=True,
                                    quantization=QuantizationConfig())
-    report = checkpoint_io.restore_model(converted, info, "resnet50", "the converted model")
+    report = checkpoint.restore_model(converted, info, "resnet50", "the converted model")
     assert report.restored == len(converted.variables)
     assert converted.get_layer("output").dense.kernel.shape == (1, 1, 2048, NUM_CLASSES)
     np.testing.assert_allclose(converted(images(), training=False), model(images(), training=False), atol=1e-4)
@@ -97,10 +94,10 @@ def test_tf1_round_trip(tmp_path):
     np.testing.assert_array_equal(reader.get_tensor("resnet50/output/dense/kernel/Momentum"),
                                   values["resnet50/output/dense/kernel/Momentum"])
     dense = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32)
-    checkpoint_io.load(dense, prefix, "resnet50")
+    checkpoint.load(dense, prefix, "resnet50")
     conv = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32, use_final_conv=True)
-    assert checkpoint_io.inspect(new).format == "tf1"  # the original's format in, the original's format out
-    checkpoint_io.load(conv, new, "resnet50")
+    assert checkpoint.inspect(new).format == "tf1"  # the original's format in, the original's format out
+    checkpoint.load(conv, new, "resnet50")
     np.testing.assert_allclose(conv(images(), training=False), dense(images(), training=False), rtol=1e-4,
                                atol=1e-3)
     wrong = run("--input", prefix, "--output", str(tmp_path / "out2"), "--dense_layer", "resnet50/nope/kernel")
@@ -108,7 +105,7 @@ def test_tf1_round_trip(tmp_path):
 
 
 def test_named_round_trip_keeps_everything_and_records_the_final_conv(tmp_path):
-    from tests.test_checkpoint_io import randomise, save_named
+    from tests._checkpoint_helpers import randomise, save_named
     model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32)
     randomise(model, 4)
     _, prefix, _ = save_named(tmp_path / "in", model, step=12)
@@ -117,13 +114,13 @@ def test_named_round_trip_keeps_everything_and_records_the_final_conv(tmp_path):
     assert result.returncode == 0, result.stderr
     latest = tf.train.latest_checkpoint(str(output))
     assert latest.endswith("model.ckpt-12")
-    info = checkpoint_io.inspect(latest)
+    info = checkpoint.inspect(latest)
     assert (info.format, info.step, info.use_final_conv, info.image_size) == ("named", 12, True, 32)
     before, after = tf.train.load_checkpoint(prefix), tf.train.load_checkpoint(latest)
     assert set(before.get_variable_to_shape_map()) == set(after.get_variable_to_shape_map())
     np.testing.assert_array_equal(after.get_tensor("resnet50/conv2d/conv2d/kernel/Momentum"),
                                   before.get_tensor("resnet50/conv2d/conv2d/kernel/Momentum"))
     conv = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32, use_final_conv=True)
-    assert checkpoint_io.restore_model(conv, info, "resnet50", "conv").restored == len(conv.variables)
+    assert checkpoint.restore_model(conv, info, "resnet50", "conv").restored == len(conv.variables)
     np.testing.assert_allclose(conv(images(), training=False), model(images(), training=False), rtol=1e-4,
                                atol=1e-4)

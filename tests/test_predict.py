@@ -1,5 +1,5 @@
 """runtime/predict.py: what `--mode predict` prints for a directory (links, ignored entries, interrupts), with a
-stand-in predict step (no model)."""
+stand-in predict step (no model); the labels file against the classifier's width (load_class_names)."""
 import os
 
 import numpy as np
@@ -7,9 +7,10 @@ import pytest
 import tensorflow as tf
 
 from runtime import runner_utils
-from runtime.predict import predict_files
+from runtime.config import RunConfig
+from runtime.predict import load_class_names, predict_files
 from tests._data_helpers import encode_image, random_image
-from utils.errors import command
+from utils.errors import UserError, command
 
 NUM_CLASSES = 6
 
@@ -86,3 +87,37 @@ def test_an_interrupt_says_how_many_files_were_predicted(tmp_path, capsys):
     assert err.splitlines() == ["INTERRUPTED: {} stopped by SIGINT; 2 of 5 files predicted (the lines above); run "
                                 "the same command again to predict all".format(__name__)]
     assert len(out.splitlines()) == 2 and "predicted 2" not in out
+
+
+def _labels(tmp_path, count):
+    path = tmp_path / "labels.txt"
+    path.write_text("".join("class_{}\n".format(i) for i in range(count)))
+    return str(path)
+
+
+def test_a_labels_file_shorter_than_the_classifier_is_warned_about_once(tmp_path):
+    path = _labels(tmp_path, 3)
+    warnings = []
+    names = load_class_names(path, RunConfig(model_dir=str(tmp_path), num_classes=5), warn=warnings.append)
+    assert names == ["class_0", "class_1", "class_2"]
+    assert warnings == ["WARNING: labels file {} names 3 classes but the model has 5 outputs; outputs 3..4 are "
+                        "shown by number only".format(path)]
+
+
+def test_a_labels_file_of_more_classes_than_the_classifier_is_refused(tmp_path):
+    path = _labels(tmp_path, 7)
+    with pytest.raises(UserError) as error:
+        load_class_names(path, RunConfig(model_dir=str(tmp_path), num_classes=5))
+    assert str(error.value) == ("labels file {} names 7 classes but the model has 5 outputs: it is the labels file "
+                                "of another dataset (pass the right --labels_file)".format(path))
+
+
+@pytest.mark.parametrize("names,num_classes", [(5, 5), (1000, 1001)])
+def test_a_labels_file_that_covers_the_classifier_is_not_warned_about(tmp_path, names, num_classes):
+    """1000 names for 1001 outputs is the ImageNet layout: labels 1..1000 use outputs 0..999."""
+    warnings = []
+    load_class_names(None, RunConfig(model_dir=str(tmp_path), num_classes=num_classes), warn=warnings.append)
+    assert warnings == []  # no labels file at all
+    load_class_names(_labels(tmp_path, names), RunConfig(model_dir=str(tmp_path), num_classes=num_classes),
+                     warn=warnings.append)
+    assert warnings == []

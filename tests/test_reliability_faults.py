@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests._cli import main_in_process
 from tests._data_helpers import write_tfrecord_shards
 from tests._reliability_helpers import (SMALL, NUM_CLASSES, Process, assert_checkpoints_identical,
                                         checkpoint_steps, latest_checkpoint, read_all_tensors, run)
@@ -74,7 +75,7 @@ def test_sigterm_checkpoints_exits_0_and_resume_is_bit_identical(tmp_path, data_
     assert checkpoint_steps(results)[-1] == stopped
     read_all_tensors(latest_checkpoint(results))
 
-    resumed = run(train_args(data_dir, results))
+    resumed = main_in_process(*train_args(data_dir, results))
     assert "Current step: {}".format(stopped) in resumed.stdout
     assert logged_steps(results) == list(range(1, NUM_STEPS + 1))  # no step lost or done twice
     count = assert_checkpoints_identical(latest_checkpoint(results), reference["ckpt"])
@@ -106,7 +107,7 @@ def test_kill_9_mid_checkpoint_then_double_sigint_then_resume_is_bit_identical(t
     assert returncode != 0, "the second signal must exit at once, non-zero"
     read_all_tensors(latest_checkpoint(results))
 
-    final = run(train_args(data_dir, results))
+    final = main_in_process(*train_args(data_dir, results))
     assert "Current step: " in final.stdout
     assert checkpoint_steps(results)[-1] == NUM_STEPS
     assert_checkpoints_identical(latest_checkpoint(results), reference["ckpt"])
@@ -139,8 +140,9 @@ def test_two_workers_sigterm_to_launcher_all_agree_checkpoint_and_exit_0(tmp_pat
 @pytest.mark.slow
 def test_non_finite_loss_in_fp32_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path, data_dir):
     results = tmp_path / "results"
-    result = run(["--mode", "train", "--data_dir", data_dir, "--batch_size", 4, "--num_iter", NUM_STEPS,
-                  "--iter_unit", "batch", "--results_dir", results, "--lr_init", "1e30", *SMALL], check=False)
+    result = main_in_process("--mode", "train", "--data_dir", data_dir, "--batch_size", 4, "--num_iter", NUM_STEPS,
+                             "--iter_unit", "batch", "--results_dir", results, "--lr_init", "1e30", *SMALL,
+                             check=False)
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
     assert len(errors) == 1 and "the loss became" in errors[0] and "at step 2" in errors[0], result.stderr[-2000:]
@@ -201,20 +203,22 @@ def test_full_disk_while_checkpointing_is_one_error_line_and_keeps_the_previous_
 @pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"),
                                    "resource_exhausted", PermissionError(errno.EACCES, "Permission denied")])
 def test_checkpoint_write_errors_become_user_errors_and_clean_up(tmp_path, error, monkeypatch):
+    import importlib
     import tensorflow as tf
-    from model import checkpoint_io
+    from model import checkpoint
     if error == "resource_exhausted":
         error = tf.errors.ResourceExhaustedError(None, None, "model.ckpt-5_temp; No space left on device")
     (tmp_path / "model.ckpt-5_temp").mkdir()
     (tmp_path / "model.ckpt-5.data-00000-of-00001").write_bytes(b"half")
     (tmp_path / "model.ckpt-4.index").write_bytes(b"previous")
-    checkpoint_io.write_state_file(str(tmp_path), ["model.ckpt-4"])
+    checkpoint.write_state_file(str(tmp_path), ["model.ckpt-4"])
 
     def failing_write(*_, **__):
         raise error
 
-    monkeypatch.setattr(checkpoint_io, "write", failing_write)
-    writer = checkpoint_io.CheckpointWriter(str(tmp_path), {}, {})
+    # CheckpointWriter.save calls the write() of its own module (the package's `write` is that function).
+    monkeypatch.setattr(importlib.import_module("model.checkpoint.write"), "write", failing_write)
+    writer = checkpoint.CheckpointWriter(str(tmp_path), {}, {})
     with pytest.raises(UserError, match="cannot write checkpoint .*model.ckpt-5 .*kept: .*model.ckpt-4"):
         writer.save(5)
     assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model.ckpt-4.index"]

@@ -1,7 +1,8 @@
 """Bad input end to end (docs/RELIABILITY.md): corrupt records are skipped and training completes; broken data,
 checkpoints, images and SavedModels are one `ERROR:` line and status 2, with nothing written or lost.
 
-The error cases share one subprocess (tests/_reliability_cases.py: one TensorFlow import for all of them).
+The error cases run in this process (tests/_cli.main_in_process); the corrupt-record training runs in a child, whose
+stderr holds the pipeline's warnings.
 """
 import os
 import shutil
@@ -35,6 +36,7 @@ def corrupt_training(tmp_path_factory):
     write_tfrecord_shards(str(data), "validation", 1, 8, 40, num_classes=NUM_CLASSES, seed=1,
                           corrupt={(0, 2): "bad_jpeg"})
     results = tmp_path_factory.mktemp("trained")
+    # In a child process: the warnings are tf.print lines on the process's stderr.
     result = run(["--mode", "train_and_evaluate", "--data_dir", data, "--batch_size", 4, "--num_iter", 3,
                   "--iter_unit", "batch", "--results_dir", results, "--seed", 3, *SMALL])
     return {"data": str(data), "paths": paths, "dir": str(results), "result": result}
@@ -52,7 +54,7 @@ def test_corrupt_records_are_skipped_with_a_warning_and_training_completes(corru
 
 @pytest.fixture(scope="module")
 def cases(corrupt_training, tmp_path_factory):
-    """Builds every bad input, runs all of them in one subprocess, returns {name: (result, before, after)}."""
+    """Builds every bad input, runs all of them in this process, returns {name: (result, before, after)}."""
     import tensorflow as tf
     base = tmp_path_factory.mktemp("bad_inputs")
     trained = corrupt_training["dir"]

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from model import checkpoint_io
+from model import checkpoint
 from runtime import settings
 from runtime.config import RunConfig, given_options
 from utils.ema import EMA_SUFFIX
@@ -17,17 +17,17 @@ def fake_checkpoint(directory, step=3, arch="resnet50", num_classes=10, image_si
     """A named-format checkpoint with the metadata and the kinds of keys a real one has, and nothing else."""
     os.makedirs(directory, exist_ok=True)
     kernel = f"{arch}/conv2d/conv2d/kernel"
-    entries = {checkpoint_io.GLOBAL_STEP_KEY: np.int64(step), kernel: np.zeros([1], np.float32)}
+    entries = {checkpoint.GLOBAL_STEP_KEY: np.int64(step), kernel: np.zeros([1], np.float32)}
     if slots:
-        entries[kernel + checkpoint_io.SLOT_SUFFIX] = np.zeros([1], np.float32)
+        entries[kernel + checkpoint.SLOT_SUFFIX] = np.zeros([1], np.float32)
     if ranges:
         entries[f"{arch}/conv2d/quant_min"] = np.zeros([], np.float32)
     if averages:
         entries[kernel + EMA_SUFFIX] = np.zeros([1], np.float32)
     name = f"model.ckpt-{step}"
-    meta = checkpoint_io.metadata(arch, num_classes, image_size, use_final_conv, False, training)
-    checkpoint_io.write(os.path.join(str(directory), name), entries, dict(meta, step=step))
-    checkpoint_io.write_state_file(str(directory), [name])
+    meta = checkpoint.metadata(arch, num_classes, image_size, use_final_conv, False, training)
+    checkpoint.write(os.path.join(str(directory), name), entries, dict(meta, step=step))
+    checkpoint.write_state_file(str(directory), [name])
     return os.path.join(str(directory), name)
 
 
@@ -184,7 +184,7 @@ def test_the_recorded_training_state_round_trips_through_the_metadata(tmp_path):
     config = RunConfig(batch_size=2, mode="train", quantize=True, symmetric=True, quant_delay=7,
                        moving_average_decay=0.5)
     path = fake_checkpoint(tmp_path, training=settings.training_state(config), ranges=True, averages=True)
-    recorded = checkpoint_io.inspect(path).recorded_settings()
+    recorded = checkpoint.inspect(path).recorded_settings()
     assert {name: recorded[name] for name in settings.TRAINING_STATE} == settings.training_state(config)
 
 

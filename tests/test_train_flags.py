@@ -4,24 +4,18 @@ init keeps the first loss near ln K)."""
 
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from tests._cli import main_in_process
 from tests._data_helpers import write_tfrecord_shards
 from utils.logger import read_log
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_main(*args):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    result = subprocess.run([sys.executable, "main.py", *map(str, args)], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result
+    return main_in_process(*args)
 
 
 @pytest.mark.slow

@@ -19,16 +19,6 @@ class Platform:
     replica_devices: tuple = ()
 
     @property
-    def conv_implementation(self):
-        """model/layers/conv.py: cuDNN's conv on GPU; on CPU the formulations that are faster there."""
-        return "native" if self.gpu else "cpu"
-
-    @property
-    def grouped_implementation(self):
-        """model/layers/grouped_conv.py: one grouped conv on GPU (cuDNN); per-group convs on CPU."""
-        return "native" if self.gpu else "split"
-
-    @property
     def amp_policy(self):
         """`--amp`: float16 compute on GPU, bfloat16 on CPU (no float16 kernels worth using there)."""
         return "mixed_float16" if self.gpu else "mixed_bfloat16"

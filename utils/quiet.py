@@ -8,7 +8,7 @@ Every CPU run of TF 2.21 writes lines to stderr that look like failures and are 
     E0000 ... cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error: ... UNKNOWN ERROR (303)
     E0000 ... node_def_util.cc:682] NodeDef mentions attribute use_unbounded_threadpool ... (multi-worker tf.data)
 
-What the environment can do (measured on TF 2.21): TF_CPP_MIN_LOG_LEVEL applies to the lines that go through
+What the environment can do (TF 2.21): TF_CPP_MIN_LOG_LEVEL applies to the lines that go through
 TensorFlow's own logging (cpu_feature_guard, grappler's devices.cc, the cuInit and NodeDef lines), 0-3 for
 INFO/WARNING/ERROR/FATAL; TF_CPP_MAX_VLOG_LEVEL only raises VLOG detail (off by default). The lines written
 while TF's shared libraries load go through Abseil logging before anything calls absl::InitializeLog; Abseil

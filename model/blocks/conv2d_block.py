@@ -6,6 +6,7 @@ explicit map in model/checkpoint_names.py.
 import keras
 from keras import ops
 
+from model.kernels import CPU_TRAINING_KERNELS
 from model.layers.batch_norm import BatchNorm
 from model.layers.conv import Conv2D
 from model.layers.grouped_conv import GroupedConv2D
@@ -16,9 +17,10 @@ from model.layers.quantization import ActivationQuantizer
 
 class Conv2DBlock(keras.layers.Layer):
     def __init__(self, filters, kernel_size, strides=1, use_relu=True, cardinality=1, data_format="channels_last",
-                 kernel_initializer=None, conv_implementation="cpu", grouped_implementation="split", quantization=None,
-                 owns_quant_step=False, **kwargs):
-        """`quantization`: a model.layers.quantization.QuantizationState for QAT (None = float block);
+                 kernel_initializer=None, kernels=CPU_TRAINING_KERNELS, quantization=None, owns_quant_step=False,
+                 **kwargs):
+        """`kernels`: the conv formulations (a model.kernels.Kernels);
+        `quantization`: a model.layers.quantization.QuantizationState for QAT (None = float block);
         `owns_quant_step`: this block (the stem) holds and increments the QAT step counter."""
         super().__init__(**kwargs)
         self.filters = filters
@@ -27,12 +29,12 @@ class Conv2DBlock(keras.layers.Layer):
         if cardinality > 1:
             self.conv = GroupedConv2D(filters, kernel_size, strides, groups=cardinality, data_format=data_format,
                                       kernel_initializer=kernel_initializer or "glorot_uniform",
-                                      implementation=grouped_implementation, name="group_filter",
+                                      implementation=kernels.grouped, name="group_filter",
                                       dtype=self.dtype_policy)
         else:
             self.conv = Conv2D(filters, kernel_size, strides, padding="same", use_bias=False,
                                data_format=data_format, kernel_initializer=kernel_initializer or "glorot_uniform",
-                               implementation=conv_implementation, name="conv2d", dtype=self.dtype_policy)
+                               implementation=kernels.conv, name="conv2d", dtype=self.dtype_policy)
         self.bn = BatchNorm(axis=channel_axis(data_format), name="BatchNorm", dtype=self.dtype_policy)
         self._quantization = quantization
         self.owns_quant_step = owns_quant_step

@@ -9,6 +9,7 @@ import keras
 from keras import ops
 
 from model.blocks.conv2d_block import Conv2DBlock
+from model.kernels import CPU_TRAINING_KERNELS
 from model.layers.qat_layers import QuantizedSqueezeExcitation
 from model.layers.quantization import ActivationQuantizer
 from model.layers.squeeze_excitation import SqueezeExcitation
@@ -16,8 +17,8 @@ from model.layers.squeeze_excitation import SqueezeExcitation
 
 class BottleneckBlock(keras.layers.Layer):
     def __init__(self, in_channels, width, expansion, strides=1, cardinality=1, use_se=False, se_ratio=16,
-                 data_format="channels_last", initializers=None, conv_implementation="cpu",
-                 grouped_implementation="split", quantization=None, **kwargs):
+                 data_format="channels_last", initializers=None, kernels=CPU_TRAINING_KERNELS, quantization=None,
+                 **kwargs):
         super().__init__(**kwargs)
         self._quantization = quantization  # QAT state (model/layers/quantization.py) or None
         self.in_channels = in_channels
@@ -26,7 +27,7 @@ class BottleneckBlock(keras.layers.Layer):
         init = initializers
         policy = self.dtype_policy
 
-        convs = {"conv_implementation": conv_implementation, "grouped_implementation": grouped_implementation}
+        convs = {"kernels": kernels}
 
         def conv_init():
             return init.conv() if init else None

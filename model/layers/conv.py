@@ -1,18 +1,14 @@
 """Convolution with CPU-friendly formulations of the same SAME-padded conv (same HWIO kernel variable).
 
-Measured on the 2-vCPU machine (TF 2.21, batch 32, forward + both gradients; docs/PERFORMANCE.md):
-- a 1x1 conv is a matmul over channels; TF's CPU Conv2DBackpropInput is 2-15x slower than the matmul gradient
-  for 1x1 kernels at 7x7 spatial and below (e.g. 512->2048 at 7x7: 190 ms conv vs 72 ms matmul);
-- a kxk conv on a small feature map (<= 7x7) is faster as patches + matmul (c512 at 7x7: 272 ms vs 198 ms;
-  at 1x1: 280 ms vs 17 ms); on larger maps the native conv wins, so it is kept there.
-On GPU (`implementation="native"`, utils/devices.Platform) and in NCHW the native `tf.nn.conv2d` (cuDNN) is used
-unchanged.
-
-Forward-only calls (`training` false: evaluation, predict, SavedModel export) use the native conv as well: the
-formulations pay off in the backward pass, while oneDNN's forward conv is faster (the eval step at batch 32:
-12.8 img/s with native convs against 10.0 with these formulations, docs/BENCHMARKS.md, inference), and exported
-graphs then hold plain Conv2D ops that deployment converters (tf2onnx, TensorRT) handle.
-`native_at_inference = False` on a layer keeps the training formulation there too (for benchmarks).
+`implementation="cpu"` (NHWC only), chosen for CPU training (model/kernels.py):
+- a 1x1 conv is a matmul over channels: TF's CPU Conv2DBackpropInput is much slower than the matmul gradient for
+  1x1 kernels on small maps;
+- a kxk conv on a small feature map (<= PATCHES_MAX_POSITIONS output positions) is faster as patches + matmul; on
+  larger maps the native conv wins, so it is kept there.
+`implementation="native"`: plain `tf.nn.conv2d` (cuDNN on GPU, oneDNN on CPU), the choice on GPU, in NCHW, and for
+CPU inference and export, where oneDNN's forward conv is the faster one and graphs hold plain Conv2D ops that
+deployment converters (tf2onnx, TensorRT) handle. The measurements are in docs/PERFORMANCE.md#on-cpu-measured.
+A layer uses the formulation it was built with in every call, training or not.
 """
 
 import keras
@@ -66,20 +62,10 @@ class Conv2D(keras.layers.Conv2D):
     def __init__(self, *args, implementation="cpu", **kwargs):
         super().__init__(*args, **kwargs)
         self.implementation = resolve_implementation(implementation, self.data_format)
-        self.native_at_inference = True
-        self._forward_only = False
-
-    def call(self, inputs, training=None):
-        # Conv2DBlock calls `self.conv(inputs)`: Keras fills `training` from the enclosing call's context.
-        self._forward_only = not training and self.native_at_inference
-        try:
-            return super().call(inputs)
-        finally:
-            self._forward_only = False
 
     def convolution_op(self, inputs, kernel):
-        if self.implementation == "native" or self._forward_only or self.groups != 1 \
-                or self.dilation_rate != (1, 1) or self.padding != "same" or self.strides[0] != self.strides[1]:
+        if self.implementation == "native" or self.groups != 1 or self.dilation_rate != (1, 1) \
+                or self.padding != "same" or self.strides[0] != self.strides[1]:
             return super().convolution_op(inputs, kernel)
         return conv2d_nhwc(inputs, kernel, self.strides[0], "cpu")
 

@@ -1,20 +1,19 @@
 """Grouped 3x3 convolution of ResNeXt: one filter variable [k, k, C_in/groups, filters] (HWIO)
 (docs/ORIGINAL.md#network-structure).
 
-Formulations (all share the same variable, so checkpoints are unaffected):
-- "split": split input channels and filter into `groups` slices, one conv each, concatenate. Runs forward and
-  backward everywhere; the fastest of the CPU-capable formulations we measured for training (block-diagonal dense
-  kernel and depthwise+sum were 2-10x slower; TF's native grouped conv has no CPU gradient kernel, and under XLA
-  it was 50-150x slower). In training each group's conv uses model/layers/conv.py's CPU formulation; forward-only
-  calls (`training` false: evaluation, predict, SavedModel export) use plain `tf.nn.conv2d` per group, so an
-  exported SavedModel holds only Conv2D/Split/ConcatV2 ops.
-- "per_group_conv": per-group plain `tf.nn.conv2d` always; what exported graphs use on CPU
-  (model/resnet.use_native_convolutions).
-- "native": one `tf.nn.conv2d` (TF infers the groups from the depth ratio, exactly as the original); cuDNN runs it
-  forward and backward on GPU. On CPU its forward alone runs in TF, but Grappler's remapper then fuses it with the
+Formulations (all share the same variable, so checkpoints are unaffected); model/kernels.py picks one per model:
+- "split" (CPU training): split input channels and filter into `groups` slices, one conv each by
+  model/layers/conv.py's CPU formulation (NHWC; plain `tf.nn.conv2d` per group in NCHW), concatenate. It runs
+  forward and backward everywhere and was the fastest CPU-capable formulation for training: the batched-matmul,
+  block-diagonal and depthwise+sum ones were slower, and TF's native grouped conv has no CPU gradient kernel
+  (under XLA it runs, far slower). The measurements are in docs/PERFORMANCE.md#grouped-convolution-resnext-se-resnext.
+- "per_group_conv" (CPU inference and export): per-group plain `tf.nn.conv2d`, so graphs hold only
+  Conv2D/Split/ConcatV2 ops.
+- "native" (GPU): one `tf.nn.conv2d` (TF infers the groups from the depth ratio, exactly as the original); cuDNN
+  runs it forward and backward. On CPU its forward alone runs in TF, but Grappler's remapper then fuses it with the
   following BN/ReLU into a `_FusedConv2D`, which has no grouped CPU kernel ("Fused conv implementation does not
-  support grouped convolutions"), so frozen graphs built on CPU keep "per_group_conv".
-The model builder takes the platform's choice (utils/devices.Platform): "native" with a GPU, else "split".
+  support grouped convolutions"), so models for CPU inference and export use "per_group_conv".
+A layer uses the formulation it was built with in every call, training or not.
 """
 import keras
 import tensorflow as tf
@@ -32,7 +31,7 @@ def resolve_implementation(implementation):
     return implementation
 
 
-def grouped_conv2d(inputs, kernel, strides, groups, data_format, implementation, forward_only=False):
+def grouped_conv2d(inputs, kernel, strides, groups, data_format, implementation):
     """SAME-padded grouped convolution of `inputs` with an HWIO `kernel` of input depth C_in/groups."""
     tf_format = "NCHW" if data_format == "channels_first" else "NHWC"
     if implementation == "native":
@@ -40,7 +39,7 @@ def grouped_conv2d(inputs, kernel, strides, groups, data_format, implementation,
     axis = channel_axis(data_format)
     input_slices = tf.split(inputs, groups, axis=axis)
     kernel_slices = tf.split(kernel, groups, axis=3)
-    if tf_format == "NHWC" and not forward_only and implementation == "split":
+    if tf_format == "NHWC" and implementation == "split":
         # Per-group convs on small maps are faster as patches + matmul on CPU (model/layers/conv.py).
         outputs = [conv2d_nhwc(x, k, strides) for x, k in zip(input_slices, kernel_slices)]
     else:
@@ -71,10 +70,9 @@ class GroupedConv2D(keras.layers.Layer):
             name="group_filter", shape=(self.kernel_size, self.kernel_size, in_channels // self.groups, self.filters),
             initializer=self.kernel_initializer, trainable=True)
 
-    def call(self, inputs, training=None):
+    def call(self, inputs):
         kernel = ops.cast(self.kernel, self.compute_dtype)
-        return grouped_conv2d(inputs, kernel, self.strides, self.groups, self.data_format, self.implementation,
-                              forward_only=not training)
+        return grouped_conv2d(inputs, kernel, self.strides, self.groups, self.data_format, self.implementation)
 
     def compute_output_shape(self, input_shape):
         shape = list(input_shape)

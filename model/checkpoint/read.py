@@ -1,0 +1,299 @@
+"""Finding checkpoints on disk and reading what one holds (CheckpointInfo), in each of the three formats.
+
+A format is told from what the file holds, never from its name:
+- "named": the checkpoint_metadata string tensor is there (model/checkpoint/write.py writes it).
+- "tf1": the original's names, no metadata.
+- "object": the object graph (`_CHECKPOINTABLE_OBJECT_GRAPH`) of tf.train.Checkpoint(model=, optimizer=,
+  global_step=). Its architecture is the one of model.resnet.ARCHITECTURES whose bottleneck blocks (width, groups
+  of the 3x3 conv, output depth, SE width) are the ones the graph's variables have.
+"""
+import dataclasses
+import glob
+import json
+import os
+import re
+from typing import Optional
+
+import tensorflow as tf
+
+from model.resnet import ARCHITECTURES
+from utils.ema import EMA_SUFFIX
+from utils.errors import UserError
+
+METADATA_KEY = "checkpoint_metadata"
+GLOBAL_STEP_KEY = "global_step"
+SLOT_SUFFIX = "/Momentum"
+OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
+OBJECT_STEP_KEY = "global_step/.ATTRIBUTES/VARIABLE_VALUE"
+_DATA_SHARD = re.compile(r"\.data-(\d+)-of-(\d+)$")
+_OPERATION_KEY = re.compile(r"^model/_operations/(\d+)/")
+# The kernels that tell a bottleneck block apart: its three convs and the SE squeeze dense layer.
+_BLOCK_KERNEL_KEY = re.compile(r"^model/_operations/(\d+)/(bottleneck_[123]/conv|se/squeeze)/[^/]*kernel$")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointInfo:
+    """What a checkpoint holds, read from the file. None where the format does not record it."""
+    path: str
+    format: str                       # "named", "tf1" or "object"
+    step: Optional[int]
+    arch: Optional[str]
+    num_classes: Optional[int]
+    use_final_conv: Optional[bool]
+    image_size: Optional[int] = None
+    input_normalized: Optional[bool] = None
+    has_quantization_ranges: bool = False
+    has_optimizer_state: bool = False
+    has_weight_averages: bool = False  # the EMA of --moving_average_decay
+    # {RunConfig field: value} of the training flags the metadata records ({} before version 2).
+    training_state: dict = dataclasses.field(default_factory=dict)
+
+    def recorded_settings(self):
+        """{RunConfig field: value} of every setting this checkpoint records (None-valued ones left out). `quantize`
+        is known from the content (QAT ranges present or not) when the metadata does not say."""
+        settings = {"arch": self.arch, "num_classes": self.num_classes, "image_size": self.image_size,
+                    "use_final_conv": self.use_final_conv}
+        settings.update(self.training_state)
+        settings.setdefault("quantize", self.has_quantization_ranges)
+        return {key: value for key, value in settings.items() if value is not None}
+
+    def describe(self):
+        parts = [f"{self.format} format", f"step {self.step}" if self.step is not None else "no step"]
+        if self.arch:
+            parts.append(self.arch)
+        if self.num_classes:
+            parts.append(f"{self.num_classes} classes")
+        if self.image_size:
+            parts.append(f"{self.image_size} px")
+        if self.has_weight_averages:
+            parts.append("with EMA weights")
+        return ", ".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectModel:
+    """The model an object-format checkpoint holds, as its object graph records it."""
+    arch: str
+    num_classes: int
+    use_final_conv: bool
+    input_normalized: bool
+    quantized: bool
+    variables: int                    # model variables in the checkpoint
+
+
+def first_line(error):
+    """The first line of an exception's message (at most 300 characters), for one-line UserErrors."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+
+
+# ---------------------------------------------------------------- finding a checkpoint
+
+def is_complete(prefix):
+    """The index and every data shard it names are on disk (a save killed midway leaves neither renamed)."""
+    if not os.path.isfile(prefix + ".index"):
+        return False
+    shards = [_DATA_SHARD.search(path) for path in glob.glob(glob.escape(prefix) + ".data-*-of-*")]
+    shards = [match for match in shards if match]
+    if not shards:
+        return False
+    expected = int(shards[0].group(2))
+    return sorted(int(match.group(1)) for match in shards) == list(range(expected))
+
+
+def _step_of(prefix):
+    match = re.search(r"-(\d+)$", prefix)
+    return int(match.group(1)) if match else -1
+
+
+def candidates(directory):
+    """Checkpoint prefixes of `directory`, newest first: the `checkpoint` state file's list, then any other
+    `*.index` on disk. Paths recorded on another machine are looked up by basename here."""
+    listed = []
+    try:
+        state = tf.compat.v1.train.get_checkpoint_state(directory)
+    except (tf.errors.OpError, ValueError):  # an unparsable state file: fall back to the files
+        state = None
+    if state is not None:
+        for path in reversed(list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]):
+            local = os.path.join(directory, os.path.basename(path))
+            listed.append(path if os.path.exists(path + ".index") else local)
+    on_disk = sorted((path[:-len(".index")] for path in glob.glob(os.path.join(glob.escape(directory), "*.index"))),
+                     key=lambda prefix: (_step_of(prefix), os.path.getmtime(prefix + ".index")), reverse=True)
+    seen = set()
+    ordered = []
+    for prefix in listed + on_disk:
+        key = os.path.abspath(prefix)
+        if key not in seen:
+            seen.add(key)
+            ordered.append(prefix)
+    return ordered
+
+
+def latest_checkpoint(directory, warn=print):
+    """The newest complete checkpoint of `directory`, or None. Skipped incomplete ones are reported."""
+    if not directory or not os.path.isdir(directory):
+        return None
+    for prefix in candidates(directory):
+        if is_complete(prefix):
+            return prefix
+        warn(f"WARNING: checkpoint {prefix} is incomplete (missing .index or .data files); "
+             "using the newest complete one before it")
+    return None
+
+
+def find_checkpoint(path, flag, warn=print):
+    """A checkpoint prefix, or a directory -> its newest complete checkpoint. UserError naming `flag` otherwise."""
+    if os.path.isdir(path):
+        latest = latest_checkpoint(path, warn)
+        if latest is None:
+            raise UserError(f"{flag} {path}: no complete checkpoint in that directory")
+        return latest
+    if not os.path.exists(path + ".index"):
+        raise UserError(f"{flag} {path}: no such checkpoint (expected {path}.index or a directory of checkpoints)")
+    if not is_complete(path):
+        raise UserError(f"{flag} {path}: the checkpoint is incomplete (its .data file is missing)")
+    return path
+
+
+# ---------------------------------------------------------------- reading what a checkpoint holds
+
+def open_reader(path):
+    """tf.train.load_checkpoint(path); a UserError when the file cannot be read."""
+    try:
+        return tf.train.load_checkpoint(path)
+    except (tf.errors.OpError, ValueError, IndexError) as error:
+        raise UserError(f"cannot read checkpoint {path}: {first_line(error)}") from None
+
+
+def read_tensor(reader, key, path):
+    """One tensor of the checkpoint at `path`; a UserError when it is corrupt or truncated."""
+    try:
+        return reader.get_tensor(key)
+    except (tf.errors.OpError, IndexError, ValueError) as error:  # IndexError: "Read less bytes than requested"
+        raise UserError(f"checkpoint {path} is corrupt or truncated ({key}: {first_line(error)})") from None
+
+
+def _tf1_arch(shapes):
+    heads = [arch for arch in ARCHITECTURES if f"{arch}/output/dense/kernel" in shapes]
+    if len(heads) == 1:
+        return heads[0]
+    prefixes = {name.split("/", 1)[0] for name in shapes}
+    found = [arch for arch in ARCHITECTURES if arch in prefixes]
+    return found[0] if len(found) == 1 else None
+
+
+def object_paths(reader):
+    """{object path under `model/`: shape} of every variable of an object-format checkpoint's model, from its
+    object graph. Each node is visited once, by the first path that reaches it (children in recorded order), so
+    a cycle or an object referenced twice is walked once and no nesting depth is cut off."""
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+    shapes = reader.get_variable_to_shape_map()
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor(OBJECT_GRAPH_KEY))
+    found = {}
+    visited = set()
+    pending = [(child.node_id, child.local_name) for child in reversed(graph.nodes[0].children)
+               if child.local_name == "model"]
+    while pending:  # depth first, children in the order the graph records them
+        node_id, path = pending.pop()
+        if node_id in visited:
+            continue
+        visited.add(node_id)
+        node = graph.nodes[node_id]
+        for attribute in node.attributes:
+            if attribute.name == "VARIABLE_VALUE" and attribute.checkpoint_key in shapes:
+                found[path] = shapes[attribute.checkpoint_key]
+        pending.extend((child.node_id, f"{path}/{child.local_name}") for child in reversed(node.children)
+                       if child.node_id not in visited)
+    return found
+
+
+def _block_signature(spec, stage):
+    """(width, groups, output depth, SE width or None) of the bottleneck blocks of `stage` of ArchSpec `spec`."""
+    out = spec.out_channels(stage)
+    return spec.widths[stage], spec.cardinality, out, out // spec.se_ratio if spec.use_se else None
+
+
+def _recorded_blocks(paths):
+    """[(width, groups, output depth, SE width or None)] of each bottleneck block the object paths hold, in
+    operation order: the 3x3 conv's kernel [3, 3, width / groups, width], the last 1x1 conv's output depth, the
+    SE squeeze kernel's width."""
+    kernels = {}
+    for key, shape in paths.items():
+        match = _BLOCK_KERNEL_KEY.match(key)
+        if match:
+            kernels.setdefault(int(match.group(1)), {})[match.group(2)] = list(shape)
+    blocks = []
+    for operation in sorted(kernels):
+        held = kernels[operation]
+        middle, last = held.get("bottleneck_2/conv"), held.get("bottleneck_3/conv")
+        if "bottleneck_1/conv" not in held or not middle or not last or len(middle) != 4 or not middle[2]:
+            blocks.append(None)  # a block whose kernels are not all there fits no architecture
+            continue
+        squeeze = held.get("se/squeeze")
+        blocks.append((middle[3], middle[3] // middle[2], last[-1], squeeze[-1] if squeeze else None))
+    return blocks
+
+
+def _object_arch(paths):
+    """The architecture of model.resnet.ARCHITECTURES whose blocks are the ones the checkpoint holds."""
+    blocks = _recorded_blocks(paths)
+    matches = [arch for arch, spec in ARCHITECTURES.items()
+               if blocks == [_block_signature(spec, stage) for stage, count in enumerate(spec.layers)
+                             for _ in range(count)]]
+    if not matches:
+        raise UserError(f"cannot tell the architecture of this checkpoint ({len(blocks)} bottleneck blocks)")
+    if len(matches) > 1:
+        raise UserError(f"cannot tell the architecture of this checkpoint ({len(blocks)} bottleneck blocks, as "
+                        f"in {' and '.join(matches)})")
+    return matches[0]
+
+
+def object_model(reader):
+    """ObjectModel of an object-format checkpoint: the architecture, the classifier, the input normalisation and
+    QAT ranges present or not, from the variables its object graph records."""
+    paths = object_paths(reader)
+    operations = {int(_OPERATION_KEY.match(k).group(1)) for k in paths if _OPERATION_KEY.match(k)}
+    if not operations:
+        raise UserError("cannot tell the architecture of this checkpoint (0 bottleneck blocks)")
+    arch = _object_arch(paths)
+    head = max(operations)
+    kernels = [shape for k, shape in paths.items() if k.startswith(f"model/_operations/{head}/dense/")
+               and k.endswith("kernel")]
+    if len(kernels) != 1:
+        raise UserError("cannot find the classifier kernel in this checkpoint")
+    # Operation 0 is the Input; without DALI the input normalisation (no variables) comes next, then the stem.
+    stem = min(int(_OPERATION_KEY.match(k).group(1)) for k in paths if _OPERATION_KEY.match(k) and "/conv/" in k)
+    quantized = any("quant" in k for k in paths)
+    return ObjectModel(arch, int(kernels[0][-1]), len(kernels[0]) == 4, stem == 1, quantized, len(paths))
+
+
+def inspect(path):
+    """CheckpointInfo of the checkpoint at prefix `path` (see find_checkpoint)."""
+    reader = open_reader(path)
+    shapes = reader.get_variable_to_shape_map()
+    if OBJECT_GRAPH_KEY in shapes:
+        held = object_model(reader)
+        step = int(read_tensor(reader, OBJECT_STEP_KEY, path)) if OBJECT_STEP_KEY in shapes else None
+        return CheckpointInfo(path, "object", step, held.arch, held.num_classes, held.use_final_conv, None,
+                              held.input_normalized, held.quantized, any(k.startswith("optimizer/") for k in shapes))
+    step = int(read_tensor(reader, GLOBAL_STEP_KEY, path)) if GLOBAL_STEP_KEY in shapes else None
+    has_slots = any(name.endswith(SLOT_SUFFIX) for name in shapes)
+    has_ranges = any("quant" in name.lower() for name in shapes)
+    has_averages = any(name.endswith(EMA_SUFFIX) for name in shapes)
+    if METADATA_KEY in shapes:
+        try:
+            meta = json.loads(read_tensor(reader, METADATA_KEY, path).decode("utf-8"))
+        except (ValueError, AttributeError) as error:
+            raise UserError(f"checkpoint {path}: unreadable {METADATA_KEY} ({error})") from None
+        return CheckpointInfo(path, "named", step, meta.get("arch"), meta.get("num_classes"),
+                              meta.get("use_final_conv"), meta.get("image_size"), meta.get("input_normalized"),
+                              has_ranges, has_slots, has_averages,
+                              dict(meta.get("training") or {}))
+    arch = _tf1_arch(shapes)
+    num_classes = use_final_conv = None
+    if arch is not None and f"{arch}/output/dense/kernel" in shapes:
+        kernel = shapes[f"{arch}/output/dense/kernel"]
+        num_classes, use_final_conv = int(kernel[-1]), len(kernel) == 4
+    return CheckpointInfo(path, "tf1", step, arch, num_classes, use_final_conv, None, None, has_ranges, has_slots,
+                          has_averages)

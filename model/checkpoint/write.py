@@ -1,0 +1,125 @@
+"""Writing checkpoints in the named format: the metadata record, the atomic save, the `checkpoint` state file, and
+CheckpointWriter's retention."""
+import glob
+import json
+import os
+import shutil
+import time
+
+import tensorflow as tf
+
+from model.checkpoint.read import METADATA_KEY, first_line
+from utils.errors import UserError
+
+CHECKPOINT_PREFIX = "model.ckpt"
+# 2 adds `training`, the training flags of the run that wrote it (QAT, EMA); version 1 is read the same way, with
+# no training flags recorded.
+METADATA_VERSION = 2
+
+
+def metadata(arch, num_classes, image_size, use_final_conv, input_normalized, training_state=None):
+    """The checkpoint_metadata record; `training_state`: {RunConfig field: value} of the training flags of the run
+    that writes it, so a resume continues with the same QAT and EMA settings (runtime/settings.training_state)."""
+    record = {"version": METADATA_VERSION, "arch": arch, "num_classes": int(num_classes),
+              "image_size": int(image_size) if image_size else None, "use_final_conv": bool(use_final_conv),
+              "input_normalized": bool(input_normalized)}
+    if training_state:
+        record["training"] = dict(training_state)
+    return record
+
+
+def write(prefix, entries, meta=None):
+    """Write {key: variable or array} and the metadata (if any) as a checkpoint at `prefix`, atomically: the shards
+    are written under `<prefix>_temp/`, then renamed into place data first and index last, so a killed save never
+    leaves a complete-looking checkpoint. The state file is not touched (CheckpointWriter does that)."""
+    temporary = prefix + "_temp"
+    shutil.rmtree(temporary, ignore_errors=True)
+    os.makedirs(temporary)
+    keys = sorted(entries)
+    with tf.device("/cpu:0"):
+        tensors = [tf.convert_to_tensor(entries[key]) for key in keys]
+        if meta is not None:
+            keys.append(METADATA_KEY)
+            tensors.append(tf.constant(json.dumps(meta, sort_keys=True)))
+        tf.raw_ops.SaveV2(prefix=os.path.join(temporary, "part"), tensor_names=keys,
+                          shape_and_slices=[""] * len(keys), tensors=tensors)
+    written = os.listdir(temporary)
+    for name in sorted(written, key=lambda n: n.endswith(".index")):
+        source = os.path.join(temporary, name)
+        with open(source, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(source, prefix + name[len("part"):])
+    shutil.rmtree(temporary, ignore_errors=True)
+    return prefix
+
+
+def write_state_file(directory, names, timestamps=None, last_preserved=None):
+    """The `checkpoint` state file (a CheckpointState text proto; the last name is the latest), replaced atomically.
+    Names are basenames, so the directory can be moved. Written here because TF's update_checkpoint_state is
+    deprecated and says so on stderr."""
+    lines = [f"model_checkpoint_path: {json.dumps(names[-1])}"]
+    lines += [f"all_model_checkpoint_paths: {json.dumps(name)}" for name in names]
+    lines += [f"all_model_checkpoint_timestamps: {stamp!r}" for stamp in timestamps or ()]
+    if last_preserved is not None:
+        lines.append(f"last_preserved_timestamp: {last_preserved!r}")
+    path = os.path.join(directory, "checkpoint")
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(path + ".tmp", path)
+
+
+def remove_save_debris(directory):
+    """A save killed midway leaves `<prefix>-N_temp/` (never read, but large)."""
+    for debris in glob.glob(os.path.join(glob.escape(directory), CHECKPOINT_PREFIX + "-*_temp")):
+        shutil.rmtree(debris, ignore_errors=True)
+
+
+class CheckpointWriter:
+    """Saves the training state as `<model_dir>/model.ckpt-<step>` and keeps the `checkpoint` state file: the
+    newest `max_to_keep`, plus one every `keep_every_hours` (tf.train.CheckpointManager's rule)."""
+
+    def __init__(self, directory, entries, meta, max_to_keep=5, keep_every_hours=3.0):
+        self.directory = directory
+        self.entries = entries
+        self.meta = meta
+        self.max_to_keep = max_to_keep
+        self.keep_every_seconds = keep_every_hours * 3600.0
+        self._kept = []            # [(basename, timestamp)], oldest first
+        self._last_preserved = time.time()
+        state = tf.compat.v1.train.get_checkpoint_state(directory) if os.path.isdir(directory) else None
+        if state is not None:
+            stamps = list(state.all_model_checkpoint_timestamps) or [time.time()] * len(
+                state.all_model_checkpoint_paths)
+            self._kept = [(os.path.basename(p), t) for p, t in zip(state.all_model_checkpoint_paths, stamps)]
+            self._last_preserved = state.last_preserved_timestamp or self._last_preserved
+
+    @property
+    def latest_checkpoint(self):
+        return os.path.join(self.directory, self._kept[-1][0]) if self._kept else None
+
+    def save(self, step):
+        name = f"{CHECKPOINT_PREFIX}-{step}"
+        prefix = os.path.join(self.directory, name)
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            write(prefix, self.entries, dict(self.meta, step=int(step)))
+        except (OSError, tf.errors.OpError) as error:
+            shutil.rmtree(prefix + "_temp", ignore_errors=True)
+            if not any(kept == name for kept, _ in self._kept):
+                for path in glob.glob(glob.escape(prefix) + ".*"):
+                    os.remove(path)
+            raise UserError(f"cannot write checkpoint {prefix} ({first_line(error)}); the last complete "
+                            f"checkpoint is kept: {self.latest_checkpoint}") from None
+        self._kept = [(kept, stamp) for kept, stamp in self._kept if kept != name] + [(name, time.time())]
+        while len(self._kept) > self.max_to_keep:
+            old, stamp = self._kept.pop(0)
+            if stamp - self._last_preserved >= self.keep_every_seconds:
+                self._last_preserved = stamp  # kept on disk, no longer listed
+                continue
+            for path in glob.glob(os.path.join(glob.escape(self.directory), glob.escape(old)) + ".*"):
+                os.remove(path)
+        write_state_file(self.directory, [kept for kept, _ in self._kept], [stamp for _, stamp in self._kept],
+                         self._last_preserved)
+        return prefix

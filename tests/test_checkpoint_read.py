@@ -1,0 +1,112 @@
+"""Tests of model/checkpoint/read.py: finding the newest complete checkpoint, and what inspect() reads from the
+object format's object graph (architecture from model.resnet.ARCHITECTURES, classes, classifier form)."""
+import os
+
+import keras
+import pytest
+import tensorflow as tf
+
+from model import checkpoint
+from model.resnet import ARCHITECTURES, ArchSpec, build_model
+from tests._checkpoint_helpers import randomise, save_named, small_model
+from utils.errors import UserError
+
+# Architectures of two small stages that differ only in what tells them apart: the 3x3 conv's groups, SE or not.
+TINY = {
+    "tiny-resnet": ArchSpec(layers=(1, 2), widths=(8, 16), expansions=2, cardinality=1, use_se=False),
+    "tiny-resnext": ArchSpec(layers=(1, 2), widths=(8, 16), expansions=2, cardinality=4, use_se=False),
+    "tiny-se-resnext": ArchSpec(layers=(1, 2), widths=(8, 16), expansions=2, cardinality=4, use_se=True,
+                                se_ratio=4),
+}
+
+
+@pytest.fixture(scope="module")
+def trained_model():
+    model = small_model(seed=3)
+    randomise(model, 11)
+    return model
+
+
+def write_object(directory, model):
+    """An object-format checkpoint of `model` alone (no optimizer, no step)."""
+    return tf.train.Checkpoint(model=model).write(os.path.join(str(directory), "model.ckpt-1"))
+
+
+@pytest.fixture
+def tiny_architectures(monkeypatch):
+    for name, spec in TINY.items():
+        monkeypatch.setitem(ARCHITECTURES, name, spec)
+
+
+# ---------------------------------------------------------------- finding a checkpoint
+
+def test_missing_checkpoint_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="no such checkpoint"):
+        checkpoint.find_checkpoint(str(tmp_path / "nothing"), "--checkpoint")
+    with pytest.raises(UserError, match="no complete checkpoint in that directory"):
+        checkpoint.find_checkpoint(str(tmp_path), "--checkpoint")
+
+
+def test_incomplete_newest_checkpoint_falls_back_with_a_warning(trained_model, tmp_path):
+    writer, _, _ = save_named(tmp_path, trained_model, step=1)
+    writer.save(2)
+    os.remove(tf.io.gfile.glob(str(tmp_path / "model.ckpt-2.data-*"))[0])
+    warnings = []
+    assert checkpoint.latest_checkpoint(str(tmp_path), warn=warnings.append).endswith("model.ckpt-1")
+    assert len(warnings) == 1 and "model.ckpt-2 is incomplete" in warnings[0]
+    with pytest.raises(UserError, match="incomplete"):
+        checkpoint.find_checkpoint(str(tmp_path / "model.ckpt-2"), "--checkpoint")
+
+
+# ---------------------------------------------------------------- the object format
+
+@pytest.mark.parametrize("num_classes, use_final_conv, input_normalized", [(2, False, False), (10, True, True)])
+def test_object_format_records_resnet50_its_classes_and_classifier_form(tmp_path, num_classes, use_final_conv,
+                                                                       input_normalized):
+    model = build_model("resnet50", num_classes=num_classes, image_size=32, use_final_conv=use_final_conv,
+                        input_normalized=input_normalized)
+    info = checkpoint.inspect(write_object(tmp_path, model))
+    assert (info.format, info.arch, info.num_classes, info.use_final_conv, info.input_normalized, info.step) == (
+        "object", "resnet50", num_classes, use_final_conv, input_normalized, None)
+    assert not info.has_optimizer_state and not info.has_quantization_ranges
+
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_object_format_architecture_is_the_one_whose_blocks_it_holds(tmp_path, tiny_architectures, arch):
+    """The three differ only in the grouped conv's kernel shape and the SE layers; none is named in read.py."""
+    info = checkpoint.inspect(write_object(tmp_path, build_model(arch, num_classes=3, image_size=32)))
+    assert (info.format, info.arch, info.num_classes) == ("object", arch, 3)
+
+
+def test_object_format_of_no_known_architecture_is_refused(tmp_path, monkeypatch):
+    with monkeypatch.context() as patch:
+        patch.setitem(ARCHITECTURES, "tiny-resnext", TINY["tiny-resnext"])
+        prefix = write_object(tmp_path / "unknown", build_model("tiny-resnext", num_classes=3, image_size=32))
+    with pytest.raises(UserError, match=r"^cannot tell the architecture of this checkpoint \(3 bottleneck blocks\)$"):
+        checkpoint.inspect(prefix)
+    dense = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    with pytest.raises(UserError, match=r"^cannot tell the architecture of this checkpoint \(0 bottleneck blocks\)$"):
+        checkpoint.inspect(write_object(tmp_path / "dense", dense))
+
+
+def test_object_format_matching_two_architectures_names_both(tmp_path, monkeypatch):
+    monkeypatch.setitem(ARCHITECTURES, "tiny-resnet", TINY["tiny-resnet"])
+    monkeypatch.setitem(ARCHITECTURES, "tiny-resnet-again", TINY["tiny-resnet"])
+    prefix = write_object(tmp_path, build_model("tiny-resnet", num_classes=3, image_size=32))
+    with pytest.raises(UserError, match="3 bottleneck blocks, as in tiny-resnet and tiny-resnet-again"):
+        checkpoint.inspect(prefix)
+
+
+def test_object_graph_walk_reaches_any_depth_and_walks_a_cycle_once(tmp_path):
+    root = node = tf.Module()
+    for _ in range(20):
+        node.child = tf.Module()
+        node.child.parent = node  # a reference back up: a cycle in the object graph
+        node = node.child
+    node.weight = tf.Variable([1.0, 2.0])
+    root.shared = node  # the same object by a second path
+    prefix = write_object(tmp_path, root)
+    paths = checkpoint.object_paths(tf.train.load_checkpoint(prefix))
+    assert paths == {"model/" + "child/" * 20 + "weight": [2]}
+    with pytest.raises(UserError, match=r"\(0 bottleneck blocks\)"):
+        checkpoint.inspect(prefix)

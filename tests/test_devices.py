@@ -1,0 +1,56 @@
+"""utils/devices.py: which GPUs each process takes (against a tf.config that shows four), and what the Platform
+decided at start-up means for the model (AMP dtype, where batches are staged, the NCHW check)."""
+
+import pytest
+import tensorflow as tf
+
+from utils.devices import CPU, NCHW_NEEDS_GPU, Platform
+from utils.errors import UserError
+
+
+@pytest.fixture
+def four_fake_gpus(monkeypatch):
+    """tf.config as it looks with four GPUs: what utils/devices.setup_devices asks for and sets is recorded."""
+    import types
+    from utils import devices
+    gpus = [types.SimpleNamespace(name="/physical_device:GPU:{}".format(i), device_type="GPU") for i in range(4)]
+    calls = {"visible": [], "growth": [], "logical": []}
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: gpus if kind == "GPU" else [])
+    monkeypatch.setattr(tf.config, "set_visible_devices",
+                        lambda chosen, kind=None: calls["visible"].append([d.name[-1] for d in chosen]))
+    monkeypatch.setattr(tf.config.experimental, "set_memory_growth",
+                        lambda device, on: calls["growth"].append(device.name[-1]))
+    monkeypatch.setattr(tf.config, "set_logical_device_configuration",
+                        lambda device, configs: calls["logical"].append((device.name[-1], configs[0].memory_limit)))
+    monkeypatch.setattr(devices, "gpu_total_memory_mb", lambda index: 16000)
+    return calls
+
+
+@pytest.mark.gpu_path
+def test_device_selection_gives_each_process_the_gpus_its_engine_asks_for(four_fake_gpus):
+    from utils.devices import setup_devices
+    from utils.distributed import Engine
+    calls = four_fake_gpus
+    assert setup_devices(gpu_id=2) == Platform(gpu=True)  # --gpu_id alone
+    assert calls["visible"][-1] == ["2"] and calls["growth"] == ["2"]
+    setup_devices(engine=Engine("multi_worker", rank=5, size=8, local_rank=5))  # local rank 5 of 4 GPUs
+    assert calls["visible"][-1] == ["1"]
+    setup_devices(engine=Engine("mirrored"))  # one process drives them all
+    assert calls["visible"][-1] == ["0", "1", "2", "3"]
+    setup_devices(gpu_id=0, dali_memory_fraction=0.7)  # DALI: --gpu_memory_fraction of the GPU, not growth
+    assert calls["logical"] == [("0", int(16000 * 0.7))]
+    assert setup_devices(cpu=True) == CPU and calls["visible"][-1] == []  # --cpu hides every GPU
+    with pytest.raises(UserError, match="--gpu_id 4 but only 4 GPU"):
+        setup_devices(gpu_id=4)
+
+
+def test_the_platform_gives_the_amp_dtype_the_staging_device_and_the_layouts_it_can_run():
+    gpu = Platform(gpu=True)
+    assert (gpu.amp_policy, gpu.prefetch_device) == ("mixed_float16", "/device:GPU:0")
+    assert (CPU.amp_policy, CPU.prefetch_device) == ("mixed_bfloat16", None)
+    for compute_format in ("NHWC", "NCHW"):
+        gpu.check_compute_format(compute_format)
+    CPU.check_compute_format("NHWC")
+    with pytest.raises(UserError) as error:
+        CPU.check_compute_format("NCHW")
+    assert str(error.value) == NCHW_NEEDS_GPU and "use --data_format NHWC" in str(error.value)

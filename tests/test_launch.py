@@ -1,0 +1,89 @@
+"""runtime/launch.py: the launcher of N local workers. A dead worker stops the job with a line naming it, signals
+reach every worker, each worker's environment (TF_CONFIG on loopback, one GPU), the launcher's flags are never
+abbreviated and main.py's are checked once before any worker starts. The workers are tests/_dist_signal_worker.py
+(no TensorFlow); training with the launcher is tested in tests/test_distributed.py, which uses these helpers."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = sys.executable
+TIMEOUT = 600
+
+
+def _env(**extra):
+    env = dict(os.environ)
+    env.update({"CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"})
+    for key in ("TF_CONFIG", "RN50_ENGINE"):
+        env.pop(key, None)
+    env.update({key: str(value) for key, value in extra.items()})
+    return env
+
+
+def _run(command, env=None, timeout=TIMEOUT):
+    return subprocess.run(command, cwd=ROOT, env=env or _env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _launch(*args, env=None):
+    return _run([PYTHON, "-m", "runtime.launch", "--nproc", "2", *map(str, args)], env=env)
+
+
+def test_launcher_stops_the_job_when_a_worker_dies(tmp_path):
+    start = time.monotonic()
+    result = _launch("--grace", 2, "tests/_dist_signal_worker.py", tmp_path, "die")
+    assert result.returncode != 0
+    assert "worker 1 (rank 1, pid" in result.stderr and "killed by signal SIGKILL" in result.stderr
+    assert "terminating the other workers" in result.stderr
+    assert not os.path.exists(tmp_path / "survived-0")
+    assert time.monotonic() - start < 60
+
+
+def test_launcher_forwards_sigterm_to_every_worker(tmp_path):
+    process = subprocess.Popen([PYTHON, "-m", "runtime.launch", "--nproc", "2", "tests/_dist_signal_worker.py",
+                                str(tmp_path), "wait"], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not all(os.path.exists(tmp_path / "ready-{}".format(r)) for r in range(2)):
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert sorted(os.listdir(tmp_path)) == ["got-0-SIGTERM", "got-1-SIGTERM", "ready-0", "ready-1"]
+    assert "worker 0 started, local rank 0" in stdout and "[worker 1] worker 1 started, local rank 1" in stdout
+
+
+def test_worker_environments_use_loopback_and_one_gpu_each():
+    from runtime import launch
+    envs = launch.worker_environments(2, [1111, 2222], {"RN50_ENGINE": "single"}, ["4", "5"])
+    configs = [json.loads(env["TF_CONFIG"]) for env in envs]
+    assert configs[0]["cluster"]["worker"] == ["127.0.0.1:1111", "127.0.0.1:2222"]
+    assert [c["task"]["index"] for c in configs] == [0, 1]
+    assert [env["CUDA_VISIBLE_DEVICES"] for env in envs] == ["4", "5"]
+    assert all("RN50_ENGINE" not in env for env in envs)
+    assert launch.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []
+    assert launch.visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}) == ["2", "3"]
+    assert len(set(launch.free_ports(4))) == 4
+
+
+def test_launcher_flags_are_not_abbreviated_and_the_script_keeps_its_own(capsys):
+    from runtime import launch
+    with pytest.raises(SystemExit):
+        launch.parse_args(["--npro", "2", "main.py"])
+    assert "the following arguments are required: --nproc" in capsys.readouterr().err  # not taken for --nproc
+    args = launch.parse_args(["--nproc", "2", "main.py", "--mode", "train", "--batch"])
+    assert (args.nproc, args.script, args.script_args) == (2, "main.py", ["--mode", "train", "--batch"])
+
+
+def test_the_launcher_checks_main_py_flags_once_before_starting_workers(capsys):
+    from runtime import launch
+    assert launch.main(["--nproc", "2", "main.py", "--mode", "train", "--batch", "8"]) == 2
+    errors = capsys.readouterr().err.splitlines()
+    assert errors == ["ERROR: Unknown command line arg: --batch (did you mean --batch_size?)",
+                      "ERROR: Unknown command line arg: 8", "ERROR: Invalid command line arg(s)"]

@@ -1,0 +1,83 @@
+"""runtime/metrics.py: how much of the validation set an evaluation says it covered, throughput and latency figures
+(against the formulas worked by hand), the warning for figures that include the warm-up."""
+
+import pytest
+
+from runtime.metrics import ThroughputMeter, evaluated_images_line, latency_percentiles, require_evaluated
+from utils.errors import UserError
+
+
+def test_evaluation_line_counts_the_dropped_partial_batch():
+    assert evaluated_images_line(9984, 10000, 1, "epoch", 32) == \
+        "Evaluated 9,984 of 10,000 images (the last partial batch of 16 is dropped, as the original)"
+    assert evaluated_images_line(64, 64, 1, "epoch", 32) == "Evaluated 64 of 64 images"
+    assert evaluated_images_line(9984 * 2, 10000, 2, "epoch", 32) == \
+        "Evaluated 19,968 of 20,000 images (2 epochs of 10,000 in whole batches of 32: 32 left out, as the original)"
+    assert evaluated_images_line(96, 10000, 1, "batch", 32) == \
+        "Evaluated 96 images (3 batches of 32) of the 10,000 in the validation set"
+
+
+def test_evaluation_line_counts_the_records_skipped_as_corrupt():
+    assert evaluated_images_line(16, 24, 1, "epoch", 8, skipped=8) == \
+        "Evaluated 16 of 24 images (8 skipped as corrupt, see the warnings above)"
+    assert evaluated_images_line(96, 10000, 1, "batch", 32, skipped=2) == \
+        "Evaluated 96 images (3 batches of 32) of the 10,000 in the validation set (2 skipped as corrupt, see the " \
+        "warnings above)"
+    # More missing than a partial batch: not blamed on the partial batch.
+    assert evaluated_images_line(8, 24, 1, "epoch", 8, skipped=1) == \
+        "Evaluated 8 of 24 images (1 skipped as corrupt, see the warnings above; 15 more not delivered by the " \
+        "input, perhaps unreadable stream data)"
+
+
+def test_throughput_of_a_run_not_longer_than_the_warmup_is_flagged():
+    meter = ThroughputMeter(batch_size=8, warmup=5)
+    for _ in range(5):
+        meter.add(0.1)
+    assert meter.warmup_warning() == (
+        "WARNING: 5 step(s) ran, not more than --warmup_steps 5: the throughput and latency figures count all "
+        "of them, warm-up included (run more than 5 steps for a steady-state figure)")
+    meter.add(0.1)
+    assert meter.warmup_warning() is None
+    no_warmup = ThroughputMeter(batch_size=8, warmup=0)
+    no_warmup.add(0.1)
+    assert no_warmup.warmup_warning() is None
+
+
+def test_throughput_is_the_mean_of_the_per_step_rates_after_the_warmup_and_the_total_rate():
+    meter = ThroughputMeter(batch_size=8, warmup=1)
+    for seconds in (2.0, 0.5, 0.25):  # the 2 s warm-up step is left out
+        meter.add(seconds)
+    assert meter.last_ips == 32.0
+    summary = meter.summary("train")
+    assert summary["train_throughput"] == pytest.approx((16 + 32) / 2)  # mean of 8/0.5 and 8/0.25
+    assert summary["train_throughput_total"] == pytest.approx(16 / 0.75)  # 2 batches of 8 in 0.75 s
+    # Not past the warm-up: every step counts.
+    short = ThroughputMeter(batch_size=4, warmup=3)
+    short.add(0.5)
+    short.add(1.0)
+    assert short.summary("eval") == pytest.approx({"eval_throughput": (8 + 4) / 2, "eval_throughput_total": 8 / 1.5})
+    assert ThroughputMeter(4, 0).summary("eval") == {"eval_throughput": 0.0, "eval_throughput_total": 0.0}
+
+
+def test_latency_percentiles_are_linear_interpolations_in_milliseconds():
+    seconds = [0.001 * value for value in range(1, 11)]  # 1..10 ms
+    # Linear interpolation between the sorted values: position q * (n - 1) = 8.1, 8.55, 8.91 (0-based).
+    assert latency_percentiles(seconds, "eval_") == pytest.approx({
+        "eval_latency_avg": 5.5, "eval_latency_p90": 9.1, "eval_latency_p95": 9.55, "eval_latency_p99": 9.91})
+    assert latency_percentiles([]) == {}
+    meter = ThroughputMeter(batch_size=1, warmup=2)
+    for seconds in (5.0, 5.0, 0.002, 0.004):
+        meter.add(seconds)
+    assert meter.latencies()["eval_latency_avg"] == pytest.approx(3.0)  # the two 5 s warm-up steps left out
+
+
+def test_an_evaluation_without_a_whole_batch_says_where_the_records_went():
+    require_evaluated(8, 24, 8, 16)  # a whole batch evaluated: fine
+    with pytest.raises(UserError, match=r"^no whole batch of 8 validation images could be read: 11 of the 12 "
+                                        r"records were skipped as corrupt \(see the warnings above\)$"):
+        require_evaluated(0, 12, 8, 11)
+    # 20 of 24 neither evaluated nor reported corrupt: more than a batch, so not blamed on the partial batch.
+    with pytest.raises(UserError, match=r"^no whole batch of 8 validation images could be read: 4 of the 24 records "
+                                        r"were skipped as corrupt and 20 were not delivered by the input, perhaps "
+                                        r"unreadable stream data \(see the warnings above\)$"):
+        require_evaluated(0, 24, 8, 4)

@@ -1,0 +1,96 @@
+"""runtime/runner.py: what an evaluation covers and says about itself, in process with a real checkpoint (the
+records evaluated, skipped as corrupt, dropped in a partial batch), and the inference benchmark on real data from
+the command line. Training through the Runner is tested in test_main.py, test_gpu_paths.py and
+test_performance_contract.py."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from runtime.config import RunConfig
+from tests._data_helpers import label_of, write_tfrecord_shards
+from utils.errors import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NUM_CLASSES = 101  # records 0..99 get labels 1..100: label - 1 is the record's index (shard-major)
+RECORDS_PER_SHARD = 8
+# The classifier of the checkpoint: kernel 0, so every image's logits are its bias, 5, 4, 3, 2, 1 at these outputs
+# (0 elsewhere): output 10 is the top-1 class and these 5 the top 5, whatever the image.
+TOP5 = (10, 9, 0, 19, 18)
+
+
+def test_inference_benchmark_on_real_data_says_what_it_evaluated_and_that_warmup_is_included(tmp_path):
+    data_dir = tmp_path / "data"
+    write_tfrecord_shards(str(data_dir), "validation", 1, 20, 40, num_classes=11, seed=1)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    result = subprocess.run(
+        [sys.executable, "main.py", "--mode", "inference_benchmark", "--data_dir", str(data_dir), "--batch_size", "8",
+         "--image_size", "32", "--num_classes", "11", "--results_dir", str(tmp_path / "results"), "--no_progress"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "Evaluated 16 of 20 images (the last partial batch of 4 is dropped, as the original)" in result.stdout
+    assert "WARNING: 2 step(s) ran, not more than --warmup_steps 50" in result.stdout
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """model_dir with one checkpoint (model.ckpt-1) of a 32 px resnet50 of NUM_CLASSES outputs whose logits are a
+    fixed bias (TOP5, the first highest)."""
+    from model import checkpoint, resnet
+    directory = str(tmp_path_factory.mktemp("model"))
+    model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32)
+    classifier = model.get_layer("output").dense
+    classifier.kernel.assign(tf.zeros_like(classifier.kernel))
+    bias = np.zeros(NUM_CLASSES, np.float32)
+    bias[list(TOP5)] = [5.0, 4.0, 3.0, 2.0, 1.0]
+    classifier.bias.assign(bias)
+    entries = checkpoint.model_entries(model, "resnet50") | {checkpoint.GLOBAL_STEP_KEY: tf.constant(1, tf.int64)}
+    checkpoint.write(os.path.join(directory, "model.ckpt-1"), entries,
+                     checkpoint.metadata("resnet50", NUM_CLASSES, 32, False, False))
+    checkpoint.write_state_file(directory, ["model.ckpt-1"])
+    return directory
+
+
+def _evaluate(tmp_path, model_dir, corrupt, records_per_shard=RECORDS_PER_SHARD):
+    """Runner.evaluate("epoch", 1, batch 8) of model_dir's checkpoint on 3 validation shards with `corrupt`
+    records: its results."""
+    from runtime.runner import Runner
+    from utils import distributed
+    from utils.logger import DLLogger
+
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "validation", 3, records_per_shard, 40, num_classes=NUM_CLASSES,
+                          corrupt=corrupt)
+    config = RunConfig(data_dir=str(data), num_classes=NUM_CLASSES, image_size=32, batch_size=8,
+                       model_dir=model_dir, no_progress=True)
+    runner = Runner(config, DLLogger(None), distributed.single_process())
+    return runner.evaluate("epoch", 1, 8)
+
+
+def test_an_evaluation_reads_each_record_once_and_says_how_many_were_skipped(tmp_path, model_dir, capsys):
+    """Four corrupt records among 24: the 20 good ones make 2 whole batches of 8, the first 16 in file order, each
+    read once, and the line and the accuracies count exactly those 16. The checkpoint's classifier ranks the outputs
+    of records 10, 9 (corrupt), 0, 19 (in the dropped partial batch) and 18 first, for every image, so the
+    accuracies count how often those records were evaluated (and a top-4 or top-6 would count differently)."""
+    corrupt = {(0, 2): "bad_jpeg", (1, 1): "missing_image", (1, 5): "not_example", (2, 7): "bad_jpeg"}
+    results = _evaluate(tmp_path, model_dir, corrupt)
+    out = capsys.readouterr().out
+    assert ("Evaluated 16 of 24 images (4 skipped as corrupt, see the warnings above; the last partial batch of 4 "
+            "is dropped, as the original)") in out
+    good = [index for index in range(3 * RECORDS_PER_SHARD)
+            if (index // RECORDS_PER_SHARD, index % RECORDS_PER_SHARD) not in corrupt]
+    outputs = [label_of(index, NUM_CLASSES) - 1 for index in good[:16]]  # the 0-based label of each
+    assert len(set(outputs)) == 16
+    assert results["top1_accuracy"] == sum(output == TOP5[0] for output in outputs) / 16 == 1 / 16
+    assert results["top5_accuracy"] == sum(output in TOP5 for output in outputs) / 16 == 3 / 16  # 10, 0 and 18
+
+
+def test_an_evaluation_without_one_whole_batch_of_good_records_is_an_error(tmp_path, model_dir):
+    corrupt = {(shard, i): "bad_jpeg" for shard in range(3) for i in range(4) if (shard, i) != (0, 0)}
+    with pytest.raises(UserError, match=r"^no whole batch of 8 validation images could be read: 11 of the 12 "
+                                        r"records were skipped as corrupt \(see the warnings above\)$"):
+        _evaluate(tmp_path, model_dir, corrupt, records_per_shard=4)

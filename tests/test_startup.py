@@ -1,0 +1,100 @@
+"""runtime/startup.py: what a run decides before any model exists (RN50_CPU_REPLICAS, the per-rank seeds, XLA, the
+QAT settings) and the model those decisions give (its conv kernels per purpose, its input size and classes)."""
+
+import random
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from model.kernels import CPU_PLAIN_KERNELS, choose_kernels
+from model.layers.conv import Conv2D
+from model.layers.quantization import QuantizationConfig
+from runtime import startup
+from runtime.config import RunConfig
+from utils.devices import CPU
+from utils.errors import UserError
+
+
+def test_cpu_replicas_come_from_the_environment_and_must_be_a_positive_integer():
+    assert startup._cpu_replicas({}) == 1
+    assert startup._cpu_replicas({"RN50_CPU_REPLICAS": "3"}) == 3
+    assert startup._cpu_replicas({"RN50_CPU_REPLICAS": " 2 "}) == 2  # int() takes surrounding blanks
+    for value in ("0", "-2", "two", "1.5", ""):
+        with pytest.raises(UserError) as error:
+            startup._cpu_replicas({"RN50_CPU_REPLICAS": value})
+        assert str(error.value) == "RN50_CPU_REPLICAS={} is not a positive integer".format(value)
+
+
+@pytest.fixture
+def restored_random_state():
+    """Puts back the Python and NumPy random states and clears TF's global seed after the test."""
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    yield
+    random.setstate(python_state)
+    np.random.set_state(numpy_state)
+    tf.random.set_seed(None)
+
+
+def _draws():
+    return random.random(), float(np.random.random_sample()), float(tf.random.uniform([]))
+
+
+def test_seeds_are_seed_times_2_plus_rank_for_python_numpy_and_tensorflow(restored_random_state):
+    """Seed 3, rank 1: 7, the value docs/ORIGINAL.md#seeds gives (not 3 + 1, 3 * 2 or 3)."""
+    startup.set_seeds(3, 1)
+    seeded = _draws()
+    random.seed(7)
+    np.random.seed(7)
+    tf.random.set_seed(7)
+    assert seeded == _draws()
+    for other in (3, 4, 6):
+        random.seed(other)
+        np.random.seed(other)
+        tf.random.set_seed(other)
+        assert _draws()[:2] != seeded[:2], other
+    # No --seed: nothing is seeded, the states run on.
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    startup.set_seeds(None, 1)
+    assert random.getstate() == python_state
+    assert all(np.array_equal(a, b) for a, b in zip(np.random.get_state(), numpy_state))
+
+
+def test_xla_is_compiled_into_the_step_only_with_xla_and_an_engine_that_allows_it():
+    allows = types.SimpleNamespace(jit_in_step=True)
+    assert startup.configure_xla(RunConfig(), allows) is False
+    assert startup.configure_xla(RunConfig(), types.SimpleNamespace(jit_in_step=False)) is False
+    assert startup.configure_xla(RunConfig(xla=True), allows) is True
+
+
+def test_quantization_settings_are_none_without_quantize_and_carry_its_flags():
+    assert startup.quantization_config(RunConfig()) is None
+    # Outside training the QAT flags are accepted without --quantize, and still give the float model.
+    assert startup.quantization_config(RunConfig(mode="evaluate", symmetric=True, quant_delay=4)) is None
+    config = RunConfig(mode="train", quantize=True, symmetric=True, use_qdq=True, quant_delay=9)
+    assert startup.quantization_config(config) == QuantizationConfig(symmetric=True, use_qdq=True, quant_delay=9,
+                                                                     quantized_inference=False)
+    assert startup.quantization_config(RunConfig(mode="train", quantize=True)) == QuantizationConfig(
+        symmetric=False, use_qdq=False, quant_delay=0)
+
+
+def _conv_implementations(model):
+    return {layer.implementation for layer in model._flatten_layers(include_self=False, recursive=True)
+            if isinstance(layer, Conv2D)}
+
+
+def test_the_model_of_the_run_has_the_kernels_of_its_purpose_its_classes_and_input_size():
+    """On CPU: the training kernels ("cpu": matmul formulations) for training, plain convolutions ("native") for
+    inference (model/kernels.choose_kernels); an explicit Kernels overrides them."""
+    config = RunConfig(num_classes=7, image_size=32)
+    trained = startup.build_model(config, CPU, purpose="train")
+    assert _conv_implementations(trained) == {choose_kernels(CPU, "train").conv} == {"cpu"}
+    assert tuple(trained.input_shape) == (None, 32, 32, 3) and tuple(trained.output_shape) == (None, 7)
+    # A benchmark on synthetic data runs at --synthetic_data_size, not --image_size.
+    benchmark = RunConfig(mode="inference_benchmark", num_classes=7, image_size=32, synthetic_data_size=40)
+    inference = startup.build_model(benchmark, CPU, purpose="inference")
+    assert _conv_implementations(inference) == {choose_kernels(CPU, "inference").conv} == {"native"}
+    assert tuple(inference.input_shape) == (None, 40, 40, 3)
+    assert _conv_implementations(startup.build_model(config, CPU, purpose="train", kernels=CPU_PLAIN_KERNELS)) == {
+        "native"}
