@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from model import checkpoint
 from model.resnet import ARCHITECTURES, ArchSpec, build_model
-from tests._checkpoint_helpers import randomise, save_named, small_model
+from tests._checkpoint_helpers import randomise, save_named, small_model, trained_model
 from utils.errors import UserError
 
 # Architectures of two small stages that differ only in what tells them apart: the 3x3 conv's groups, SE or not.
@@ -18,13 +18,6 @@ TINY = {
     "tiny-se-resnext": ArchSpec(layers=(1, 2), widths=(8, 16), expansions=2, cardinality=4, use_se=True,
                                 se_ratio=4),
 }
-
-
-@pytest.fixture(scope="module")
-def trained_model():
-    model = small_model(seed=3)
-    randomise(model, 11)
-    return model
 
 
 def write_object(directory, model):

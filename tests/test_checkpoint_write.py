@@ -7,15 +7,8 @@ import tensorflow as tf
 
 from model import checkpoint
 from model.checkpoint_names import tf1_variable_map
-from tests._checkpoint_helpers import randomise, save_named, small_model
+from tests._checkpoint_helpers import randomise, save_named, small_model, trained_model
 from tests.test_checkpoint_names import NUM_CLASSES
-
-
-@pytest.fixture(scope="module")
-def trained_model():
-    model = small_model(seed=3)
-    randomise(model, 11)
-    return model
 
 
 def test_named_keys_are_the_original_names_with_slots_step_and_metadata(trained_model, tmp_path):
