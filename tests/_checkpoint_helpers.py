@@ -1,11 +1,10 @@
 """Small resnet50 models and checkpoints of them in the named and object formats, for the checkpoint tests."""
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from model import checkpoint
 from model.resnet import build_model
-from tests.test_checkpoint_names import NUM_CLASSES, random_values, write_tf1_checkpoint
+from tests.test_checkpoint_names import NUM_CLASSES
 from utils.optimizers import build_optimizer
 from utils.precision import Precision
 
@@ -52,18 +51,3 @@ def save_object_based(directory, model, step=5):
     manager = tf.train.CheckpointManager(state, str(directory), max_to_keep=5, checkpoint_name="model.ckpt")
     return manager.save(checkpoint_number=step), optimizer
 
-
-# Module fixtures: a test module that imports one gets its own, built once for the module.
-@pytest.fixture(scope="module")
-def trained_model():
-    """small_model() with randomised weights and BN statistics."""
-    model = small_model(seed=3)
-    randomise(model, 11)
-    return model
-
-
-@pytest.fixture(scope="module")
-def resnet50_checkpoint(tmp_path_factory):
-    """(prefix, values) of a checkpoint in the original's TF1 format of resnet50 with random values."""
-    values = random_values("resnet50", np.random.default_rng(1))
-    return write_tf1_checkpoint(str(tmp_path_factory.mktemp("rn50")), values), values

@@ -66,3 +66,22 @@ def copy_run(run, destination):
     """A copy of `run`'s model_dir (trained_run) at `destination`, to resume or change."""
     shutil.copytree(run["model_dir"], destination)
     return destination
+
+
+@pytest.fixture(scope="module")
+def trained_model():
+    """A small resnet50 (tests/_checkpoint_helpers.small_model) with randomised weights and BN statistics, built once
+    per test module that asks for it."""
+    from tests._checkpoint_helpers import randomise, small_model
+    model = small_model(seed=3)
+    randomise(model, 11)
+    return model
+
+
+@pytest.fixture(scope="module")
+def resnet50_checkpoint(tmp_path_factory):
+    """(prefix, values): a checkpoint in the original's TF1 format of resnet50 with random values."""
+    import numpy as np
+    from tests.test_checkpoint_names import random_values, write_tf1_checkpoint
+    values = random_values("resnet50", np.random.default_rng(1))
+    return write_tf1_checkpoint(str(tmp_path_factory.mktemp("rn50")), values), values

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from model import checkpoint
 from model.resnet import ARCHITECTURES, ArchSpec, build_model
-from tests._checkpoint_helpers import randomise, save_named, small_model, trained_model
+from tests._checkpoint_helpers import save_named
 from utils.errors import UserError
 
 # Architectures of two small stages that differ only in what tells them apart: the 3x3 conv's groups, SE or not.

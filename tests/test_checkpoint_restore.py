@@ -8,8 +8,7 @@ from model import checkpoint
 from model.kernels import GPU_KERNELS
 from model.layers.quantization import QuantizationConfig
 from model.resnet import build_model
-from tests._checkpoint_helpers import (randomise, resnet50_checkpoint, save_named, save_object_based, small_model,
-                                       trained_model, training_state, values_of)
+from tests._checkpoint_helpers import randomise, save_named, save_object_based, small_model, training_state, values_of
 from tests._model_tf1_names import expected_keras_path
 from tests.test_checkpoint_names import NUM_CLASSES, random_values, write_tf1_checkpoint
 from utils.errors import UserError

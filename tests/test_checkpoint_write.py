@@ -2,12 +2,11 @@
 import json
 import os
 
-import pytest
 import tensorflow as tf
 
 from model import checkpoint
 from model.checkpoint_names import tf1_variable_map
-from tests._checkpoint_helpers import randomise, save_named, small_model, trained_model
+from tests._checkpoint_helpers import save_named
 from tests.test_checkpoint_names import NUM_CLASSES
 
 

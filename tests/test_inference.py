@@ -1,6 +1,5 @@
 """inference.py end to end (in-process, small): tf and onnxruntime backends, random inputs and TFRecords, errors."""
 import json
-import os
 
 import pytest
 

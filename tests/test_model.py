@@ -1,6 +1,5 @@
 """Tests of model/: counts, topology, numerics against NumPy, BN statistics, init, layouts, precision."""
 import math
-import os
 
 import keras
 import numpy as np

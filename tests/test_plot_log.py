@@ -2,17 +2,14 @@
 
 import csv
 import math
-import os
 import struct
-import subprocess
-import sys
 
 import pytest
 
+from tests._cli import run_script
 from utils import plot_log
 from utils.logger import DLLogger
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -148,10 +145,7 @@ def test_directory_is_not_a_log(tmp_path, capsys):
 def test_command_line(tmp_path):
     log_path = tmp_path / "log.json"
     write_training_log(log_path, epochs=1, evaluate=False)
-    done = subprocess.run([sys.executable, "-m", "utils.plot_log", str(log_path), "-o", str(tmp_path / "c.png")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    run_script("-m utils.plot_log", log_path, "-o", tmp_path / "c.png", timeout=120)
     assert (tmp_path / "c.png").read_bytes()[:8] == PNG_SIGNATURE
-    missing = subprocess.run([sys.executable, "-m", "utils.plot_log", str(tmp_path / "none.json")],
-                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    missing = run_script("-m utils.plot_log", tmp_path / "none.json", check=False, timeout=120)
     assert missing.returncode == 2 and missing.stderr.startswith("ERROR: ")

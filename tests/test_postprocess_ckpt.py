@@ -1,5 +1,4 @@
 """postprocess_ckpt.py: dense -> 1x1 conv classifier, for our checkpoints and the original's TF1 checkpoints."""
-import os
 
 import numpy as np
 import pytest

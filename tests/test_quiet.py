@@ -2,16 +2,14 @@
 order; `--verbose` / RN50_VERBOSE=1 bring TF's lines back. Unit tests of the filter, then CLI runs of main.py."""
 
 import os
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
+from tests._cli import run_script
 from utils import quiet
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Seen on every CPU run of TF 2.21 (the NodeDef line on multi-worker runs).
 NOISE = [
@@ -148,8 +146,7 @@ def _main(*args, **extra_env):
     for key in ("TF_CPP_MIN_LOG_LEVEL", "RN50_VERBOSE"):  # what a user's shell has: neither set
         if key not in extra_env:
             env.pop(key, None)
-    return subprocess.run([sys.executable, "main.py", *map(str, args)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return run_script("main.py", *args, check=False, env=env, timeout=600)
 
 
 BENCHMARK = ["--mode", "training_benchmark", "--batch_size", 2, "--num_iter", 3, "--warmup_steps", 1,

@@ -1,21 +1,19 @@
 """runtime/runner.py: what an evaluation covers and says about itself, in process with a real checkpoint (the
 records evaluated, skipped as corrupt, dropped in a partial batch), and the inference benchmark on real data from
-the command line. Training through the Runner is tested in test_main.py, test_gpu_paths.py and
+main.py. Training through the Runner is tested in test_main.py, test_gpu_paths.py and
 test_performance_contract.py."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from runtime.config import RunConfig
+from tests._cli import main_in_process
 from tests._data_helpers import label_of, write_tfrecord_shards
 from utils.errors import UserError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_CLASSES = 101  # records 0..99 get labels 1..100: label - 1 is the record's index (shard-major)
 RECORDS_PER_SHARD = 8
 # The classifier of the checkpoint: kernel 0, so every image's logits are its bias, 5, 4, 3, 2, 1 at these outputs
@@ -26,12 +24,9 @@ TOP5 = (10, 9, 0, 19, 18)
 def test_inference_benchmark_on_real_data_says_what_it_evaluated_and_that_warmup_is_included(tmp_path):
     data_dir = tmp_path / "data"
     write_tfrecord_shards(str(data_dir), "validation", 1, 20, 40, num_classes=11, seed=1)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    result = subprocess.run(
-        [sys.executable, "main.py", "--mode", "inference_benchmark", "--data_dir", str(data_dir), "--batch_size", "8",
-         "--image_size", "32", "--num_classes", "11", "--results_dir", str(tmp_path / "results"), "--no_progress"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    result = main_in_process("--mode", "inference_benchmark", "--data_dir", data_dir, "--batch_size", 8,
+                             "--image_size", 32, "--num_classes", 11, "--results_dir", tmp_path / "results",
+                             "--no_progress")
     assert "Evaluated 16 of 20 images (the last partial batch of 4 is dropped, as the original)" in result.stdout
     assert "WARNING: 2 step(s) ran, not more than --warmup_steps 50" in result.stdout
 

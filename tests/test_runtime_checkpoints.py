@@ -1,15 +1,13 @@
 """Tests of runtime/checkpoints.py: the one-line refusals naming the flag to change, and what the inference modes
 restore."""
 import keras
-import numpy as np
 import pytest
 import tensorflow as tf
 
 from model import checkpoint
 from runtime import checkpoints
-from tests._checkpoint_helpers import (randomise, resnet50_checkpoint, save_named, save_object_based, small_model,
-                                       trained_model)
-from tests.test_checkpoint_names import NUM_CLASSES, random_values, write_tf1_checkpoint
+from tests._checkpoint_helpers import save_named, save_object_based, small_model
+from tests.test_checkpoint_names import NUM_CLASSES
 from utils.errors import UserError
 
 
