@@ -12,8 +12,10 @@ def _bn(scope, channels):
     return {f"{scope}/BatchNorm/{v}": [channels] for v in ("beta", "gamma", "moving_mean", "moving_variance")}
 
 
-def tf1_names_and_shapes(arch, num_classes):
-    layers, widths, expansion, cardinality, se = TABLE[arch]
+def tf1_names_and_shapes(arch, num_classes, layers=None):
+    """{name: shape} of `arch`'s variables; `layers` (blocks per stage) overrides the architecture's depth."""
+    depth, widths, expansion, cardinality, se = TABLE[arch]
+    layers = layers or depth
     names = {f"{arch}/conv2d/conv2d/kernel": [7, 7, 3, 64], **_bn(f"{arch}/conv2d", 64)}
     c_in = 64
     for s, n in enumerate(layers):

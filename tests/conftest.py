@@ -6,14 +6,20 @@ removed when the test ends, and whatever a test module made under the base tempo
 fixtures' directories included) when the module ends. The directories of a failed test, or of a module in
 which a test failed, stay for inspection.
 
-`trained_run` is the one training run the test files share: main.py's training of a small ResNet-50 (5 classes,
-32 px, one step). It lives for the whole session (per pytest-xdist worker); tests copy it (`copy_run`) before they
-resume or change it.
+`trained_run` is the one training run the test files share: main.py's training of a small, shallow ResNet-50 (5
+classes, 32 px, one step). It lives for the whole session (per pytest-xdist worker); tests copy it (`copy_run`)
+before they resume or change it.
+
+A test module marked `shallow` (`pytestmark = pytest.mark.shallow`) runs with the architectures of tests/_shallow.py,
+it and the processes it starts, and so does a test marked `shallow` itself (its module fixtures are not); the tests
+that read `trained_run` must be marked.
 """
 
 import shutil
 
 import pytest
+
+from tests import _shallow
 
 SESSION_PREFIX = "session-"
 
@@ -45,6 +51,33 @@ def _remove_module_temporaries(request, tmp_path_factory):
             shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _architectures(request):
+    """The architectures of a `shallow` module (tests/_shallow.py) for all of it, its module fixtures included."""
+    if request.node.get_closest_marker("shallow") is None:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        _shallow.apply(patch)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _test_architectures(request):
+    """The architectures of tests/_shallow.py for a test marked `shallow` itself, in a module that is not."""
+    if not any(mark.name == "shallow" for mark in request.node.own_markers):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        _shallow.apply(patch)
+        yield
+
+
+def pytest_runtest_setup(item):
+    if "trained_run" in item.fixturenames and item.get_closest_marker("shallow") is None:
+        pytest.fail(f"{item.nodeid} reads trained_run, a shallow model: mark its module `shallow`", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
     """{"data_dir", "model_dir", "flags"}: data_dir holds 2 train shards of 8 and a validation shard of 6 images
@@ -58,7 +91,10 @@ def trained_run(tmp_path_factory):
     write_tfrecord_shards(str(data_dir), "validation", 1, 6, 40, num_classes=6, seed=1)
     flags = ("--num_classes", 5, "--image_size", 32, "--batch_size", 4, "--iter_unit", "batch", "--seed", 1,
              "--display_every", 1, "--no_progress")
-    main_in_process("--mode", "train", "--data_dir", data_dir, "--results_dir", model_dir, "--num_iter", 1, *flags)
+    with pytest.MonkeyPatch.context() as patch:
+        _shallow.apply(patch)
+        main_in_process("--mode", "train", "--data_dir", data_dir, "--results_dir", model_dir, "--num_iter", 1,
+                        *flags)
     return {"data_dir": data_dir, "model_dir": model_dir, "flags": flags}
 
 

@@ -3,6 +3,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.shallow
+
 
 @pytest.mark.slow
 def test_step_data_source_times_main_py_on_synthetic_and_tfrecord_input(tmp_path):

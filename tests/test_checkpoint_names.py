@@ -24,10 +24,10 @@ def write_tf1_checkpoint(directory, values):
     return prefix
 
 
-def random_values(arch, rng, num_classes=NUM_CLASSES):
+def random_values(arch, rng, num_classes=NUM_CLASSES, layers=None):
     # Distinct random values per variable, so any swap between same-shaped variables shows.
     return {name: rng.normal(0, 1, shape).astype("f4")
-            for name, shape in tf1_names_and_shapes(arch, num_classes).items()}
+            for name, shape in tf1_names_and_shapes(arch, num_classes, layers).items()}
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,7 @@
 """Tests of model/checkpoint/restore.py: verified restores of every format, layout-independent keys, resuming the
-training state, fine-tuning to another class count."""
+training state, fine-tuning to another class count, a checkpoint of an earlier main.py resumed from the CLI."""
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -8,9 +10,11 @@ from model import checkpoint
 from model.kernels import GPU_KERNELS
 from model.layers.quantization import QuantizationConfig
 from model.resnet import build_model
+from tests._cli import main_in_process
 from tests._checkpoint_helpers import randomise, save_named, save_object_based, small_model, training_state, values_of
 from tests._model_tf1_names import expected_keras_path
 from tests.test_checkpoint_names import NUM_CLASSES, random_values, write_tf1_checkpoint
+from tests._data_helpers import write_tfrecord_shards
 from utils.errors import UserError
 
 
@@ -171,3 +175,62 @@ def test_object_based_checkpoint_resumes_training(trained_model, tmp_path):
     assert int(global_step.numpy()) == 9
     np.testing.assert_array_equal(model.get_layer("conv2d").conv.kernel.numpy(),
                                   trained_model.get_layer("conv2d").conv.kernel.numpy())
+
+
+# ---------------------------------------------------------------- a checkpoint of an earlier main.py, at full depth
+LAYOUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "checkpoint_layout_dd0e2a5.json")
+
+
+def _write_from_layout(directory, layout):
+    """A checkpoint with exactly the tensors (names, shapes, dtypes) and metadata main.py wrote at that commit,
+    filled with small deterministic values (positive BN variances)."""
+    import json
+    rng = np.random.default_rng(0)
+    names, tensors = [], []
+    for name, (shape, dtype) in sorted(layout["tensors"].items()):
+        if name == "checkpoint_metadata":
+            value = tf.constant(json.dumps(layout["metadata"]))
+        elif name == "global_step" or dtype.startswith("int"):
+            value = tf.constant(layout["metadata"]["step"] if name == "global_step" else 0, dtype=dtype, shape=shape)
+        elif "moving_variance" in name:
+            value = tf.constant(rng.uniform(0.5, 2.0, shape), dtype=dtype)
+        else:
+            value = tf.constant(rng.normal(0, 0.02, shape), dtype=dtype)
+        names.append(name)
+        tensors.append(value)
+    os.makedirs(directory, exist_ok=True)
+    prefix = os.path.join(directory, "model.ckpt-{}".format(layout["metadata"]["step"]))
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors)
+    from model import checkpoint
+    checkpoint.write_state_file(directory, [os.path.basename(prefix)])
+    return prefix
+
+
+def test_a_checkpoint_of_the_main_before_the_runtime_redesign_resumes_and_evaluates(tmp_path):
+    """tests/data/checkpoint_layout_dd0e2a5.json lists what main.py wrote before runtime/ was split up: today's
+    training writes the same tensors, and such a checkpoint resumes training (optimizer state included) and is
+    evaluated from the CLI."""
+    import json
+    from model import checkpoint
+    from utils.optimizers import build_optimizer
+    from utils.precision import Precision
+    layout = json.load(open(LAYOUT))
+    model = build_model("resnet50", num_classes=NUM_CLASSES, image_size=32)
+    optimizer = build_optimizer(0.1, 0.9, Precision())
+    optimizer.build(model.trainable_variables)
+    entries = checkpoint.training_entries(model, optimizer, tf.Variable(0, dtype=tf.int64), "resnet50")
+    written = {key: [list(variable.shape), tf.as_dtype(variable.dtype).name] for key, variable in entries.items()}
+    assert written == {key: value for key, value in layout["tensors"].items() if key != "checkpoint_metadata"}
+
+    results, data = tmp_path / "results", tmp_path / "data"
+    _write_from_layout(str(results), layout)
+    write_tfrecord_shards(str(data), "train", 1, 8, 40, num_classes=NUM_CLASSES)
+    write_tfrecord_shards(str(data), "validation", 1, 4, 40, num_classes=NUM_CLASSES)
+    result = main_in_process("--mode", "train_and_evaluate", "--batch_size", 4, "--num_iter", 3, "--iter_unit",
+                             "batch", "--data_dir", data, "--num_classes", NUM_CLASSES, "--image_size", 32,
+                             "--results_dir", results, "--no_progress", check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Restored 267 of 267 variables" in result.stdout and "with the optimizer state" in result.stdout
+    assert "Current step: 2" in result.stdout
+    assert "top1_accuracy" in result.stdout
+    assert checkpoint.latest_checkpoint(str(results)).endswith("model.ckpt-3")

@@ -24,6 +24,8 @@ from tests import _dataprep_helpers as h
 from tests._cli import main_in_process, tool_in_process
 from utils.errors import UserError
 
+pytestmark = pytest.mark.shallow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

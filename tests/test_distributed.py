@@ -24,6 +24,8 @@ import pytest
 from tests._data_helpers import write_tfrecord_shards
 from tests.test_launch import PYTHON, _launch, _run
 
+pytestmark = pytest.mark.shallow
+
 
 def _check(result):
     if result.returncode != 0:

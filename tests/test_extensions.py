@@ -13,6 +13,8 @@ from tests._data_helpers import write_tfrecord_shards
 from tests.conftest import copy_run
 from utils.ema import EMA_SUFFIX
 
+pytestmark = pytest.mark.shallow
+
 CLASSES, SIZE = 5, 32
 DATA_FLAGS = ("--num_classes", CLASSES, "--image_size", SIZE, "--batch_size", 4, "--iter_unit", "batch",
               "--seed", 1, "--display_every", 1, "--no_progress")

@@ -15,7 +15,7 @@ from tests._cli import main_in_process
 from tests._data_helpers import write_tfrecord_shards
 from utils.logger import read_log
 
-pytestmark = pytest.mark.gpu_path
+pytestmark = [pytest.mark.gpu_path, pytest.mark.shallow]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_CLASSES = 5
@@ -73,7 +73,7 @@ def test_float16_training_logs_skips_and_resumes_its_dynamic_loss_scale(tmp_path
 @pytest.mark.slow
 def test_float16_with_a_static_loss_scale_never_skips_and_an_overflow_stops_the_run_by_name(tmp_path, data_dir):
     """Static scaling (the original's FixedLossScalerOptimizer) never skips: at scale 4 every step runs with it; at
-    scale 1024 the float16 gradients of this CPU run overflow, and the run stops at once naming the flag to lower."""
+    scale 65536 the float16 gradients of this CPU run overflow, and the run stops at once naming the flag to lower."""
     results = str(tmp_path / "results")
     # Seeded: unseeded float16 runs of this tiny model (batch 4, 32 px) sometimes go non-finite at any scale.
     result = run_main(*train_args(data_dir, results, "--num_iter", 3, "--static_loss_scale", 4, "--seed", 1))
@@ -82,7 +82,7 @@ def test_float16_with_a_static_loss_scale_never_skips_and_an_overflow_stops_the_
     assert [scale for _, scale in logged_scales(results)] == [4.0, 4.0, 4.0]
     assert not [r for r in read_log(os.path.join(results, "log.json")) if "skipped_steps" in r.get("data", {})]
     overflow = run_main(*train_args(data_dir, str(tmp_path / "overflow"), "--num_iter", 3, "--static_loss_scale",
-                                    1024, "--seed", 1))
+                                    65536, "--seed", 1))
     assert overflow.returncode == 2
     assert "float16 gradients overflowed at the static loss scale: lower --static_loss_scale" in overflow.stderr
 

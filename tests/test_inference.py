@@ -6,6 +6,8 @@ import pytest
 from tests._cli import tool_in_process
 from tests._data_helpers import write_tfrecord_shards
 
+pytestmark = pytest.mark.shallow
+
 SMALL = ["--image-size", "32", "--num-classes", "11", "--batch-size", "2", "--warmup-steps", "1"]
 
 

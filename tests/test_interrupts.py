@@ -14,6 +14,8 @@ import pytest
 from tests._data_helpers import write_tfrecord_shards
 from tests._reliability_helpers import NUM_CLASSES, ROOT, SMALL, Process
 
+pytestmark = pytest.mark.shallow
+
 STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 

@@ -181,6 +181,7 @@ def test_head_matches_numpy_and_final_conv_equals_dense():
     np.testing.assert_allclose(conv_logits.numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.shallow
 def test_input_normalisation_inside_model():
     model = build_model("resnet50", num_classes=5, image_size=32, seed=3)
     assert CHANNEL_MEANS == (123.68, 116.28, 103.53) and CHANNEL_STDS == (58.395, 57.120, 57.385)
@@ -399,6 +400,7 @@ def _implementations(model, layer_type):
             if isinstance(layer, layer_type)}
 
 
+@pytest.mark.shallow
 @pytest.mark.parametrize("platform,purpose", [
     (CPU, "train"), (CPU, "export"), pytest.param(Platform(gpu=True), "inference", marks=pytest.mark.gpu_path)])
 def test_every_conv_layer_is_built_with_the_chosen_kernels(platform, purpose):
@@ -475,6 +477,7 @@ def test_train_and_inference_builds_have_the_same_checkpoint_keys(train_and_infe
     assert keys[0] == keys[1] and len(keys[0]) == len(models[0].variables)
 
 
+@pytest.mark.shallow
 @pytest.mark.gpu_path
 @pytest.mark.parametrize("arch,use_final_conv", [("resnet50", True)])
 def test_nhwc_and_nchw_give_the_same_logits(arch, use_final_conv):
@@ -517,6 +520,7 @@ def test_nchw_grouped_se_block_matches_nhwc_under_xla():
     np.testing.assert_allclose(np.transpose(out_nchw.numpy(), (0, 2, 3, 1)), out_nhwc, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.shallow
 def test_final_conv_model_equals_dense_model_on_reshaped_weights():
     dense = build_model("resnet50", num_classes=10, image_size=32, seed=12)
     conv = build_model("resnet50", num_classes=10, image_size=32, use_final_conv=True)

@@ -6,8 +6,11 @@ import tensorflow as tf
 
 from model import checkpoint, resnet
 from model.layers.quantization import QuantizationConfig
+from tests import _shallow
 from tests._cli import tool_in_process
 from tests.test_checkpoint_names import random_values, write_tf1_checkpoint
+
+pytestmark = pytest.mark.shallow
 
 NUM_CLASSES = 5
 
@@ -77,7 +80,7 @@ def test_missing_checkpoint(tmp_path):
 
 def test_tf1_round_trip(tmp_path):
     rng = np.random.RandomState(3)
-    values = random_values("resnet50", rng)
+    values = random_values("resnet50", rng, layers=_shallow.LAYERS)
     values["global_step"] = np.array(1234, dtype=np.int64)
     values["resnet50/output/dense/kernel/Momentum"] = rng.normal(size=(2048, NUM_CLASSES)).astype("f4")
     prefix = write_tf1_checkpoint(str(tmp_path), values)

@@ -10,6 +10,8 @@ import pytest
 from tests._cli import run_script
 from utils import quiet
 
+pytestmark = pytest.mark.shallow
+
 
 # Seen on every CPU run of TF 2.21 (the NodeDef line on multi-worker runs).
 NOISE = [

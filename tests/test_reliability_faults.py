@@ -5,6 +5,7 @@ Every end-to-end test runs main.py in a subprocess on tiny TFRecords (32 px, 11 
 the final checkpoint of interrupted-and-resumed runs tensor by tensor with one uninterrupted run (`reference`).
 """
 import errno
+import glob
 import os
 import signal
 import stat
@@ -20,6 +21,8 @@ from tests._reliability_helpers import (SMALL, NUM_CLASSES, Process, assert_chec
                                         checkpoint_steps, latest_checkpoint, read_all_tensors, run)
 from utils.errors import UserError
 from utils.logger import DLLogger, read_log
+
+pytestmark = pytest.mark.shallow
 
 NUM_STEPS = 6
 
@@ -78,8 +81,10 @@ def test_sigterm_checkpoints_exits_0_and_resume_is_bit_identical(tmp_path, data_
     resumed = main_in_process(*train_args(data_dir, results))
     assert "Current step: {}".format(stopped) in resumed.stdout
     assert logged_steps(results) == list(range(1, NUM_STEPS + 1))  # no step lost or done twice
-    count = assert_checkpoints_identical(latest_checkpoint(results), reference["ckpt"])
-    assert count > 300  # model, BN statistics, momentum slots, global step
+    names = assert_checkpoints_identical(latest_checkpoint(results), reference["ckpt"])
+    for kind in ("/kernel", "/moving_variance", "/Momentum"):  # weights, BN statistics, momentum slots
+        assert any(name.endswith(kind) for name in names), kind
+    assert "global_step" in names
 
 
 @pytest.mark.slow
@@ -179,11 +184,13 @@ def _mount_tmpfs(path, size):
     return result.returncode == 0
 
 
-def test_full_disk_while_checkpointing_is_one_error_line_and_keeps_the_previous_checkpoint(tmp_path, data_dir):
-    """model_dir on a 200 MB tmpfs: checkpoint 0 (~189 MB) fits, checkpoint 1 does not."""
+def test_full_disk_while_checkpointing_is_one_error_line_and_keeps_the_previous_checkpoint(tmp_path, data_dir,
+                                                                                           reference):
+    """model_dir on a tmpfs of 1.5 checkpoints (the reference run's): checkpoint 0 fits, checkpoint 1 does not."""
     model_dir = tmp_path / "small_disk"
     model_dir.mkdir()
-    if not _mount_tmpfs(model_dir, "200m"):
+    size = sum(os.path.getsize(path) for path in glob.glob(reference["ckpt"] + ".*"))
+    if not _mount_tmpfs(model_dir, str(size * 3 // 2)):
         pytest.skip("cannot mount a tmpfs here (not root / no CAP_SYS_ADMIN); the in-process test covers it")
     try:
         result = run(["--mode", "train", "--data_dir", data_dir, "--batch_size", 4, "--num_iter", 3,

@@ -14,6 +14,8 @@ from PIL import Image
 from tests._data_helpers import encode_image, random_image, truncate_file, write_tfrecord_shards
 from tests._reliability_helpers import (SMALL, NUM_CLASSES, checkpoint_steps, latest_checkpoint, run, run_cases)
 
+pytestmark = pytest.mark.shallow
+
 CORRUPT = {(0, 1): "bad_jpeg", (0, 3): "missing_image", (1, 0): "not_example"}  # skipped; a bad label stops the run
 
 

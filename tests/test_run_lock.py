@@ -8,10 +8,13 @@ import sys
 
 import pytest
 
+from tests._cli import main_in_process
 from tests._reliability_helpers import ROOT, SMALL, NUM_CLASSES, Process
 from utils import run_lock
 from utils.errors import UserError
 from utils.run_lock import LOCK_NAME, RunLock, read_lock
+
+pytestmark = pytest.mark.shallow
 
 HOLD_LOCK = ("import sys, time; sys.path.insert(0, {root!r}); from utils.run_lock import RunLock; "
              "RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(120)")
@@ -154,9 +157,9 @@ def test_a_second_training_run_into_the_same_model_dir_is_refused(tmp_path):
     try:
         first.wait_for(lambda: "- (0, 1) imgs_per_sec" in first.stdout(), what="the first run's step 1")
         assert read_lock(str(results))["pid"] == first.popen.pid
-        second = Process(train_args(), tmp_path, "second")
-        assert second.finish(timeout=600) == 2, second.stderr()[-3000:]
-        assert second.stderr().strip().splitlines() == [
+        second = main_in_process(*train_args(), check=False)  # the first run is the other process
+        assert second.returncode == 2, second.stderr[-3000:]
+        assert second.stderr.strip().splitlines() == [
             "ERROR: model_dir {} is in use by another run (pid {} on host {}, started {}); wait for it to end or "
             "use another --model_dir".format(results, first.popen.pid, socket.gethostname(),
                                              read_lock(str(results))["started"])]

@@ -14,6 +14,8 @@ from tests._cli import main_in_process
 from tests._data_helpers import label_of, write_tfrecord_shards
 from utils.errors import UserError
 
+pytestmark = pytest.mark.shallow
+
 NUM_CLASSES = 101  # records 0..99 get labels 1..100: label - 1 is the record's index (shard-major)
 RECORDS_PER_SHARD = 8
 # The classifier of the checkpoint: kernel 0, so every image's logits are its bias, 5, 4, 3, 2, 1 at these outputs

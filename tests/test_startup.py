@@ -84,6 +84,7 @@ def _conv_implementations(model):
             if isinstance(layer, Conv2D)}
 
 
+@pytest.mark.shallow
 def test_the_model_of_the_run_has_the_kernels_of_its_purpose_its_classes_and_input_size():
     """On CPU: the training kernels ("cpu": matmul formulations) for training, plain convolutions ("native") for
     inference (model/kernels.choose_kernels); an explicit Kernels overrides them."""

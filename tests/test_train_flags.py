@@ -12,6 +12,8 @@ from tests._cli import main_in_process
 from tests._data_helpers import write_tfrecord_shards
 from utils.logger import read_log
 
+pytestmark = pytest.mark.shallow
+
 
 
 def run_main(*args):
