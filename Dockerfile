@@ -7,7 +7,8 @@
 # (scripts/install.sh), here into the image's Python instead of a venv (USE_SYSTEM_PYTHON=1).
 # Build arguments (default in brackets):
 #   SKIP_DALI=1          leave out NVIDIA DALI and its TensorFlow plugin                                   [0]
-#   ONNXRUNTIME_GPU=1    replace onnxruntime with onnxruntime-gpu (CUDA execution provider for inference.py) [0]
+#   ONNXRUNTIME_GPU=1    replace onnxruntime with requirements-gpu.txt's onnxruntime-gpu (its newest CUDA 12
+#                        build: the CUDA execution provider of inference.py)                                [0]
 #   INSTALL_TENSORRT=1   also install TensorRT's Python wheels, best effort: they are hosted by NVIDIA and
 #                        are not reachable from every network; without them the build goes on (no TensorRT) [0]
 FROM tensorflow/tensorflow:2.21.0-gpu
@@ -28,21 +29,25 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 # Install steps first, the code last: editing the code does not invalidate the (slow) install layers.
-COPY requirements.txt requirements-dev.txt requirements-dali.txt requirements-horovod.txt ./
+COPY requirements.txt requirements-cpu.txt requirements-gpu.txt requirements-dev.txt requirements-dali.txt \
+     requirements-horovod.txt ./
 COPY scripts/install.sh scripts/install_horovod.sh scripts/
 ARG SKIP_DALI=0
-RUN USE_SYSTEM_PYTHON=1 SKIP_DALI="${SKIP_DALI}" SKIP_HOROVOD=1 bash scripts/install.sh
+# GPU=0: the base image's TensorFlow comes with its CUDA libraries, so pip's CUDA wheels (GPU=1) would be a second
+# copy of them.
+RUN USE_SYSTEM_PYTHON=1 GPU=0 SKIP_DALI="${SKIP_DALI}" SKIP_HOROVOD=1 bash scripts/install.sh
 # A layer of its own: the Horovod build takes minutes and is cached apart from the requirements.
 # hadolint ignore=DL3059
 RUN USE_SYSTEM_PYTHON=1 bash scripts/install_horovod.sh
 
-# Both packages provide the `onnxruntime` module, so the CPU one goes first. onnxruntime-gpu releases lag the
-# CPU package: this is its newest release.
+# Both packages provide the `onnxruntime` module, so the CPU one goes first. The pin is requirements-gpu.txt's
+# (without its extras: the image has the CUDA libraries).
 ARG ONNXRUNTIME_GPU=0
-ARG ONNXRUNTIME_GPU_VERSION=1.31.1
+# (DL3013: the pin is read from requirements-gpu.txt, which hadolint does not see.)
+# hadolint ignore=DL3013
 RUN if [ "${ONNXRUNTIME_GPU}" = "1" ]; then \
         python3 -m pip uninstall -y onnxruntime \
-        && python3 -m pip install "onnxruntime-gpu==${ONNXRUNTIME_GPU_VERSION}"; \
+        && python3 -m pip install "$(sed -n 's/^onnxruntime-gpu\(\[[^]]*\]\)\?==\([^ ]*\).*/onnxruntime-gpu==\2/p' requirements-gpu.txt)"; \
     fi
 
 # The `tensorrt` metapackage of this release resolves to the CUDA 13 build; TensorFlow 2.21 uses CUDA 12, so

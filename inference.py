@@ -137,8 +137,13 @@ class ONNXRuntimeRunner:
         import onnxruntime
         available = onnxruntime.get_available_providers()
         providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+        if "CUDAExecutionProvider" in providers and hasattr(onnxruntime, "preload_dlls"):
+            # onnxruntime-gpu opens CUDA and cuDNN by name; the GPU install has them as pip wheels
+            # (requirements-gpu.txt), outside the loader's path, where preload_dlls() finds them.
+            onnxruntime.preload_dlls()
         self.session = onnxruntime.InferenceSession(onnx_path, providers=providers)
         self.providers = self.session.get_providers()
+        self.cuda_unavailable = "CUDAExecutionProvider" in providers and "CUDAExecutionProvider" not in self.providers
 
     @property
     def input_size(self):
@@ -370,12 +375,16 @@ def run(args):
                     data_checked = True
                 del signature
             runner = make_runner(args, saved_model_dir, onnx_path, workdir)
+            if getattr(runner, "cuda_unavailable", False):
+                logger.print("ONNX Runtime's CUDA provider did not start (no GPU, or its CUDA 12 / cuDNN 9 libraries "
+                             "did not load): running on the CPU")
             resolve_image_size(args, getattr(runner, "input_size", None), logger.print)
             num_classes = args.num_classes if args.architecture else getattr(runner, "num_classes", None)
             if args.data_dir and not data_checked:
                 check_dataset(args, num_classes)
             data, steps = batches(args, num_classes)
-            logger.print(f"Running {steps} steps of batch {args.batch_size} with backend {args.backend}")
+            where = f" on {runner.providers[0]}" if getattr(runner, "providers", None) else ""
+            logger.print(f"Running {steps} steps of batch {args.batch_size} with backend {args.backend}{where}")
             return benchmark(runner, data, steps, args.batch_size, args.warmup_steps, logger)
     finally:
         logger.close()

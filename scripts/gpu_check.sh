@@ -2,7 +2,9 @@
 # One command that checks every GPU code path on a machine with NVIDIA GPUs (docs/GPU.md), with short runs, and
 # compares the throughput with the original's published figure for this GPU class
 # (docs/ORIGINAL.md#published-results). Each check prints PASS / FAIL / SKIP, its img/s and the published figure;
-# a report file keeps them. Exit status: 0 when no check failed, 1 otherwise (or without a GPU).
+# a report file keeps them. It starts with the environment (scripts/gpu_stack.py report: TF's CUDA/cuDNN build, the
+# GPUs, Horovod's NCCL, DALI's and ONNX Runtime's CUDA), where CUDA majors that disagree count as a failed check.
+# Exit status: 0 when no check failed, 1 otherwise (or without a GPU).
 #
 #   bash scripts/gpu_check.sh                  # synthetic data at 224 px
 #   DATA_DIR=/data/tfrecords DALI_IDX_DIR=/data/dali_idx bash scripts/gpu_check.sh   # adds real data and DALI
@@ -76,23 +78,19 @@ check() {
   fi
 }
 skip() { say "$(printf '%-22s SKIP   %s' "$1" "$2")"; }
+fail() { say "$(printf '%-22s FAIL   %s' "$1" "$2")"; FAILED=$((FAILED + 1)); }
 
 say "== environment"
 if [ "$DRY" = 1 ]; then
   echo "(DRY_RUN=1: the plan; nothing runs)"
+  echo "+ $PYTHON scripts/gpu_stack.py report"
 else
-  "$PYTHON" - <<'EOF' 2>&1 | tee -a "$REPORT"
-import importlib
-import tensorflow as tf
-info = tf.sysconfig.get_build_info()
-print("tensorflow", tf.__version__, "| CUDA", info.get("cuda_version"), "| cuDNN", info.get("cudnn_version"))
-print("GPUs visible to TensorFlow:", [d.name for d in tf.config.list_physical_devices("GPU")])
-for module in ("nvidia.dali", "horovod.tensorflow", "tensorrt", "onnxruntime", "tf2onnx"):
-    try:
-        print(module, getattr(importlib.import_module(module), "__version__", "installed"))
-    except Exception as error:  # noqa: BLE001 - report what is missing, go on
-        print(module, "absent:", type(error).__name__)
-EOF
+  # TF's CUDA/cuDNN build, the GPUs TF sees, Horovod's NCCL, DALI's and ONNX Runtime's CUDA; FAIL lines count.
+  "$PYTHON" scripts/gpu_stack.py report 2>/dev/null > "$WORKDIR/environment.txt"
+  while IFS= read -r line; do
+    say "$line"
+    case "$line" in FAIL*) FAILED=$((FAILED + 1)) ;; esac
+  done < "$WORKDIR/environment.txt"
   command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L | tee -a "$REPORT"
 fi
 say "GPUs: $GPUS ${GPU_NAME:+($GPU_NAME)}; steps per training check: $STEPS"
@@ -136,11 +134,15 @@ if [ "$DRY" = 1 ] || [ "$GPUS" -ge 2 ]; then
                                --results_dir "$WORKDIR/mirrored"
   check launcher_2gpu     n/a  "$PYTHON" -m runtime.launch --nproc 2 "${TRAIN[@]}" --batch_size 256 --amp --xla \
                                --results_dir "$WORKDIR/launcher"
-  if [ "$DRY" = 1 ] || "$PYTHON" -c "import horovod.tensorflow" >/dev/null 2>&1; then
+  if [ "$DRY" != 1 ] && ! "$PYTHON" -c "import horovod.tensorflow" >/dev/null 2>&1; then
+    skip horovod_2gpu "Horovod not importable (GPU=1 bash scripts/install_horovod.sh)"
+  elif [ "$DRY" != 1 ] && ! "$PYTHON" -c "import horovod.tensorflow as h, sys; sys.exit(not h.nccl_built())" \
+       >/dev/null 2>&1; then
+    # Without NCCL, Horovod all-reduces GPU tensors through host memory: a run, but not the one to measure.
+    fail horovod_2gpu "Horovod was built without NCCL: GPU=1 bash scripts/install_horovod.sh rebuilds it"
+  else
     check horovod_2gpu    n/a  horovodrun -np 2 -H localhost:2 "$PYTHON" "${TRAIN[@]}" --batch_size 256 --amp --xla \
                                --results_dir "$WORKDIR/horovod"
-  else
-    skip horovod_2gpu "Horovod not importable (bash scripts/install_horovod.sh)"
   fi
 else
   skip mirrored_2gpu "needs 2 GPUs"

@@ -98,14 +98,19 @@ def test_installs_through_the_install_scripts(steps):
     # Every requirement goes through install.sh: no second, drifting `pip install -r` in the Dockerfile.
     for keyword, arguments in steps:
         if keyword == "RUN" and "install.sh" not in arguments:
-            assert not re.search(r"requirements[\w\-]*\.txt", arguments), arguments
+            assert not re.search(r"-r\s*\S*requirements[\w\-]*\.txt", arguments), arguments
 
 
 def test_install_inputs_are_copied_before_the_install_step(steps):
     script = read("scripts/install.sh")
-    needed = sorted(set(re.findall(r"requirements[\w\-]*\.txt", script)))
-    assert needed == ["requirements-dali.txt", "requirements-dev.txt", "requirements.txt"]
-    for script_name, extra in (("scripts/install.sh", needed), ("scripts/install_horovod.sh", [])):
+    needed = set(re.findall(r"requirements[\w\-]*\.txt", script))
+    assert "requirements-$MODE.txt" in script  # the CPU or the GPU set
+    needed = sorted(needed | {"requirements-cpu.txt", "requirements-gpu.txt"})
+    assert needed == ["requirements-cpu.txt", "requirements-dali.txt", "requirements-dev.txt", "requirements-gpu.txt",
+                      "requirements.txt"]
+    horovod_needs = sorted(set(re.findall(r"requirements[\w\-]*\.txt", read("scripts/install_horovod.sh"))))
+    assert horovod_needs == ["requirements-gpu.txt", "requirements-horovod.txt"]
+    for script_name, extra in (("scripts/install.sh", needed), ("scripts/install_horovod.sh", horovod_needs)):
         index = run_index(steps, script_name)
         copied = copied_before(steps, index)
         copied_names = {os.path.basename(path.rstrip("/")) for path in copied} | set(copied)
@@ -131,10 +136,13 @@ def test_pins_in_the_dockerfile_agree_with_requirements(steps):
             assert version == requirements[package], "Dockerfile pins {}=={} but requirements say {}".format(
                 package, version, requirements[package])
     arguments = dict(a.split("=", 1) for k, a in steps if k == "ARG" and "=" in a)
-    # onnxruntime-gpu replaces the pinned onnxruntime: same major version, pinned exactly.
-    gpu_version = arguments["ONNXRUNTIME_GPU_VERSION"]
-    assert re.fullmatch(r"\d+\.\d+\.\d+", gpu_version)
-    assert gpu_version.split(".")[0] == requirements["onnxruntime"].split(".")[0]
+    # onnxruntime-gpu replaces the CPU onnxruntime at requirements-gpu.txt's pin, which the RUN reads from the file.
+    swap = next(a for k, a in steps if k == "RUN" and "ONNXRUNTIME_GPU" in a)
+    read_pin = re.search(r"\"\$\((sed .*?requirements-gpu\.txt)\)\"", swap).group(1)
+    done = subprocess.run(["bash", "-c", read_pin], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    gpu_pin = re.search(r"^onnxruntime-gpu(?:\[[^\]]*\])?==(\S+)", read("requirements-gpu.txt"), re.MULTILINE).group(1)
+    assert done.stdout.strip() == "onnxruntime-gpu==" + gpu_pin
+    assert "pip uninstall -y onnxruntime" in swap
     assert PIN.match(arguments["TENSORRT_REQUIREMENT"]), "TensorRT must be pinned"
     for name in ("SKIP_DALI", "ONNXRUNTIME_GPU", "INSTALL_TENSORRT"):
         assert arguments[name] == "0", "optional parts are off by default"
@@ -153,7 +161,8 @@ def test_dockerignore_keeps_local_state_out_and_install_inputs_in():
     for excluded in (".venv", "results", "data", ".git"):
         assert excluded in patterns
     assert any("__pycache__" in p for p in patterns)
-    for needed in ("requirements.txt", "requirements-dev.txt", "requirements-dali.txt", "scripts", "datasets"):
+    for needed in ("requirements.txt", "requirements-cpu.txt", "requirements-gpu.txt", "requirements-dev.txt",
+                   "requirements-dali.txt", "scripts", "datasets"):
         assert not any(p.strip("/*") == needed or p.startswith(needed) for p in patterns), needed
 
 

@@ -55,6 +55,31 @@ def test_onnxruntime_backend_random_inputs_with_periodic_logs(saved_model, tmp_p
     assert set(final) >= {"latency_avg", "latency_p90", "latency_p95", "latency_p99"}
 
 
+def test_onnxruntime_says_which_provider_ran_and_when_cuda_did_not_start(saved_model, tmp_path, monkeypatch):
+    """The CPU build runs on its CPU provider; onnxruntime-gpu on a machine where CUDA cannot start (no GPU, no
+    driver) lists the CUDA provider, gets its pip CUDA libraries preloaded, and falls back to the CPU with one line
+    of ours. ONNX Runtime's CPU build given the CUDA provider behaves the same way (it warns and runs on the CPU)."""
+    model = tmp_path / "model.onnx"
+    first = run("--model", saved_model, "--backend", "onnxruntime", "--num-iter", "2", "--log-path",
+                str(tmp_path / "a.json"), *SMALL)
+    assert first.returncode == 0, first.stderr
+    assert "with backend onnxruntime on CPUExecutionProvider" in first.stdout
+    assert "CUDA provider did not start" not in first.stdout
+    from model import export
+    export.to_onnx(saved_model, str(model))
+    import onnxruntime
+    preloaded = []
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(onnxruntime, "preload_dlls", lambda *a, **k: preloaded.append(True), raising=False)
+    second = run("--model", str(model), "--backend", "onnxruntime", "--num-iter", "2", "--log-path",
+                 str(tmp_path / "b.json"), *SMALL)
+    assert second.returncode == 0, second.stderr
+    assert preloaded == [True]
+    assert ("ONNX Runtime's CUDA provider did not start (no GPU, or its CUDA 12 / cuDNN 9 libraries did not load): "
+            "running on the CPU") in second.stdout
+    assert "with backend onnxruntime on CPUExecutionProvider" in second.stdout
+
+
 def test_architecture_with_few_steps(tmp_path):
     """Fewer than 101 steps (the original divided by zero) from a freshly built model."""
     log = tmp_path / "log.json"
