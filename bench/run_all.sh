@@ -27,3 +27,5 @@ $PY -m bench.profile_step --batch 32 --size 224 --steps 2 | tee "$OUT/profile_rn
 if [ -x "${TORCH_PYTHON:-/tmp/torchvenv/bin/python}" ]; then
     "${TORCH_PYTHON:-/tmp/torchvenv/bin/python}" bench/torchvision_peer.py --warmup 2 --rounds 5 | tee "$OUT/torchvision_peer.json"
 fi
+$PY -m bench.fp16_overflow --cases 32x4,96x8 --seeds 0,1,2 --output "$OUT/fp16_overflow.json"
+$PY -m bench.fp16_overflow --cases 224x8 --seeds 0 --output "$OUT/fp16_overflow_224.json"

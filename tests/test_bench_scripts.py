@@ -84,3 +84,34 @@ def test_results_live_under_bench():
         if old in handle.read():
             stale.append("README.md")
     assert not stale, "still naming {}: {}".format(old, ", ".join(stale))
+
+
+def test_fp16_overflow_finds_the_float16_range_of_a_known_gradient():
+    """d(scale x CE)/d kernel of a zero-initialised Dense on x = 1000 is scale x 1000 x 0.5: finite in float16
+    (max 65504) up to scale 128, infinite from 256."""
+    import keras
+    import tensorflow as tf
+    from bench.fp16_overflow import first_overflow
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = keras.Sequential([keras.Input((2,)),
+                                  keras.layers.Dense(2, use_bias=False, kernel_initializer="zeros")])
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    overflow, finite = first_overflow(model, tf.constant([[1000.0, 1000.0]]), tf.constant([0]),
+                                      [2 ** power for power in range(12)])
+    assert overflow == 256
+    assert finite == {1: True, 2: True, 4: True, 8: True, 16: True, 32: True, 64: True, 128: True, 256: False}
+
+
+def test_fp16_overflow_compares_both_models_end_to_end(tmp_path):
+    from bench import fp16_overflow
+    out = tmp_path / "fp16.json"
+    fp16_overflow.main(["--cases", "32x2", "--max_scale_power", "1", "--output", str(out)])
+    result = json.loads(out.read_text())
+    assert result["scales"] == [1, 2]
+    (row,) = result["results"]
+    assert (row["image_size"], row["batch_size"], row["seed"]) == (32, 2, 0)
+    for name in ("ours", "keras_applications"):
+        assert row[name]["first_nonfinite_scale"] in (None, 1, 2)
+        assert "mixed_float16" in row[name]["policies_of_weighted_layers"]
