@@ -132,18 +132,38 @@ class TFRunner:
         return self.signature(input=images)["probabilities"].numpy()
 
 
+def cuda_device_count():
+    """GPUs the CUDA 12 runtime can use; 0 when it cannot load or start (no GPU, no driver for CUDA 12)."""
+    import ctypes
+    try:
+        runtime = ctypes.CDLL("libcudart.so.12")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    return count.value if runtime.cudaGetDeviceCount(ctypes.byref(count)) == 0 else 0
+
+
 class ONNXRuntimeRunner:
     def __init__(self, onnx_path):
         import onnxruntime
         available = onnxruntime.get_available_providers()
         providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
-        if "CUDAExecutionProvider" in providers and hasattr(onnxruntime, "preload_dlls"):
-            # onnxruntime-gpu opens CUDA and cuDNN by name; the GPU install has them as pip wheels
-            # (requirements-gpu.txt), outside the loader's path, where preload_dlls() finds them.
-            onnxruntime.preload_dlls()
+        self.cuda_note = None
+        if "CUDAExecutionProvider" in providers:
+            if hasattr(onnxruntime, "preload_dlls"):
+                # onnxruntime-gpu opens CUDA and cuDNN by name; the GPU install has them as pip wheels
+                # (requirements-gpu.txt), outside the loader's path, where preload_dlls() finds them.
+                onnxruntime.preload_dlls()
+            if cuda_device_count() == 0:
+                # Asked first: ONNX Runtime would print a page of errors before falling back to the CPU itself.
+                providers.remove("CUDAExecutionProvider")
+                self.cuda_note = ("ONNX Runtime's CUDA provider is not used: the CUDA runtime sees no usable GPU "
+                                  "(none, or no driver for CUDA 12): running on the CPU")
         self.session = onnxruntime.InferenceSession(onnx_path, providers=providers)
         self.providers = self.session.get_providers()
-        self.cuda_unavailable = "CUDAExecutionProvider" in providers and "CUDAExecutionProvider" not in self.providers
+        if "CUDAExecutionProvider" in providers and "CUDAExecutionProvider" not in self.providers:
+            self.cuda_note = ("ONNX Runtime's CUDA provider did not start (its CUDA 12 / cuDNN 9 libraries did not "
+                              "load): running on the CPU")
 
     @property
     def input_size(self):
@@ -375,9 +395,8 @@ def run(args):
                     data_checked = True
                 del signature
             runner = make_runner(args, saved_model_dir, onnx_path, workdir)
-            if getattr(runner, "cuda_unavailable", False):
-                logger.print("ONNX Runtime's CUDA provider did not start (no GPU, or its CUDA 12 / cuDNN 9 libraries "
-                             "did not load): running on the CPU")
+            if getattr(runner, "cuda_note", None):
+                logger.print(runner.cuda_note)
             resolve_image_size(args, getattr(runner, "input_size", None), logger.print)
             num_classes = args.num_classes if args.architecture else getattr(runner, "num_classes", None)
             if args.data_dir and not data_checked:
