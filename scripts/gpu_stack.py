@@ -110,14 +110,15 @@ def cuda_problems(resolved, expected, tf_build_info):
     return facts, problems
 
 
-def resolve(requirement_files, extra_requirements_=(), python=sys.executable):
-    """pip's resolution of the files (nothing installed): {package: (version, requires_dist)}."""
+def resolve(requirement_files, requirements=(), python=sys.executable):
+    """pip's resolution of the requirement files and further requirements (nothing installed):
+    {package: (version, requires_dist)}."""
     with tempfile.TemporaryDirectory() as work:
         report = os.path.join(work, "report.json")
         command = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", report]
         for name in requirement_files:
             command += ["-r", os.path.join(ROOT, name)]
-        command += list(extra_requirements_)
+        command += list(requirements)
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
