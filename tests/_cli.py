@@ -68,7 +68,7 @@ def tool_in_process(module, *args, check=True):
         if tf_config.is_op_determinism_enabled() and not determinism:
             tf_config.disable_op_determinism()
         import keras
-        keras.backend.clear_session()
+        keras.backend.clear_session(free_memory=False)  # the collector runs on its own (tests/conftest.py)
     result = Result([module, *argv], status or 0, stdout.getvalue(), stderr.getvalue())
     if check:
         require_success(result)

@@ -13,8 +13,13 @@ before they resume or change it.
 A test module marked `shallow` (`pytestmark = pytest.mark.shallow`) runs with the architectures of tests/_shallow.py,
 it and the processes it starts, and so does a test marked `shallow` itself (its module fixtures are not); the tests
 that read `trained_run` must be marked.
+
+Garbage collection: a worker's heap holds millions of objects (TensorFlow, Keras, traced graphs), and each full
+collection walks all of them. What the imports made is moved out of the collector's sight (`gc.freeze`) and the
+collector runs less often; in-process runs skip Keras' collection after each run (tests/_cli.py).
 """
 
+import gc
 import shutil
 
 import pytest
@@ -37,6 +42,12 @@ def pytest_runtest_makereport(item, call):
         if path is not None:
             shutil.rmtree(path, ignore_errors=True)
     return report
+
+
+def pytest_configure(config):
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -116,8 +127,10 @@ def trained_model():
 
 @pytest.fixture(scope="module")
 def resnet50_checkpoint(tmp_path_factory):
-    """(prefix, values): a checkpoint in the original's TF1 format of resnet50 with random values."""
+    """(prefix, values): a checkpoint in the original's TF1 format of resnet50 (at the module's depth) with random
+    values."""
     import numpy as np
+    from model.resnet import ARCHITECTURES
     from tests.test_checkpoint_names import random_values, write_tf1_checkpoint
-    values = random_values("resnet50", np.random.default_rng(1))
+    values = random_values("resnet50", np.random.default_rng(1), layers=ARCHITECTURES["resnet50"].layers)
     return write_tf1_checkpoint(str(tmp_path_factory.mktemp("rn50")), values), values

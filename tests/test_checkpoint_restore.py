@@ -1,43 +1,22 @@
 """Tests of model/checkpoint/restore.py: verified restores of every format, layout-independent keys, resuming the
-training state, fine-tuning to another class count, a checkpoint of an earlier main.py resumed from the CLI."""
-import os
+training state, fine-tuning to another class count. Shallow models (tests/_shallow.py): the restore works variable by
+variable; the original's checkpoints at full depth, and one of an earlier main.py, are restored in
+test_checkpoint_names.py."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from model import checkpoint
-from model.kernels import GPU_KERNELS
 from model.layers.quantization import QuantizationConfig
-from model.resnet import build_model
-from tests._cli import main_in_process
 from tests._checkpoint_helpers import randomise, save_named, save_object_based, small_model, training_state, values_of
-from tests._model_tf1_names import expected_keras_path
-from tests.test_checkpoint_names import NUM_CLASSES, random_values, write_tf1_checkpoint
-from tests._data_helpers import write_tfrecord_shards
+from tests.test_checkpoint_names import NUM_CLASSES, write_tf1_checkpoint
 from utils.errors import UserError
+
+pytestmark = pytest.mark.shallow
 
 
 # ---------------------------------------------------------------- the original's TF1 checkpoints
-
-def test_tf1_se_resnext_checkpoint_puts_every_variable_in_place(tmp_path):
-    arch = "se-resnext101-32x4d"
-    model = build_model(arch, num_classes=NUM_CLASSES, image_size=32, kernels=GPU_KERNELS)  # builds fastest
-    values = random_values(arch, np.random.default_rng(2))
-    # Non-model entries a real training checkpoint carries; they must be ignored.
-    extras = {"global_step": np.array(100, np.int64),
-              f"{arch}/output/dense/kernel/Momentum": np.zeros((2048, NUM_CLASSES), "f4"),
-              "current_loss_scale": np.array(128.0, "f4")}
-    prefix = write_tf1_checkpoint(str(tmp_path), {**values, **extras})
-    info = checkpoint.inspect(prefix)
-    assert (info.format, info.arch, info.num_classes, info.step, info.use_final_conv) == (
-        "tf1", arch, NUM_CLASSES, 100, False)
-    report = checkpoint.restore_model(model, info, arch, "the model")
-    assert report.restored == report.total == len(model.variables)
-    by_path = {v.path: v for v in model.variables}
-    for name, value in values.items():  # located by Keras path from string rules, not by our map
-        np.testing.assert_array_equal(by_path[expected_keras_path(name, arch)].numpy(), value, err_msg=name)
-
 
 def test_trainable_only_leaves_moving_statistics(resnet50_checkpoint):
     prefix, values = resnet50_checkpoint
@@ -62,7 +41,7 @@ def test_dense_checkpoint_loads_into_final_conv_model(resnet50_checkpoint):
 def test_mismatched_checkpoint_is_refused_in_one_line_and_assigns_nothing(resnet50_checkpoint, tmp_path):
     _, values = resnet50_checkpoint
     broken = dict(values)
-    del broken["resnet50/btlnck_block_1_2/bottleneck_2/BatchNorm/moving_mean"]
+    del broken["resnet50/btlnck_block_1_0/bottleneck_2/BatchNorm/moving_mean"]
     broken["resnet50/btlnck_block_3_0/bottleneck_1/conv2d/kernel"] = np.zeros((1, 1, 1024, 256), "f4")
     broken["resnet50/extra_layer/kernel"] = np.zeros((3,), "f4")
     prefix = write_tf1_checkpoint(str(tmp_path), broken)
@@ -72,7 +51,7 @@ def test_mismatched_checkpoint_is_refused_in_one_line_and_assigns_nothing(resnet
         checkpoint.load(model, prefix, "resnet50")
     message = str(error.value)
     assert "\n" not in message
-    assert "1 missing: resnet50/btlnck_block_1_2/bottleneck_2/BatchNorm/moving_mean" in message
+    assert "1 missing: resnet50/btlnck_block_1_0/bottleneck_2/BatchNorm/moving_mean" in message
     assert "1 unexpected: resnet50/extra_layer/kernel" in message
     assert "1 mis-shaped: resnet50/btlnck_block_3_0/bottleneck_1/conv2d/kernel [1, 1, 1024, 256]" in message
     np.testing.assert_array_equal(model.get_layer("conv2d").conv.kernel.numpy(), before)  # nothing assigned
@@ -175,62 +154,3 @@ def test_object_based_checkpoint_resumes_training(trained_model, tmp_path):
     assert int(global_step.numpy()) == 9
     np.testing.assert_array_equal(model.get_layer("conv2d").conv.kernel.numpy(),
                                   trained_model.get_layer("conv2d").conv.kernel.numpy())
-
-
-# ---------------------------------------------------------------- a checkpoint of an earlier main.py, at full depth
-LAYOUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "checkpoint_layout_dd0e2a5.json")
-
-
-def _write_from_layout(directory, layout):
-    """A checkpoint with exactly the tensors (names, shapes, dtypes) and metadata main.py wrote at that commit,
-    filled with small deterministic values (positive BN variances)."""
-    import json
-    rng = np.random.default_rng(0)
-    names, tensors = [], []
-    for name, (shape, dtype) in sorted(layout["tensors"].items()):
-        if name == "checkpoint_metadata":
-            value = tf.constant(json.dumps(layout["metadata"]))
-        elif name == "global_step" or dtype.startswith("int"):
-            value = tf.constant(layout["metadata"]["step"] if name == "global_step" else 0, dtype=dtype, shape=shape)
-        elif "moving_variance" in name:
-            value = tf.constant(rng.uniform(0.5, 2.0, shape), dtype=dtype)
-        else:
-            value = tf.constant(rng.normal(0, 0.02, shape), dtype=dtype)
-        names.append(name)
-        tensors.append(value)
-    os.makedirs(directory, exist_ok=True)
-    prefix = os.path.join(directory, "model.ckpt-{}".format(layout["metadata"]["step"]))
-    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors)
-    from model import checkpoint
-    checkpoint.write_state_file(directory, [os.path.basename(prefix)])
-    return prefix
-
-
-def test_a_checkpoint_of_the_main_before_the_runtime_redesign_resumes_and_evaluates(tmp_path):
-    """tests/data/checkpoint_layout_dd0e2a5.json lists what main.py wrote before runtime/ was split up: today's
-    training writes the same tensors, and such a checkpoint resumes training (optimizer state included) and is
-    evaluated from the CLI."""
-    import json
-    from model import checkpoint
-    from utils.optimizers import build_optimizer
-    from utils.precision import Precision
-    layout = json.load(open(LAYOUT))
-    model = build_model("resnet50", num_classes=NUM_CLASSES, image_size=32)
-    optimizer = build_optimizer(0.1, 0.9, Precision())
-    optimizer.build(model.trainable_variables)
-    entries = checkpoint.training_entries(model, optimizer, tf.Variable(0, dtype=tf.int64), "resnet50")
-    written = {key: [list(variable.shape), tf.as_dtype(variable.dtype).name] for key, variable in entries.items()}
-    assert written == {key: value for key, value in layout["tensors"].items() if key != "checkpoint_metadata"}
-
-    results, data = tmp_path / "results", tmp_path / "data"
-    _write_from_layout(str(results), layout)
-    write_tfrecord_shards(str(data), "train", 1, 8, 40, num_classes=NUM_CLASSES)
-    write_tfrecord_shards(str(data), "validation", 1, 4, 40, num_classes=NUM_CLASSES)
-    result = main_in_process("--mode", "train_and_evaluate", "--batch_size", 4, "--num_iter", 3, "--iter_unit",
-                             "batch", "--data_dir", data, "--num_classes", NUM_CLASSES, "--image_size", 32,
-                             "--results_dir", results, "--no_progress", check=False)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "Restored 267 of 267 variables" in result.stdout and "with the optimizer state" in result.stdout
-    assert "Current step: 2" in result.stdout
-    assert "top1_accuracy" in result.stdout
-    assert checkpoint.latest_checkpoint(str(results)).endswith("model.ckpt-3")

@@ -1,5 +1,6 @@
 """The training extensions from the CLI (docs/EXTENSIONS.md): all of them at once in train_and_evaluate, the EMA
-through checkpoints, resume, evaluation, predict and the export tools, and the flag checks."""
+through checkpoints, resume, evaluation, predict and the export tools, and the flag checks. Under the mirrored engine
+they run in test_gpu_paths.py."""
 import os
 
 import numpy as np
@@ -8,7 +9,7 @@ import tensorflow as tf
 from PIL import Image
 
 from model import checkpoint, export, resnet
-from tests._cli import child_env, run_script, tool_in_process
+from tests._cli import tool_in_process
 from tests._data_helpers import write_tfrecord_shards
 from tests.conftest import copy_run
 from utils.ema import EMA_SUFFIX
@@ -168,18 +169,3 @@ def test_extension_flags_have_their_own_help_group_and_are_not_original():
     assert config.RunConfig(cutmix=0.5).extensions_in_use() == {"cutmix": 0.5}
     args = config.parse_cmdline(["--batch_size", "2", "--cutmix_alpha", "0.3"])
     assert args.cutmix == 0.3
-
-
-@pytest.mark.slow
-def test_extensions_under_the_mirrored_engine(data_dir, tmp_path):
-    """Two logical CPU replicas (RN50_ENGINE=mirrored): the EMA and the accumulation run in the replica step and
-    the effective batch counts both replicas."""
-    # In a child process: the logical CPU devices are set before TensorFlow starts.
-    result = run_script("main.py", "--mode", "train_and_evaluate", "--data_dir", data_dir, "--results_dir", tmp_path,
-                        "--num_iter", 2, *DATA_FLAGS, "--grad_accum_steps", 2, "--moving_average_decay", 0.9,
-                        "--cutmix", 1.0, env=child_env(RN50_ENGINE="mirrored", RN50_CPU_REPLICAS="2"))
-    assert "Num GPUs 2" in result.stdout
-    assert "effective batch 16" in result.stdout and "ema_top1_accuracy" in result.stdout
-    values = checkpoint_values(str(tmp_path / "model.ckpt-2"))
-    key = "resnet50/conv2d/conv2d/kernel"
-    assert not np.allclose(values[key], values[key + EMA_SUFFIX])

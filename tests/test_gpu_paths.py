@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from tests._cli import main_in_process
 from tests._data_helpers import write_tfrecord_shards
+from utils.ema import EMA_SUFFIX
 from utils.logger import read_log
 
 pytestmark = [pytest.mark.gpu_path, pytest.mark.shallow]
@@ -108,7 +109,9 @@ def test_gpu_check_script_prints_its_plan_and_refuses_to_run_without_a_gpu(tmp_p
 @pytest.mark.slow
 def test_mirrored_engine_on_two_logical_cpu_devices_trains_resumes_and_evaluates(tmp_path, data_dir):
     """The single-node multi-GPU path (RN50_ENGINE=mirrored, one process, one replica per device) on two logical
-    CPU devices: the global batch is 2 x --batch_size, the LR is scaled by it, a second run resumes and evaluates."""
+    CPU devices, with the extensions that run inside the replica step (gradient accumulation, the EMA, CutMix): the
+    effective batch is 2 replicas x 2 micro-batches x --batch_size, the LR is scaled by it, a second run resumes and
+    evaluates both weights."""
     results = str(tmp_path / "results")
     validation = str(tmp_path / "validation")
     write_tfrecord_shards(validation, "validation", 1, 4, 40, num_classes=NUM_CLASSES)
@@ -117,7 +120,7 @@ def test_mirrored_engine_on_two_logical_cpu_devices_trains_resumes_and_evaluates
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", RN50_ENGINE="mirrored", RN50_CPU_REPLICAS="2")
     args = ["main.py", "--batch_size", 2, "--num_iter", 3, "--iter_unit", "batch", "--data_dir", validation,
             "--num_classes", NUM_CLASSES, "--image_size", 32, "--results_dir", results, "--display_every", 1,
-            "--no_progress"]
+            "--no_progress", "--grad_accum_steps", 2, "--moving_average_decay", 0.9, "--cutmix", 1.0]
 
     def run(*extra):
         return subprocess.run([sys.executable, *map(str, args), *map(str, extra)], cwd=ROOT, env=env,
@@ -126,17 +129,20 @@ def test_mirrored_engine_on_two_logical_cpu_devices_trains_resumes_and_evaluates
     first = run("--mode", "train", "--run_iter", 2)
     assert first.returncode == 0, first.stderr[-2000:]
     assert "Num GPUs 2" in first.stdout and "Per-GPU Batch Size 2" in first.stdout
-    # 8 records, global batch 4, 3 steps: 2 epochs of 1.5 steps; warmup int(5 * 1.5) = 7 steps from 0 to
-    # lr_init * 4 / 256, so step 2 runs at lr_init * 4 / 256 * 1 / 7 (the schedule is evaluated before the update).
+    assert "effective batch 8" in first.stdout
+    # 8 records, effective batch 8, 3 steps: 3 epochs of 1 step; warmup int(5 * 1) = 5 steps from 0 to
+    # lr_init * 8 / 256, so step 2 runs at lr_init * 8 / 256 * 1 / 5 (the schedule is evaluated before the update).
     records = [r for r in read_log(os.path.join(results, "log.json")) if r["type"] == "LOG"
                and isinstance(r["step"], list) and len(r["step"]) == 2]
     assert [r["step"][1] for r in records] == [1, 2]
-    assert records[1]["data"]["learning_rate"] == pytest.approx(0.1 * 4 / 256 / 7, rel=1e-5)
+    assert records[1]["data"]["learning_rate"] == pytest.approx(0.1 * 8 / 256 / 5, rel=1e-5)
     second = run("--mode", "train_and_evaluate")
     assert second.returncode == 0, second.stderr[-2000:]
     assert "Current step: 2" in second.stdout and "with the optimizer state" in second.stdout
-    assert "Evaluated 4 of 4 images" in second.stdout
-    assert os.path.exists(os.path.join(results, "model.ckpt-3.index"))
+    assert "Evaluated 4 of 4 images" in second.stdout and "ema_top1_accuracy" in second.stdout
+    reader = tf.train.load_checkpoint(os.path.join(results, "model.ckpt-3"))
+    key = "resnet50/conv2d/conv2d/kernel"
+    assert not np.allclose(reader.get_tensor(key), reader.get_tensor(key + EMA_SUFFIX))
 
 
 def test_mirrored_train_step_applies_the_mean_of_the_replicas_gradients():

@@ -10,6 +10,8 @@ from tests._checkpoint_helpers import save_named, save_object_based, small_model
 from tests.test_checkpoint_names import NUM_CLASSES
 from utils.errors import UserError
 
+pytestmark = pytest.mark.shallow
+
 
 def test_another_architecture_is_named(resnet50_checkpoint):
     prefix, _ = resnet50_checkpoint
