@@ -3,7 +3,7 @@ start), each entry of model.resnet.ARCHITECTURES keeps its widths, groups and SE
 stage. The flows (checkpoints, resume, signals, engines, export, tools) do not depend on the depth, and a
 one-block-per-stage ResNet-50 builds and traces about three times faster. The full depths stay covered where the
 depth is the subject: test_model (architectures, counts), test_checkpoint_names (the original's variable names and
-checkpoints, an earlier main.py's checkpoint), the full-size frozen graph of test_export.
+checkpoints, an earlier main.py's checkpoint).
 
 In-process the module's entries are replaced for the module's duration (tests/conftest.py); child processes see
 TESTS_SHALLOW_ARCHITECTURES=1 and load tests/shallow_site/sitecustomize.py from PYTHONPATH, which applies the same

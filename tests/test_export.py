@@ -72,11 +72,20 @@ def randomise_bn(model, seed=1):
             variable.assign(rng.normal(0, 0.2, variable.shape).astype("float32"))
 
 
-@pytest.mark.parametrize("arch", ["resnet50", pytest.param("se-resnext101-32x4d", marks=pytest.mark.shallow)])
+def narrow_resnet50(monkeypatch):
+    """resnet50 with one block per stage and an eighth of the widths, for the tests whose subject is the form of the
+    exported graph (input layout, text format, quantisation ops), not the size of its weights."""
+    monkeypatch.setitem(resnet.ARCHITECTURES, "resnet50", resnet.ArchSpec(
+        layers=(1, 1, 1, 1), widths=(8, 16, 32, 64), expansions=4, cardinality=1, use_se=False))
+
+
+@pytest.mark.shallow
+@pytest.mark.parametrize("arch", ["resnet50", "se-resnext101-32x4d"])
 def test_frozen_graph_equals_keras_and_resnet50_onnx_too(arch, tmp_path):
-    """The whole export of each model family, ResNet-50 at full depth: SE-ResNeXt101 (shallow, tests/_shallow.py) is
-    ResNeXt101 plus the SE layers (same grouped convs, same names otherwise), so it covers both. tf2onnx takes
-    minutes on its per-group convolutions: their ONNX conversion is checked on a two-block model below."""
+    """The whole export of each model family (shallow, tests/_shallow.py: every block is exported the same way):
+    SE-ResNeXt101 is ResNeXt101 plus the SE layers (same grouped convs, same names otherwise), so it covers both.
+    tf2onnx takes minutes on its per-group convolutions: their ONNX conversion is checked on a two-block model
+    below."""
     model = resnet.build_model(arch, num_classes=NUM_CLASSES, image_size=SIZE, seed=3)
     randomise_bn(model)
     prefix = save_checkpoint(model, tmp_path)
@@ -115,8 +124,8 @@ def test_grouped_convolutions_and_se_convert_to_onnx_equal_keras(tmp_path, monke
 
 
 @pytest.mark.gpu_path
-@pytest.mark.shallow
-def test_nchw_input_text_graphdef_final_conv_and_no_normalization(tmp_path):
+def test_nchw_input_text_graphdef_final_conv_and_no_normalization(tmp_path, monkeypatch):
+    narrow_resnet50(monkeypatch)  # the text form writes every weight as text
     model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE, seed=4, use_final_conv=True,
                                input_normalized=True)
     prefix = save_checkpoint(model, tmp_path, use_final_conv=True, input_normalized=True)
@@ -135,8 +144,8 @@ def test_nchw_input_text_graphdef_final_conv_and_no_normalization(tmp_path):
     np.testing.assert_allclose(got, keras_probabilities(model, x), atol=1e-5)
 
 
-@pytest.mark.shallow
-def test_quantized_eval_graph_matches_quantized_keras_and_has_qdq_in_onnx(tmp_path):
+def test_quantized_eval_graph_matches_quantized_keras_and_has_qdq_in_onnx(tmp_path, monkeypatch):
+    narrow_resnet50(monkeypatch)
     config = QuantizationConfig(symmetric=True, use_qdq=True)
     trained = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE, seed=6, quantization=config)
     randomise_bn(trained)
@@ -167,10 +176,10 @@ def test_quantized_eval_graph_matches_quantized_keras_and_has_qdq_in_onnx(tmp_pa
     np.testing.assert_allclose(onnx_probabilities(onnx_path, x), expected, atol=2e-2)
 
 
-@pytest.mark.shallow
-def test_saved_model_to_onnx(tmp_path):
+def test_saved_model_to_onnx(tmp_path, monkeypatch):
     """A model built for inference (as main.py's SavedModel export builds it) converts: its convs are plain Conv2D
     ops (model/kernels.py)."""
+    narrow_resnet50(monkeypatch)
     model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE, seed=8, purpose="inference")
 
     module = tf.Module()
