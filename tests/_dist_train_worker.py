@@ -2,7 +2,8 @@
 
     python tests/_dist_train_worker.py WEIGHTS_DIR <main.py flags>
 
-Runs main.py's `run` with a Runner that, when training ends (or fails), writes WEIGHTS_DIR/weights-rank<R>.json
+With DIST_GRAD_DIR set (Horovod only), first runs tests/_dist_grad_worker.py's check into that directory. Then runs
+main.py's `run` with a Runner that, when training ends (or fails), writes WEIGHTS_DIR/weights-rank<R>.json
 with sha256 sums of the trainable and optimizer variables of its TrainState (identical on all workers after correct
 steps) and of the other variables (BN moving statistics: each worker's own batches, as in the original; rank 0's
 are saved).
@@ -53,6 +54,14 @@ def recording_runner(weights_dir):
 
 def run(weights_dir, argv):
     quiet.setup(argv)  # as main.py run as a script: before TensorFlow is imported
+    grad_dir = os.environ.get("DIST_GRAD_DIR")
+    if grad_dir:
+        # tests/_dist_grad_worker.py's engine-level check first, in the same Horovod job (one launch for both;
+        # hvd.init() is idempotent). Not for MultiWorkerMirroredStrategy: one per process.
+        import keras
+        from tests import _dist_grad_worker
+        _dist_grad_worker.main(grad_dir)
+        keras.backend.clear_session()
     import main
     from utils.errors import command
     runner_class = recording_runner(weights_dir)

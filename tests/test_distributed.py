@@ -1,7 +1,8 @@
 """Multi-worker training (utils/distributed.py, runtime/launch.py): two workers on loopback, CPU only.
 
 - engine level: the averaged gradient equals the mean of the per-shard gradients computed in one process,
-  under MultiWorkerMirroredStrategy and under Horovod (tests/_dist_grad_worker.py);
+  under MultiWorkerMirroredStrategy and under Horovod (tests/_dist_grad_worker.py; under Horovod in the same job as
+  the end-to-end run);
 - end to end: `python -m runtime.launch --nproc 2 main.py --mode train ...` (and `horovodrun -np 2 --gloo`):
   identical weights on both workers (tests/_dist_train_worker.py records them), only rank 0 logs and checkpoints, a
   second run resumes from the checkpoint;
@@ -22,7 +23,7 @@ import numpy as np
 import pytest
 
 from tests._data_helpers import write_tfrecord_shards
-from tests.test_launch import PYTHON, _launch, _run
+from tests.test_launch import PYTHON, _env, _launch, _run
 
 pytestmark = pytest.mark.shallow
 
@@ -91,14 +92,6 @@ def test_multi_worker_gradient_is_the_mean_of_the_workers_gradients(tmp_path):
         np.testing.assert_allclose(np.array(after), np.array(before) - 0.5 * grad, rtol=1e-5, atol=1e-6)
 
 
-def test_horovod_gradient_is_the_mean_of_the_workers_gradients(tmp_path):
-    _require_horovod()
-    _check(_horovod("tests/_dist_grad_worker.py", tmp_path))
-    results = _grad_results(tmp_path)
-    assert results[0]["backend"] == "horovod"
-    _assert_averaged(results)
-
-
 # ------------------------------------------------------------------------------------------ end to end
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
@@ -156,10 +149,15 @@ def test_two_workers_train_identically_and_resume(tmp_path, data_dir):
     _check_two_worker_run(second, results_dir, weights_dir, "multi_worker", expected_step=3, start_step=2)
 
 
-def test_horovod_two_workers_train_identically(tmp_path, data_dir):
+def test_horovod_gradient_is_the_mean_and_two_workers_train_identically(tmp_path, data_dir):
+    """One `horovodrun -np 2` job: each worker first runs the engine-level gradient check, then main.py's
+    training."""
     _require_horovod()
-    results_dir, weights_dir = str(tmp_path / "results"), str(tmp_path / "weights")
-    result = _check(_horovod(*_train_args(data_dir, results_dir, -1, weights_dir)))
+    results_dir, weights_dir, grad_dir = (str(tmp_path / name) for name in ("results", "weights", "grad"))
+    result = _check(_horovod(*_train_args(data_dir, results_dir, -1, weights_dir), env=_env(DIST_GRAD_DIR=grad_dir)))
+    results = _grad_results(grad_dir)
+    assert results[0]["backend"] == "horovod"
+    _assert_averaged(results)
     _check_two_worker_run(result, results_dir, weights_dir, "horovod", expected_step=3, start_step=0)
     assert result.stdout.count("Current step: 0") == 2
 
