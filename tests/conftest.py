@@ -21,6 +21,7 @@ collector runs less often; in-process runs skip Keras' collection after each run
 
 import gc
 import shutil
+import signal
 
 import pytest
 
@@ -48,6 +49,17 @@ def pytest_configure(config):
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers():
+    """Each test starts with the worker's SIGINT and SIGTERM handlers: a child process inherits an ignored signal,
+    so one left ignored by an in-process run would make a later signal test's child deaf to it."""
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in before.items():
+        if handler is not None and signal.getsignal(signum) != handler:
+            signal.signal(signum, handler)
 
 
 @pytest.fixture(autouse=True, scope="module")

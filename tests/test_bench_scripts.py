@@ -115,3 +115,14 @@ def test_fp16_overflow_compares_both_models_end_to_end(tmp_path):
     for name in ("ours", "keras_applications"):
         assert row[name]["first_nonfinite_scale"] in (None, 1, 2)
         assert "mixed_float16" in row[name]["policies_of_weighted_layers"]
+
+
+def test_iterator_delete_times_each_variant(tmp_path):
+    from bench import iterator_delete
+    out = tmp_path / "delete.json"
+    iterator_delete.main(["--seconds", "0.3", "--repeats", "1", "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert set(result["delete_seconds"]) == set(iterator_delete.VARIANTS)
+    assert all(len(values) == 1 and values[0] >= 0 for values in result["delete_seconds"].values())
+    assert result["over_one_second"] == {name: int(result["max_seconds"][name] > 1.0)
+                                         for name in iterator_delete.VARIANTS}
