@@ -113,7 +113,7 @@ def make_train_step(model, optimizer, learning_rate_fn, global_step, *, loss, re
     # Under jit_compile the mixup / CutMix numbers are drawn outside the compiled part: their Gamma sampler
     # (StatelessRandomGammaV3) has no XLA kernel. Same op, same seed: the same numbers with or without XLA.
     # Without jit the step stays one function (a nested tf.function must not hold the gradient all-reduce).
-    core = tf.function(step_with_weights, jit_compile=True, reduce_retracing=True) if jit_compile \
+    core = tf.function(step_with_weights, jit_compile=True, reduce_retracing=True, autograph=False) if jit_compile \
         else step_with_weights
 
     def replica_step(images, labels):
@@ -124,9 +124,9 @@ def make_train_step(model, optimizer, learning_rate_fn, global_step, *, loss, re
         mix = {key: tf.stack([draw[key] for draw in draws]) for key in draws[0]}
         return core(images, labels, mix)
 
-    compiled = tf.function(replica_step, reduce_retracing=True)
+    compiled = tf.function(replica_step, reduce_retracing=True, autograph=False)
 
-    @tf.function
+    @tf.function(autograph=False)
     def train_step(images, labels):
         outputs = strategy.run(compiled, args=(images, labels))
         return {key: strategy.experimental_local_results(value)[0] for key, value in outputs.items()}
@@ -138,7 +138,7 @@ def make_eval_step(model, num_classes, jit_compile=False):
     """A tf.function (images, labels) -> (top-1 hits, top-5 hits, mean cross-entropy, images with a non-finite
     logit) of the inference call. A non-finite logit is never a hit."""
 
-    @tf.function(jit_compile=jit_compile or None)
+    @tf.function(jit_compile=jit_compile or None, autograph=False)
     def eval_step(images, labels):
         logits = model(images, training=False)
         loss = losses.softmax_cross_entropy(tf.one_hot(labels, num_classes), logits)
@@ -151,7 +151,7 @@ def make_eval_step(model, num_classes, jit_compile=False):
 def make_predict_step(model, image_size):
     """A tf.function float32 [B, S, S, 3] raw pixels -> float32 softmax probabilities."""
 
-    @tf.function(input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32)])
+    @tf.function(input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32)], autograph=False)
     def predict_step(images):
         return tf.nn.softmax(tf.cast(model(images, training=False), tf.float32))
 

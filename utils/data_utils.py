@@ -62,6 +62,10 @@ _POSITION_RING = 1 << 16
 SUPPORTED_IMAGE_FORMATS = ("JPEG", "PNG")
 MAX_IMAGE_SIDE = 16384
 
+# The functions handed to tf.data branch on tensors only through graph ops (tf.cond, tf.where), so they are traced
+# as written: AutoGraph's conversion of them would only add seconds to every run's start.
+as_written = tf.autograph.experimental.do_not_convert
+
 
 # ---------------------------------------------------------------------------------------------- TFRecords
 def check_tfrecord_files(filenames) -> list[int]:
@@ -97,9 +101,9 @@ def _read_records(filenames, training, deterministic, seed, num_shards, shard_in
 
     def records_of(filename, file_index):
         return tf.data.TFRecordDataset(filename).enumerate().map(
-            lambda record_index, record: (record, file_index, record_index))
+            as_written(lambda record_index, record: (record, file_index, record_index)))
 
-    records = files.interleave(records_of, cycle_length=INTERLEAVE_CYCLE, block_length=INTERLEAVE_BLOCK,
+    records = files.interleave(as_written(records_of), cycle_length=INTERLEAVE_CYCLE, block_length=INTERLEAVE_BLOCK,
                                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if training:
         shuffle_seed = 13 * shard_index + 7919 * (seed or 0) if deterministic else None
@@ -229,9 +233,9 @@ def _corrupt_record_guard(filenames_t, num_classes):
             return image, tf.identity(label - 1)
 
     def end_marker(image_shape):
-        return tf.data.Dataset.range(1).map(lambda _: (
+        return tf.data.Dataset.range(1).map(as_written(lambda _: (
             end.read_value(), tf.zeros(image_shape, tf.float32), tf.constant(-1, tf.int32),
-            tf.constant(-1, tf.int64), tf.constant(-1, tf.int64)))
+            tf.constant(-1, tf.int64), tf.constant(-1, tf.int64))))
 
     return remember, check_gap, check_label, end_marker, counter
 
@@ -269,16 +273,16 @@ def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_t
     remember, check_gap, check_label, end_marker, counter = _corrupt_record_guard(filenames_t, num_classes)
     if skipped is not None:
         skipped.attach(counter)
-    dataset = records.map(remember)
+    dataset = records.map(as_written(remember))
     preprocess = _preprocess_fn(filenames_t, height, width, training, seed, min_crop_area, augment)
-    dataset = dataset.map(preprocess, num_parallel_calls=num_threads, deterministic=True)
+    dataset = dataset.map(as_written(preprocess), num_parallel_calls=num_threads, deterministic=True)
     dataset = dataset.ignore_errors(log_warning=True)
     if num_epochs is not None:
         dataset = dataset.concatenate(end_marker([height, width, 3]))
-    dataset = dataset.scan(tf.constant(first_position, tf.int64), check_gap)
+    dataset = dataset.scan(tf.constant(first_position, tf.int64), as_written(check_gap))
     if num_epochs is not None:
-        dataset = dataset.filter(lambda image, label, file_index, record_index: file_index >= 0)  # the end marker
-    dataset = dataset.map(check_label)
+        dataset = dataset.filter(as_written(lambda image, label, file_index, record_index: file_index >= 0))  # end marker
+    dataset = dataset.map(as_written(check_label))
     return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
