@@ -35,12 +35,13 @@ def run(argv=None, runner_class=None):
     for key, value in RUNTIME_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
 
+    from utils import engines
+    if engines.detect_engine().size > 1 and config.mode in ("inference_benchmark", "predict"):
+        raise UserError("Only single GPU inference is implemented.")  # before TensorFlow is imported
+
     from runtime import startup
     from utils import distributed
-
     engine = distributed.init_engine(distributed.detect_engine())
-    if engine.size > 1 and config.mode in ("inference_benchmark", "predict"):
-        raise UserError("Only single GPU inference is implemented.")
     platform, precision = startup.set_up(config, engine)
     distribution = distributed.create(engine, platform.replica_devices)
     with contextlib.ExitStack() as stack:

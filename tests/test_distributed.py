@@ -168,18 +168,3 @@ def test_inference_modes_refuse_several_workers(tmp_path):
     assert result.returncode != 0
     assert "ERROR: Only single GPU inference is implemented." in result.stderr + result.stdout
     assert "runtime.launch: job failed: worker" in result.stderr
-
-
-# ------------------------------------------------------------------------------------------ engine detection
-def test_engine_detection():
-    from utils import distributed
-    assert distributed.detect_engine({}).name == "single"
-    tf_config = json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}})
-    engine = distributed.detect_engine({"TF_CONFIG": tf_config, "RN50_LOCAL_RANK": "1"})
-    assert (engine.name, engine.rank, engine.size, engine.local_rank) == ("multi_worker", 1, 2, 1)
-    assert distributed.detect_engine({"OMPI_COMM_WORLD_SIZE": "4"}).name == "horovod"
-    assert distributed.detect_engine({"HOROVOD_SIZE": "2"}).name == "horovod"
-    assert distributed.detect_engine({"OMPI_COMM_WORLD_SIZE": "1"}).name == "single"
-    slurm = distributed.detect_engine({"SLURM_STEP_NUM_TASKS": "8", "SLURM_PROCID": "3", "SLURM_LOCALID": "1"})
-    assert (slurm.name, slurm.rank, slurm.size, slurm.local_rank) == ("multi_worker", 3, 8, 1)
-    assert distributed.detect_engine({"RN50_ENGINE": "mirrored"}).name == "mirrored"

@@ -25,19 +25,16 @@ tf.distribute's auto-sharding is never applied on top (``distribute_dataset``).
 """
 
 import dataclasses
-import json
 import os
 
 import tensorflow as tf
 
+from utils.engines import Engine, detect_engine, int_env  # noqa: F401 - detect_engine: re-exported
 from utils.errors import UserError
 
 # How often (in steps) the workers agree on a stop request (the original's TrainingPartitionHook sync_freq).
 SIGNAL_SYNC_EVERY = 10
 
-# Environment variables that mean "this process was started by mpirun / horovodrun" (Open MPI, MPICH/PMI,
-# Intel MPI, PMIx, Horovod's Gloo launcher).
-MPI_SIZE_VARIABLES = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
 
 
 @dataclasses.dataclass
@@ -169,77 +166,6 @@ class HorovodDistribution(Distribution):
 
 
 # -------------------------------------------------------------------------------------------- engine selection
-@dataclasses.dataclass(frozen=True)
-class Engine:
-    """What the environment asks for, known before TensorFlow touches a device."""
-
-    name: str
-    rank: int = 0
-    size: int = 1
-    local_rank: int = 0
-
-    @property
-    def multi_process(self):
-        return self.name in ("multi_worker", "horovod") and self.size > 1
-
-
-def _int_env(*names, default=None, environ=None):
-    environ = os.environ if environ is None else environ
-    for name in names:
-        value = environ.get(name)
-        if value not in (None, ""):
-            try:
-                return int(value)
-            except ValueError:
-                continue
-    return default
-
-
-def _tf_config_workers(environ):
-    raw = environ.get("TF_CONFIG")
-    if not raw:
-        return None
-    try:
-        config = json.loads(raw)
-        cluster = config.get("cluster", {})
-        workers = len(cluster.get("worker", [])) + len(cluster.get("chief", []))
-        task = config["task"]
-        rank = int(task["index"]) + (len(cluster.get("chief", [])) if task["type"] == "worker" else 0)
-    except (ValueError, KeyError, TypeError) as error:
-        raise UserError("TF_CONFIG is not valid: {}".format(error)) from None
-    return workers, rank
-
-
-def detect_engine(environ=None):
-    """The engine the environment asks for (no TensorFlow device is touched).
-
-    RN50_ENGINE={single,mirrored,multi_worker,horovod} forces one. Otherwise: started by mpirun/horovodrun with
-    more than one process -> horovod; TF_CONFIG with more than one worker -> multi_worker; inside an `srun` job
-    step with more than one task -> multi_worker (SLURM); else single.
-    """
-    environ = os.environ if environ is None else environ
-    forced = environ.get("RN50_ENGINE", "").strip().lower()
-    if forced and forced not in ("single", "mirrored", "multi_worker", "horovod"):
-        raise UserError("RN50_ENGINE={} is not one of single, mirrored, multi_worker, horovod".format(forced))
-    mpi_size = _int_env(*MPI_SIZE_VARIABLES, default=1, environ=environ)
-    if forced == "horovod" or (not forced and mpi_size > 1):
-        return Engine("horovod", size=mpi_size)  # rank/size are Horovod's own after hvd.init()
-    if forced in ("single", "mirrored"):
-        return Engine(forced)
-    tf_config = _tf_config_workers(environ)
-    if tf_config is not None and (forced == "multi_worker" or tf_config[0] > 1):
-        workers, rank = tf_config
-        return Engine("multi_worker", rank=rank, size=workers,
-                      local_rank=_int_env("RN50_LOCAL_RANK", "LOCAL_RANK", default=0, environ=environ))
-    slurm_tasks = _int_env("SLURM_STEP_NUM_TASKS", default=1, environ=environ)
-    if slurm_tasks > 1 or (forced == "multi_worker" and "SLURM_PROCID" in environ):
-        return Engine("multi_worker", rank=_int_env("SLURM_PROCID", default=0, environ=environ), size=slurm_tasks,
-                      local_rank=_int_env("SLURM_LOCALID", default=0, environ=environ))
-    if forced == "multi_worker":
-        raise UserError("RN50_ENGINE=multi_worker needs TF_CONFIG (python -m runtime.launch writes it) or SLURM")
-    return Engine("single")
-
-
 def init_engine(engine):
     """Initialises what must exist before devices are configured (Horovod: hvd.init()); returns the Engine with
     the real rank/size/local_rank."""
@@ -276,7 +202,7 @@ def create(engine, replica_devices=()):
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     else:
         resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
-            port_base=_int_env("RN50_SLURM_PORT_BASE", default=8888), auto_set_gpu=False)
+            port_base=int_env("RN50_SLURM_PORT_BASE", default=8888), auto_set_gpu=False)
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.AUTO)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
