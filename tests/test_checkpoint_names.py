@@ -2,8 +2,6 @@
 variable by variable, and a checkpoint of an earlier main.py resumed and evaluated from the CLI; helpers that write
 TF1 checkpoints with tf.compat.v1.train.Saver."""
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,17 +14,19 @@ from tests._cli import main_in_process
 from tests._data_helpers import write_tfrecord_shards
 from tests._model_tf1_names import expected_keras_path, tf1_names_and_shapes
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_CLASSES = 5
 
 
 def write_tf1_checkpoint(directory, values):
-    """TF1 name-based checkpoint of `values` ({tf1 name: array}); returns the checkpoint prefix."""
-    npz = os.path.join(directory, "values.npz")
-    np.savez(npz, **{name.replace("/", "|"): value for name, value in values.items()})
+    """TF1 name-based checkpoint of `values` ({tf1 name: array}), written by tf.compat.v1.train.Saver in a graph of
+    its own (the process's eager state is not touched); returns the checkpoint prefix."""
     prefix = os.path.join(directory, "model.ckpt-100")
-    subprocess.run([sys.executable, "-m", "tests._model_write_tf1_checkpoint", prefix, npz], cwd=ROOT, check=True,
-                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}, timeout=300)
+    with tf.Graph().as_default():
+        variables = {name: tf.compat.v1.Variable(value) for name, value in values.items()}
+        saver = tf.compat.v1.train.Saver(variables)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            saver.save(session, prefix)
     return prefix
 
 
