@@ -1,7 +1,7 @@
 """How the tests run the project's command-line tools: in this process (`main_in_process`, `tool_in_process`) where
-the process boundary is not what is tested, in a child process (`run_script`) where it is (signals, kill -9,
-several workers, the stderr filter of utils/quiet.py, the installed CLI). Both return a `Result` with the
-`returncode`, `stdout` and `stderr` a shell user would see."""
+the process boundary is not what is tested, in a child process (`run_script`, `run_command`) where it is (signals,
+kill -9, several workers, the stderr filter of utils/quiet.py, the installed CLI, shell scripts). Each returns a
+`Result` with the `returncode`, `stdout` and `stderr` a shell user would see."""
 
 import contextlib
 import dataclasses
@@ -27,17 +27,23 @@ def child_env(**extra):
     return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", **extra}
 
 
-def run_script(script, *args, check=True, timeout=900, env=None, umask=None, cwd=ROOT):
-    """`python <script> args` in a child process (script may be "-m package.module"); `check`: fail the test
-    with the child's output unless it exits 0; `umask` is applied in the child before exec."""
+def run_command(command, *, check=True, timeout=900, env=None, umask=None, cwd=ROOT):
+    """`command` (a list: a program and its arguments) in a child process that runs to its end, output captured;
+    `check`: fail the test with the child's output unless it exits 0; `umask` is applied in the child before exec.
+    (tests/_reliability_helpers.Process starts the children a test signals or kills while they run.)"""
     preexec = (lambda: os.umask(umask)) if umask is not None else None
-    command = [sys.executable, *script.split(), *map(str, args)]
+    command = [str(part) for part in command]
     completed = subprocess.run(command, cwd=cwd, env=env or child_env(), capture_output=True, text=True,
                                timeout=timeout, preexec_fn=preexec)
     result = Result(command, completed.returncode, completed.stdout, completed.stderr)
     if check:
         require_success(result)
     return result
+
+
+def run_script(script, *args, **options):
+    """`python <script> args` in a child process (script may be "-m package.module"); options as run_command."""
+    return run_command([sys.executable, *script.split(), *args], **options)
 
 
 def require_success(result):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests._cli import main_in_process
+from tests._cli import main_in_process, run_command, run_script
 from tests._data_helpers import write_tfrecord_shards
 from utils.ema import EMA_SUFFIX
 from utils.logger import read_log
@@ -90,8 +90,7 @@ def test_float16_with_a_static_loss_scale_never_skips_and_an_overflow_stops_the_
 
 def test_gpu_check_script_prints_its_plan_and_refuses_to_run_without_a_gpu(tmp_path):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", WORKDIR=str(tmp_path / "work"), DRY_RUN="1", NUM_GPUS="0")
-    plan = subprocess.run(["bash", "scripts/gpu_check.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+    plan = run_command(["bash", "scripts/gpu_check.sh"], check=False, env=env, timeout=120)
     assert plan.returncode == 0, plan.stderr
     for check in ("fp32", "amp_xla_static128", "amp_xla_nchw", "mirrored_2gpu", "launcher_2gpu", "horovod_2gpu",
                   "infer_amp_xla_b32", "qat_frozen_graph", "qat_onnx", "tensorrt_int8_b32"):
@@ -99,8 +98,7 @@ def test_gpu_check_script_prints_its_plan_and_refuses_to_run_without_a_gpu(tmp_p
     assert "--data_format NCHW" in plan.stdout and "RN50_ENGINE=mirrored" in plan.stdout
     assert not os.path.exists(tmp_path / "work")  # a dry run writes nothing
     env["DRY_RUN"] = "0"
-    real = subprocess.run(["bash", "scripts/gpu_check.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    real = run_command(["bash", "scripts/gpu_check.sh"], check=False, env=env, timeout=300)
     assert real.returncode == 1
     assert "No GPU: nothing to check here" in real.stdout
     assert "tensorflow 2.21" in open(tmp_path / "work" / "report.txt").read()
@@ -123,8 +121,7 @@ def test_mirrored_engine_on_two_logical_cpu_devices_trains_resumes_and_evaluates
             "--no_progress", "--grad_accum_steps", 2, "--moving_average_decay", 0.9, "--cutmix", 1.0]
 
     def run(*extra):
-        return subprocess.run([sys.executable, *map(str, args), *map(str, extra)], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=900)
+        return run_script(*args, *extra, check=False, env=env)
 
     first = run("--mode", "train", "--run_iter", 2)
     assert first.returncode == 0, first.stderr[-2000:]
@@ -146,8 +143,8 @@ def test_mirrored_engine_on_two_logical_cpu_devices_trains_resumes_and_evaluates
 
 
 def test_mirrored_train_step_applies_the_mean_of_the_replicas_gradients():
-    result = subprocess.run([sys.executable, "tests/_mirrored_step_worker.py"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=300, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    result = run_script("tests/_mirrored_step_worker.py", check=False, timeout=300,
+                        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
     assert result.returncode == 0, result.stderr[-2000:]
     import json
     out = json.loads(result.stdout.strip().splitlines()[-1])

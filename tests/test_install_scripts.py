@@ -3,10 +3,11 @@ their DRY_RUN=1 plans print them (a fake nvidia-smi and fake CUDA toolkits stand
 refusal of a GPU Horovod build without a CUDA toolkit of TensorFlow's major. Child processes: the scripts are bash."""
 import os
 import re
-import subprocess
 import sys
 
 import pytest
+
+from tests._cli import run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,7 +31,7 @@ def fake_cuda(tmp_path, version):
     return str(home)
 
 
-def run_script(script, tmp_path, gpus=None, **env):
+def run_install_script(script, tmp_path, gpus=None, **env):
     """Runs scripts/<script> with DRY_RUN=1 unless given; `gpus` puts a fake nvidia-smi listing that many GPUs
     first on PATH (0: one that lists none)."""
     variables = {key: value for key, value in os.environ.items()
@@ -41,8 +42,7 @@ def run_script(script, tmp_path, gpus=None, **env):
         fake_command(str(tmp_path / "bin"), "nvidia-smi", listing or "No devices were found", 0 if gpus else 6)
         variables["PATH"] = str(tmp_path / "bin") + os.pathsep + variables["PATH"]
     variables.update(env)
-    return subprocess.run(["bash", os.path.join("scripts", script)], cwd=ROOT, env=variables, capture_output=True,
-                          text=True, timeout=120)
+    return run_command(["bash", os.path.join("scripts", script)], check=False, env=variables, timeout=120)
 
 
 def build_line(stdout):
@@ -53,7 +53,7 @@ def build_line(stdout):
 
 def test_gpu_mode_is_chosen_when_nvidia_smi_lists_a_gpu_and_the_plan_is_complete(tmp_path):
     cuda = fake_cuda(tmp_path, "12.9")
-    done = run_script("install.sh", tmp_path, gpus=2, HOROVOD_CUDA_HOME=cuda)
+    done = run_install_script("install.sh", tmp_path, gpus=2, HOROVOD_CUDA_HOME=cuda)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert out.splitlines()[0] == "install.sh: gpu mode (nvidia-smi lists a GPU); DRY_RUN=1: the plan, nothing runs"
@@ -77,7 +77,7 @@ def test_gpu_mode_is_chosen_when_nvidia_smi_lists_a_gpu_and_the_plan_is_complete
                                                (None, {"GPU": "0"}, "GPU=0 given"),
                                                (1, {"GPU": "0"}, "GPU=0 given")])
 def test_cpu_mode_without_a_listed_gpu_or_when_asked(tmp_path, gpus, env, reason):
-    done = run_script("install.sh", tmp_path, gpus=gpus, **env)
+    done = run_install_script("install.sh", tmp_path, gpus=gpus, **env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[0].startswith("install.sh: cpu mode ({})".format(reason))
     assert "-r requirements.txt -r requirements-cpu.txt -r requirements-dev.txt" in done.stdout
@@ -88,14 +88,14 @@ def test_cpu_mode_without_a_listed_gpu_or_when_asked(tmp_path, gpus, env, reason
 
 
 def test_skip_flags_leave_dali_and_horovod_out(tmp_path):
-    done = run_script("install.sh", tmp_path, GPU="1", SKIP_DALI="1", SKIP_HOROVOD="1")
+    done = run_install_script("install.sh", tmp_path, GPU="1", SKIP_DALI="1", SKIP_HOROVOD="1")
     assert done.returncode == 0, done.stderr
     assert "nvidia-dali" not in done.stdout and "install_horovod" not in done.stdout
 
 
 def test_a_venv_installed_in_the_other_mode_loses_its_onnxruntime_build_first(tmp_path):
     # This venv holds the CPU onnxruntime; a GPU install into it removes it before onnxruntime-gpu goes in.
-    done = run_script("install.sh", tmp_path, GPU="1", SKIP_HOROVOD="1", VENV=sys.prefix)
+    done = run_install_script("install.sh", tmp_path, GPU="1", SKIP_HOROVOD="1", VENV=sys.prefix)
     lines = done.stdout.splitlines()
     uninstall = [i for i, line in enumerate(lines) if line.endswith("pip uninstall --quiet -y onnxruntime")]
     install = [i for i, line in enumerate(lines) if "-r requirements-gpu.txt" in line]
@@ -104,7 +104,7 @@ def test_a_venv_installed_in_the_other_mode_loses_its_onnxruntime_build_first(tm
 
 def test_a_bad_gpu_value_is_refused(tmp_path):
     for script in ("install.sh", "install_horovod.sh"):
-        done = run_script(script, tmp_path, GPU="yes")
+        done = run_install_script(script, tmp_path, GPU="yes")
         assert done.returncode == 2
         assert done.stderr.strip() == "{}: GPU must be 0 or 1, not 'yes'".format(script)
 
@@ -112,13 +112,13 @@ def test_a_bad_gpu_value_is_refused(tmp_path):
 def test_gpu_horovod_needs_a_toolkit_of_tensorflows_cuda_major(tmp_path):
     cuda13 = fake_cuda(tmp_path, "13.0")
     # The plan is printed whole, then says why it would fail.
-    plan = run_script("install_horovod.sh", tmp_path, GPU="1", HOROVOD_CUDA_HOME=cuda13)
+    plan = run_install_script("install_horovod.sh", tmp_path, GPU="1", HOROVOD_CUDA_HOME=cuda13)
     assert plan.returncode == 1
     assert build_line(plan.stdout)["HOROVOD_CUDA_HOME"] == "<missing:CUDA-12-toolkit>"
     assert "found CUDA 13.0 ({})".format(cuda13) in plan.stderr and "SKIP_HOROVOD=1" in plan.stderr
     # A real run stops at once, with one line, before downloading anything. (This venv's Horovod has no NCCL, so
     # it is not taken as already installed.)
-    real = run_script("install_horovod.sh", tmp_path, GPU="1", DRY_RUN="0", HOROVOD_CUDA_HOME=cuda13,
+    real = run_install_script("install_horovod.sh", tmp_path, GPU="1", DRY_RUN="0", HOROVOD_CUDA_HOME=cuda13,
                       PY=sys.executable)
     assert real.returncode == 1
     assert real.stdout == ""
@@ -128,13 +128,13 @@ def test_gpu_horovod_needs_a_toolkit_of_tensorflows_cuda_major(tmp_path):
 
 def test_the_toolkit_is_found_from_nvcc_on_path_and_a_wrapper_script_is_not_one(tmp_path):
     cuda12 = fake_cuda(tmp_path, "12.4")
-    done = run_script("install_horovod.sh", tmp_path, GPU="1",
+    done = run_install_script("install_horovod.sh", tmp_path, GPU="1",
                       PATH=os.path.join(cuda12, "bin") + os.pathsep + os.environ["PATH"])
     assert done.returncode == 0, done.stderr
     assert build_line(done.stdout)["HOROVOD_CUDA_HOME"] == cuda12
     # An nvcc without CUDA's headers beside it (a wrapper script in /usr/local/bin, say) is passed over.
     wrapper = fake_command(str(tmp_path / "wrapper" / "bin"), "nvcc", "Cuda compilation tools, release 12.4, V12.4.1")
-    done = run_script("install_horovod.sh", tmp_path, GPU="1",
+    done = run_install_script("install_horovod.sh", tmp_path, GPU="1",
                       PATH=os.path.dirname(wrapper) + os.pathsep + os.environ["PATH"])
     assert str(tmp_path / "wrapper") not in build_line(done.stdout)["HOROVOD_CUDA_HOME"]
     assert str(tmp_path / "wrapper") not in done.stderr
@@ -151,5 +151,5 @@ def test_the_readme_gpu_section_plan_runs_here(tmp_path):
     for command in commands:
         for script in re.findall(r"scripts/[\w.]+", command):
             assert os.path.isfile(os.path.join(ROOT, script)), command
-    done = run_script("install.sh", tmp_path, GPU="1", DRY_RUN="1", HOROVOD_CUDA_HOME=fake_cuda(tmp_path, "12.9"))
+    done = run_install_script("install.sh", tmp_path, GPU="1", DRY_RUN="1", HOROVOD_CUDA_HOME=fake_cuda(tmp_path, "12.9"))
     assert done.returncode == 0 and "HOROVOD_GPU_OPERATIONS=NCCL" in done.stdout

@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from tests._cli import run_command
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = sys.executable
 TIMEOUT = 600
@@ -27,7 +29,7 @@ def _env(**extra):
 
 
 def _run(command, env=None, timeout=TIMEOUT):
-    return subprocess.run(command, cwd=ROOT, env=env or _env(), capture_output=True, text=True, timeout=timeout)
+    return run_command(command, check=False, env=env or _env(), timeout=timeout)
 
 
 def _launch(*args, env=None):

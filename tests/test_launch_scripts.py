@@ -5,11 +5,11 @@ docs/ORIGINAL.md#benchmark-scripts; the script bugs fixed)."""
 import glob
 import os
 import shlex
-import subprocess
 
 import pytest
 
 from runtime.config import parse_cmdline
+from tests._cli import run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "training", "*", "*.sh")))
@@ -19,7 +19,7 @@ RECIPES = [path for path in SCRIPTS if os.path.basename(path).startswith(("DGX1_
 def dry_run(script, *args, **env):
     environ = dict(os.environ, DRY_RUN="1", NUM_GPUS=env.pop("NUM_GPUS", "8"), **env)
     environ.pop("LAUNCHER", None) if "LAUNCHER" not in env else None
-    result = subprocess.run(["bash", script, *args], capture_output=True, text=True, env=environ, timeout=60)
+    result = run_command(["bash", script, *args], check=False, env=environ, timeout=60)
     assert result.returncode == 0, result.stderr
     commands = [shlex.split(line) for line in result.stdout.splitlines() if line.strip()]
     assert commands, "no command printed by " + script
