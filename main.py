@@ -36,12 +36,13 @@ def run(argv=None, runner_class=None):
         os.environ.setdefault(key, value)
 
     from utils import engines
-    if engines.detect_engine().size > 1 and config.mode in ("inference_benchmark", "predict"):
+    requested = engines.detect_engine()
+    if requested.size > 1 and config.mode in ("inference_benchmark", "predict"):
         raise UserError("Only single GPU inference is implemented.")  # before TensorFlow is imported
 
     from runtime import startup
     from utils import distributed
-    engine = distributed.init_engine(distributed.detect_engine())
+    engine = distributed.init_engine(requested)
     platform, precision = startup.set_up(config, engine)
     distribution = distributed.create(engine, platform.replica_devices)
     with contextlib.ExitStack() as stack:

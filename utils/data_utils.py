@@ -103,8 +103,8 @@ def _read_records(filenames, training, deterministic, seed, num_shards, shard_in
         return tf.data.TFRecordDataset(filename).enumerate().map(
             as_written(lambda record_index, record: (record, file_index, record_index)))
 
-    records = files.interleave(as_written(records_of), cycle_length=INTERLEAVE_CYCLE, block_length=INTERLEAVE_BLOCK,
-                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    records = files.interleave(as_written(records_of), cycle_length=INTERLEAVE_CYCLE,
+                               block_length=INTERLEAVE_BLOCK, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if training:
         shuffle_seed = 13 * shard_index + 7919 * (seed or 0) if deterministic else None
         records = records.shuffle(SHUFFLE_BUFFER, seed=shuffle_seed, reshuffle_each_iteration=True)

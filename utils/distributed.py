@@ -36,7 +36,6 @@ from utils.errors import UserError
 SIGNAL_SYNC_EVERY = 10
 
 
-
 @dataclasses.dataclass
 class Distribution:
     strategy: tf.distribute.Strategy
