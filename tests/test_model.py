@@ -40,7 +40,7 @@ def _counts(model):
 @pytest.fixture(scope="module")
 def models_1001():
     """One 1001-class model per arch at 64 px, built once per module. Its shapes and variables are the same with any
-    kernels (test_train_and_inference_builds_have_the_same_checkpoint_keys); the GPU's single grouped
+    kernels (tests/test_kernels.py::test_train_inference_and_gpu_builds_have_the_same_checkpoint_keys); the GPU's single grouped
     convolution builds fastest."""
     return {arch: build_model(arch, image_size=64, seed=0, kernels=GPU_KERNELS) for arch in ARCHITECTURES}
 
