@@ -42,7 +42,8 @@ def op_type_times(xplane_path):
                 if ":" not in name:  # TF op events are "op_name:OpType"
                     continue
                 op_type = name.rsplit(":", 1)[1]
-                if not op_type or not op_type[0].isupper() or " " in op_type or op_type in NOT_OPS:
+                # oneDNN's rewrites keep their own names (_MklEinsum, _MklNativeConv2D...): they count too.
+                if not op_type or not op_type.lstrip("_")[:1].isupper() or " " in op_type or op_type in NOT_OPS:
                     continue
                 totals[op_type][0] += event.duration_ps
                 totals[op_type][1] += 1

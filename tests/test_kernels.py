@@ -92,14 +92,14 @@ def test_a_cpu_inference_build_traces_to_plain_convs_and_a_training_build_keeps_
         train_and_inference_builds):
     """The inference-built model's forward holds Conv2D ops only (the classifier's one MatMul aside); the
     train-built one keeps its matmul / patches formulations in inference calls too (at 32 px the stage 0 1x1 convs
-    are einsums, the 3x3 convs of stages 1-3 patches + matmul, the stem's 7x7 conv on a 16x16 output native)."""
+    are matmuls, the 3x3 convs of stages 1-3 patches + matmul, the stem's 7x7 conv on a 16x16 output native)."""
     arch, _, (trained, serving) = train_and_inference_builds
     formulation_ops = ("ExtractImagePatches", "Einsum", "BatchMatMulV2")
     ops = _graph_ops(serving)
     assert ops.count("Conv2D") == _conv_count(arch) and ops.count("MatMul") == 1
     assert not [op for op in ops if op in formulation_ops]
     ops = _graph_ops(trained)
-    assert "ExtractImagePatches" in ops and "Einsum" in ops and "Conv2D" in ops
+    assert "ExtractImagePatches" in ops and ops.count("MatMul") > 1 and "Conv2D" in ops
 
 
 def test_train_and_inference_builds_give_the_same_logits_on_the_same_weights(train_and_inference_builds):

@@ -327,11 +327,13 @@ def test_grouped_conv_forward_and_gradient(implementation, execution):
     np.testing.assert_allclose(grad_k.numpy(), expected_gk, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("size,kernel_size,stride", [(9, 3, 1), (10, 5, 1), (8, 1, 2), (16, 7, 2), (5, 3, 1)])
+@pytest.mark.parametrize("size,kernel_size,stride", [(9, 3, 1), (10, 5, 1), (8, 1, 2), (16, 7, 2), (5, 3, 1),
+                                                      (7, 3, 2), (6, 3, 2)])
 @pytest.mark.parametrize("execution", ["eager", "function", "jit"])
 def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, kernel_size, stride, execution):
-    # 9x9, 10x10 and 16x16 (> 49 output positions): native conv; 8x8 1x1 stride 2: strided matmul; 5x5 3x3:
-    # patches + matmul. Forward and both gradients against NumPy, eagerly, in a graph and under XLA.
+    # 9x9, 10x10 and 16x16 (> 49 output positions): native conv; 8x8 1x1 stride 2: strided matmul; 5x5 3x3 and the
+    # stride-2 3x3 convs of odd and even maps: patches + matmul, whose input gradient is a backward conv.
+    # Forward and both gradients against NumPy, eagerly, in a graph and under XLA.
     rng = np.random.default_rng(11)
     x = rng.normal(0, 1, (2, size, size, 6)).astype("f4")
     kernel = rng.normal(0, 0.3, (kernel_size, kernel_size, 6, 5)).astype("f4")
@@ -358,8 +360,10 @@ def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, ker
         graph = step.get_concrete_function(tf.constant(x)).graph.as_graph_def()
         ops = [node.op for node in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
         native = kernel_size > 1 and size * size // (stride * stride) > 49
-        assert ("Conv2D" in ops) == native and ("Conv2DBackpropInput" in ops) == native
+        assert ("Conv2D" in ops) == native and ("Conv2DBackpropInput" in ops) == (kernel_size > 1)
         assert ("ExtractImagePatches" in ops) == (kernel_size > 1 and not native)
+        assert not [op for op in ops if op in ("Einsum", "UnsortedSegmentSum")]
+        assert ops.count("StridedSliceGrad") == (kernel_size == 1 and stride > 1)  # the input's sampling, not the kernel
 
 
 def test_native_grouped_conv_forward_runs_eagerly_on_cpu():

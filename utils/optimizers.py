@@ -8,6 +8,12 @@ checkpointing of its slots and `LossScaleOptimizer` work unchanged.
 """
 
 import keras
+import tensorflow as tf
+
+
+def _handle(variable):
+    """The resource handle of a Keras or tf.Variable (a distributed one's local copy, as its own `.handle` gives)."""
+    return (variable.value if isinstance(variable, keras.Variable) else variable).handle
 
 
 class TF1Momentum(keras.optimizers.Optimizer):
@@ -24,11 +30,14 @@ class TF1Momentum(keras.optimizers.Optimizer):
         self.accumulators = self.add_optimizer_variables(variables, "momentum")
 
     def update_step(self, gradient, variable, learning_rate):
-        learning_rate = keras.ops.cast(learning_rate, variable.dtype)
-        gradient = keras.ops.cast(gradient, variable.dtype)
+        """TF1's own kernel: `ResourceApplyMomentum` (use_nesterov=False) is the rule above in one op per variable,
+        where the composed form took six (docs/PERFORMANCE.md#the-per-variable-tail). Inside a strategy's update
+        `variable` and the accumulator's `.handle` are the copies on the device being updated."""
         accumulator = self.accumulators[self._get_variable_index(variable)]
-        self.assign(accumulator, accumulator * self.momentum + gradient)
-        self.assign_sub(variable, learning_rate * accumulator)
+        tf.raw_ops.ResourceApplyMomentum(
+            var=_handle(variable), accum=_handle(accumulator), lr=tf.cast(learning_rate, variable.dtype),
+            grad=tf.cast(tf.convert_to_tensor(gradient), variable.dtype), momentum=tf.constant(self.momentum, variable.dtype),
+            use_locking=False, use_nesterov=False)
 
     def get_config(self):
         config = super().get_config()

@@ -26,19 +26,46 @@ def resolve_implementation(implementation, data_format):
     return "native" if data_format == "channels_first" else implementation
 
 
+def _matmul_over_channels(inputs, matrix):
+    """[B, H, W, K] x [K, O] -> [B, H, W, O] as one 2-D MatMul: its gradients are two MatMuls, where an Einsum's
+    add transposes (docs/PERFORMANCE.md#the-40-px-step)."""
+    shape = tf.shape(inputs)
+    outputs = tf.matmul(tf.reshape(inputs, [-1, matrix.shape[0]]), matrix)
+    return tf.reshape(outputs, tf.concat([shape[:3], [matrix.shape[1]]], axis=0))
+
+
 def _pointwise(inputs, kernel, strides):
     if strides > 1:
         # SAME padding with a 1x1 kernel needs no padding: output (i, j) reads input (s*i, s*j).
         inputs = inputs[:, ::strides, ::strides, :]
-    return tf.einsum("bhwc,co->bhwo", inputs, kernel[0, 0])
+    # A reshape, not kernel[0, 0]: a slice's gradient writes a zero-filled copy of the kernel.
+    return _matmul_over_channels(inputs, tf.reshape(kernel, kernel.shape[2:]))
 
 
 def _patches(inputs, kernel, strides):
     size_h, size_w, channels_in, channels_out = kernel.shape
-    patches = tf.image.extract_patches(inputs, [1, size_h, size_w, 1], [1, strides, strides, 1], [1, 1, 1, 1],
-                                       "SAME")
-    # extract_patches orders each patch as (row, column, channel): the HWIO kernel flattened the same way.
-    return tf.einsum("bhwk,ko->bhwo", patches, tf.reshape(kernel, [size_h * size_w * channels_in, channels_out]))
+    depth = size_h * size_w * channels_in
+
+    @tf.custom_gradient
+    def patches_conv(inputs, kernel):
+        patches = tf.image.extract_patches(inputs, [1, size_h, size_w, 1], [1, strides, strides, 1], [1, 1, 1, 1],
+                                           "SAME")
+        # extract_patches orders each patch as (row, column, channel): the HWIO kernel flattened the same way.
+        flat = tf.reshape(patches, [-1, depth])
+        outputs = _matmul_over_channels(patches, tf.reshape(kernel, [depth, channels_out]))
+
+        def gradient(upstream):
+            # The kernel's gradient from the patches already made; the input's by oneDNN's backward conv, which
+            # is what ExtractImagePatches' own gradient (a scatter-add over every patch element) computes.
+            kernel_grad = tf.matmul(flat, tf.reshape(upstream, [-1, channels_out]), transpose_a=True)
+            input_grad = tf.raw_ops.Conv2DBackpropInput(
+                input_sizes=tf.shape(inputs), filter=kernel, out_backprop=upstream, strides=[1, strides, strides, 1],
+                padding="SAME")
+            return input_grad, tf.reshape(kernel_grad, kernel.shape)
+
+        return outputs, gradient
+
+    return patches_conv(inputs, tf.convert_to_tensor(kernel))
 
 
 def conv2d_nhwc(inputs, kernel, strides, implementation="cpu"):

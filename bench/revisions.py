@@ -1,0 +1,90 @@
+"""The same benchmark at two git revisions, in processes that alternate A B A B ... on this machine, so a drift in
+the machine's speed falls on both: the before/after ratio of a change.
+
+    .venv/bin/python -m bench.revisions --base 06864d8 [--head HEAD] [--pairs 4] [--json FILE] -- \
+        bench.train_step --variants ours --size 40 --batch 32 --rounds 6 --no_ceiling
+
+Each revision is checked out once into a temporary `git worktree` (the current venv runs both); each process runs
+the benchmark module given after `--`, which must print one JSON line with `results` (bench/train_step.py and
+bench/inference.py do). The per-pair ratio is head / base of `s_per_step` (or `ms_per_batch`) per variant; the
+report gives every process's medians and the median of the pair ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIME_KEYS = ("s_per_step", "ms_per_batch")
+
+
+def _git(*args):
+    return subprocess.run(["git", "-C", ROOT, *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _run(tree, module_args):
+    """One benchmark process in `tree`; {variant: seconds} from its JSON line."""
+    command = [sys.executable, "-m", *module_args]
+    done = subprocess.run(command, cwd=tree, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"benchmark failed in {tree}: {done.stderr.strip().splitlines()[-1:]}")
+    payload = json.loads(done.stdout.strip().splitlines()[-1])
+    times = {}
+    for variant, row in payload["results"].items():
+        key = next(key for key in TIME_KEYS if key in row)
+        times[variant] = row[key]
+    return times
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in argv:
+        raise SystemExit("usage: python -m bench.revisions --base REV [--head REV] -- MODULE [ARGS...]")
+    split = argv.index("--")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--base", required=True, help="the revision before the change")
+    parser.add_argument("--head", default="HEAD", help="the revision after it (default HEAD)")
+    parser.add_argument("--pairs", type=int, default=4, help="base/head process pairs, alternating")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv[:split])
+    module_args = argv[split + 1:]
+    sys.path.insert(0, ROOT)
+    from bench import common
+
+    revisions = {"base": _git("rev-parse", args.base), "head": _git("rev-parse", args.head)}
+    with tempfile.TemporaryDirectory(prefix="bench_revisions_") as scratch:
+        trees = {}
+        for label, commit in revisions.items():
+            trees[label] = os.path.join(scratch, label)
+            _git("worktree", "add", "--detach", trees[label], commit)
+        try:
+            runs = {"base": [], "head": []}
+            for index in range(args.pairs):
+                order = ("base", "head") if index % 2 == 0 else ("head", "base")  # neither always goes first
+                for label in order:
+                    runs[label].append(_run(trees[label], module_args))
+                    print(f"pair {index} {label}: {runs[label][-1]}  load {os.getloadavg()[0]:.1f}", file=sys.stderr,
+                          flush=True)
+        finally:
+            for tree in trees.values():
+                subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", tree], check=False)
+    results = {}
+    for variant in runs["base"][0]:
+        base = [run[variant] for run in runs["base"]]
+        head = [run[variant] for run in runs["head"]]
+        results[variant] = {"base": base, "head": head, "base_median": statistics.median(base),
+                            "head_median": statistics.median(head),
+                            "speedup_median_of_pairs": round(statistics.median(b / h for b, h in zip(base, head)), 3)}
+    common.report(args.json, {"benchmark": "revisions", "base": revisions["base"], "head": revisions["head"],
+                              "command": module_args, "pairs": args.pairs, "machine": common.machine_info(),
+                              "results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
