@@ -1,5 +1,6 @@
 """The benchmark scripts run end to end (tiny sizes; the numbers themselves are for docs/BENCHMARKS.md only)."""
 import json
+import os
 
 import pytest
 
@@ -126,3 +127,27 @@ def test_iterator_delete_times_each_variant(tmp_path):
     assert all(len(values) == 1 and values[0] >= 0 for values in result["delete_seconds"].values())
     assert result["over_one_second"] == {name: int(result["max_seconds"][name] > 1.0)
                                          for name in iterator_delete.VARIANTS}
+
+
+def test_revisions_alternates_the_two_checkouts_and_reports_the_pair_ratios(monkeypatch, capsys):
+    """bench.revisions checks both revisions out, runs base/head then head/base ..., and reports base/head per pair;
+    the worktrees are gone afterwards. The benchmark processes are replaced by fixed times here."""
+    import subprocess
+    from bench import revisions
+    calls = []
+    times = {"base": iter([0.40, 0.44, 0.50]), "head": iter([0.20, 0.22, 0.50])}
+
+    def fake_run(tree, module_args):
+        label = os.path.basename(tree)
+        assert os.path.isfile(os.path.join(tree, "main.py")) and module_args == ["bench.train_step", "--size", "8"]
+        calls.append(label)
+        return {"ours": next(times[label])}
+
+    monkeypatch.setattr(revisions, "_run", fake_run)
+    before = subprocess.run(["git", "-C", revisions.ROOT, "worktree", "list"], capture_output=True, text=True).stdout
+    assert revisions.main(["--base", "HEAD", "--pairs", "3", "--", "bench.train_step", "--size", "8"]) == 0
+    assert calls == ["base", "head", "head", "base", "base", "head"]
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"]["ours"]
+    assert result["speedup_median_of_pairs"] == 2.0 and result["base_median"] == 0.44
+    after = subprocess.run(["git", "-C", revisions.ROOT, "worktree", "list"], capture_output=True, text=True).stdout
+    assert after == before
