@@ -40,8 +40,8 @@ def _counts(model):
 @pytest.fixture(scope="module")
 def models_1001():
     """One 1001-class model per arch at 64 px, built once per module. Its shapes and variables are the same with any
-    kernels (tests/test_kernels.py::test_train_inference_and_gpu_builds_have_the_same_checkpoint_keys); the GPU's single grouped
-    convolution builds fastest."""
+    kernels (tests/test_kernels.py::test_train_inference_and_gpu_builds_have_the_same_checkpoint_keys); the GPU's
+    single grouped convolution builds fastest."""
     return {arch: build_model(arch, image_size=64, seed=0, kernels=GPU_KERNELS) for arch in ARCHITECTURES}
 
 
@@ -363,7 +363,8 @@ def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, ker
         assert ("Conv2D" in ops) == native and ("Conv2DBackpropInput" in ops) == (kernel_size > 1)
         assert ("ExtractImagePatches" in ops) == (kernel_size > 1 and not native)
         assert not [op for op in ops if op in ("Einsum", "UnsortedSegmentSum")]
-        assert ops.count("StridedSliceGrad") == (kernel_size == 1 and stride > 1)  # the input's sampling, not the kernel
+        # One StridedSliceGrad for a strided 1x1 conv's input sampling; none from the kernel (reshaped, not sliced).
+        assert ops.count("StridedSliceGrad") == (kernel_size == 1 and stride > 1)
 
 
 def test_native_grouped_conv_forward_runs_eagerly_on_cpu():

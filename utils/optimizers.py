@@ -34,9 +34,10 @@ class TF1Momentum(keras.optimizers.Optimizer):
         where the composed form took six (docs/PERFORMANCE.md#the-per-variable-tail). Inside a strategy's update
         `variable` and the accumulator's `.handle` are the copies on the device being updated."""
         accumulator = self.accumulators[self._get_variable_index(variable)]
+        dtype = variable.dtype
         tf.raw_ops.ResourceApplyMomentum(
-            var=_handle(variable), accum=_handle(accumulator), lr=tf.cast(learning_rate, variable.dtype),
-            grad=tf.cast(tf.convert_to_tensor(gradient), variable.dtype), momentum=tf.constant(self.momentum, variable.dtype),
+            var=_handle(variable), accum=_handle(accumulator), lr=tf.cast(learning_rate, dtype),
+            grad=tf.cast(tf.convert_to_tensor(gradient), dtype), momentum=tf.constant(self.momentum, dtype),
             use_locking=False, use_nesterov=False)
 
     def get_config(self):

@@ -28,7 +28,7 @@ def resolve_implementation(implementation, data_format):
 
 def _matmul_over_channels(inputs, matrix):
     """[B, H, W, K] x [K, O] -> [B, H, W, O] as one 2-D MatMul: its gradients are two MatMuls, where an Einsum's
-    add transposes (docs/PERFORMANCE.md#the-40-px-step)."""
+    gradients add Transpose ops (docs/PERFORMANCE.md#the-40-px-step)."""
     shape = tf.shape(inputs)
     outputs = tf.matmul(tf.reshape(inputs, [-1, matrix.shape[0]]), matrix)
     return tf.reshape(outputs, tf.concat([shape[:3], [matrix.shape[1]]], axis=0))
