@@ -32,7 +32,8 @@ def _run(tree, module_args):
     command = [sys.executable, "-m", *module_args]
     done = subprocess.run(command, cwd=tree, capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(f"benchmark failed in {tree}: {done.stderr.strip().splitlines()[-1:]}")
+        last = (done.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+        raise SystemExit(f"benchmark failed in {tree} (exit {done.returncode}): {last}")
     payload = json.loads(done.stdout.strip().splitlines()[-1])
     times = {}
     for variant, row in payload["results"].items():
