@@ -149,3 +149,25 @@ def test_command_line(tmp_path):
     assert (tmp_path / "c.png").read_bytes()[:8] == PNG_SIGNATURE
     missing = run_script("-m utils.plot_log", tmp_path / "none.json", check=False, timeout=120)
     assert missing.returncode == 2 and missing.stderr.startswith("ERROR: ")
+
+
+def test_title_describes_the_training_run_not_a_later_predict_on_the_same_log(tmp_path):
+    # The quick start predicts into the training run's log: the title must still say how the steps were made.
+    log_path = tmp_path / "log.json"
+    write_training_log(log_path)
+    logger = DLLogger(str(log_path), stdout=False)
+    logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "predict", "batch_size": 1})
+    logger.close()
+    _, parameters = plot_log.load_log(str(log_path))
+    assert (parameters["mode"], parameters["batch_size"]) == ("train_and_evaluate", 32)
+    assert plot_log._title("log.json", parameters) == "log.json  (arch resnet50, mode train_and_evaluate, batch_size 32)"
+
+
+def test_title_without_modes_merges_every_run(tmp_path):
+    log_path = tmp_path / "log.json"
+    logger = DLLogger(str(log_path), stdout=False)
+    logger.log(step="PARAMETER", data={"arch": "resnet50"})
+    logger.log(step="PARAMETER", data={"batch_size": 8})
+    logger.log(step=(0, 1), data={"cross_entropy": 1.0})
+    logger.close()
+    assert plot_log.load_log(str(log_path))[1] == {"arch": "resnet50", "batch_size": 8}

@@ -36,10 +36,14 @@ FINAL_TEXT_KEYS = (  # (key, label, format) shown in the accuracy panel's summar
 )
 MAX_EPOCH_LINES = 20
 RUN_PARAMETERS = ("arch", "mode", "batch_size", "amp", "xla")  # shown in the title when the log has them
+# The modes whose runs log the plotted steps. A log also holds the PARAMETER records of evaluate / predict runs on
+# the same results directory (the quick start predicts after training); the title describes the steps' runs.
+STEP_MODES = ("train", "train_and_evaluate", "training_benchmark", "inference_benchmark")
 
 
 def load_log(path):
-    """Reads `path` and returns `(records, parameters)`; UserError if it is missing or holds no DLLL records."""
+    """Reads `path` and returns `(records, parameters)`: the parameters of the runs that logged steps (all runs' if
+    none says its mode). UserError if it is missing or holds no DLLL records."""
     if not os.path.exists(path):
         raise UserError("log file {} does not exist".format(path))
     if not os.path.isfile(path):
@@ -51,10 +55,11 @@ def load_log(path):
     logs = [r for r in records if r.get("type") == "LOG" and isinstance(r.get("data"), dict)]
     if not logs:
         raise UserError("{} has no DLLL records (expected lines `DLLL {{json}}` written by main.py)".format(path))
+    runs = [record["data"] for record in logs if record.get("step") == "PARAMETER"]
+    stepping = [run for run in runs if run.get("mode") in STEP_MODES]
     parameters = {}
-    for record in logs:
-        if record.get("step") == "PARAMETER":
-            parameters.update(record["data"])
+    for run in stepping or runs:  # a later run of the same kind (a resumed training) wins
+        parameters.update(run)
     return logs, parameters
 
 
