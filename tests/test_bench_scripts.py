@@ -45,6 +45,26 @@ def test_conv_gradients_alternatives_agree_with_tf_at_model_shapes(tmp_path):
         assert all(row[key] > 0 for key in row if key.endswith("_ms"))
 
 
+def test_small_map_ops_alternatives_agree_with_the_model_formulations(tmp_path):
+    from bench import small_map_ops
+    out = tmp_path / "ops.json"
+    small_map_ops.main(["--batch", "1", "--repeats", "1", "--json", str(out)])
+    tables = json.loads(out.read_text())
+    assert [row["shape"] for row in tables["matmul"]] == [shape[0] for shape in small_map_ops.MATMULS]
+    assert len(tables["input_grad"]) == len(small_map_ops.PATCH_CONVS)
+    assert len(tables["strided_sample"]) == len(small_map_ops.STRIDED_SAMPLES)
+    for row in tables["input_grad"] + tables["strided_sample"]:
+        diffs = [row[key] for key in row if key.endswith("_max_rel_diff")]
+        assert diffs and max(diffs) < 1e-5
+    for row in tables["strided_sample"]:
+        assert row["avg_pool_1x1_max_rel_diff"] == 0.0  # the same elements, not an approximation
+    tail = tables["update_tail"][0]  # (the test session builds shallow models: fewer than 161 variables)
+    assert 0 < tail["decayed"] < tail["variables"] and tail["graph_ms"] > 0 and tail["xla_ms"] > 0
+    for row in tables["matmul"]:
+        assert row["forward_gflop_s"] == pytest.approx(2 * row["m"] * row["k"] * row["n"] / row["forward_ms"] / 1e6,
+                                                       rel=0.01)
+
+
 @pytest.mark.slow
 def test_extensions_benchmark_times_the_pipeline_and_every_variant(tmp_path):
     from bench import extensions

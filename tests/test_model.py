@@ -327,12 +327,13 @@ def test_grouped_conv_forward_and_gradient(implementation, execution):
     np.testing.assert_allclose(grad_k.numpy(), expected_gk, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("size,kernel_size,stride", [(9, 3, 1), (10, 5, 1), (8, 1, 2), (16, 7, 2), (5, 3, 1),
-                                                      (7, 3, 2), (6, 3, 2)])
+@pytest.mark.parametrize("size,kernel_size,stride", [(9, 3, 1), (10, 5, 1), (8, 1, 2), (7, 1, 2), (16, 7, 2),
+                                                      (5, 3, 1), (7, 3, 2), (6, 3, 2)])
 @pytest.mark.parametrize("execution", ["eager", "function", "jit"])
 def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, kernel_size, stride, execution):
-    # 9x9, 10x10 and 16x16 (> 49 output positions): native conv; 8x8 1x1 stride 2: strided matmul; 5x5 3x3 and the
-    # stride-2 3x3 convs of odd and even maps: patches + matmul, whose input gradient is a backward conv.
+    # 9x9, 10x10 and 16x16 (> 49 output positions): native conv; 8x8 and 7x7 1x1 stride 2: 1x1 average pool +
+    # matmul; 5x5 3x3 and the stride-2 3x3 convs of odd and even maps: patches + matmul, whose input gradient is a
+    # backward conv.
     # Forward and both gradients against NumPy, eagerly, in a graph and under XLA.
     rng = np.random.default_rng(11)
     x = rng.normal(0, 1, (2, size, size, 6)).astype("f4")
@@ -363,8 +364,9 @@ def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, ker
         assert ("Conv2D" in ops) == native and ("Conv2DBackpropInput" in ops) == (kernel_size > 1)
         assert ("ExtractImagePatches" in ops) == (kernel_size > 1 and not native)
         assert not [op for op in ops if op in ("Einsum", "UnsortedSegmentSum")]
-        # One StridedSliceGrad for a strided 1x1 conv's input sampling; none from the kernel (reshaped, not sliced).
-        assert ops.count("StridedSliceGrad") == (kernel_size == 1 and stride > 1)
+        # A strided 1x1 conv samples its input with a 1x1 average pool; no StridedSliceGrad, none from the kernel
+        # either (reshaped, not sliced).
+        assert ("AvgPoolGrad" in ops) == (kernel_size == 1 and stride > 1) and "StridedSliceGrad" not in ops
 
 
 def test_native_grouped_conv_forward_runs_eagerly_on_cpu():

@@ -2,9 +2,9 @@
 
 Two formulations of the same layer, selected per layer by `implementation` (default "fused"):
 - "fused": one `FusedBatchNormV3` op per call (and `FusedBatchNormGradV3` for its gradient): oneDNN on CPU,
-  cuDNN on GPU, a native XLA lowering under `--xla`. In training it is called with `exponential_avg_factor=1`, so it
-  returns this batch's mean and its *Bessel-corrected* variance, which is exactly what TF1's fused kernel fed into
-  the moving averages; the decay-0.9 update is applied here. Used for 4-D inputs (all of this model's BNs).
+  cuDNN on GPU, a native XLA lowering under `--xla`. In training it is called with `exponential_avg_factor=0.1`, so
+  it returns the moving averages updated with this batch's mean and its *Bessel-corrected* variance, which is
+  exactly what TF1's fused kernel fed into them. Used for 4-D inputs (all of this model's BNs).
 - "reference": `ops.moments` + `ops.batch_normalization`, with the n/(n-1) correction applied to the moving update by
   hand. Kept as the readable definition the fused path is tested against (tests/test_performance_contract.py) and
   for inputs of another rank.
@@ -55,11 +55,15 @@ class BatchNorm(keras.layers.BatchNormalization):
         data_format = "NCHW" if self.axis % 4 == 1 else "NHWC"
         gamma, beta = tf.cast(self.gamma, tf.float32), tf.cast(self.beta, tf.float32)
         if training:
-            empty = tf.constant([], tf.float32)
-            outputs, mean, unbiased_variance, _, _, _ = tf.raw_ops.FusedBatchNormV3(
-                x=inputs, scale=gamma, offset=beta, mean=empty, variance=empty, epsilon=self.epsilon,
-                exponential_avg_factor=1.0, data_format=data_format, is_training=True)
-            self._update_moving(mean, unbiased_variance)
+            # With exponential_avg_factor f the op returns the updated moving statistics,
+            # (1 - f) * moving + f * batch statistic (the variance Bessel-corrected): the decay-0.9 update of
+            # `_update_moving` inside the kernel, not six more ops per layer.
+            outputs, moving_mean, moving_variance, _, _, _ = tf.raw_ops.FusedBatchNormV3(
+                x=inputs, scale=gamma, offset=beta, mean=tf.cast(self.moving_mean, tf.float32),
+                variance=tf.cast(self.moving_variance, tf.float32), epsilon=self.epsilon,
+                exponential_avg_factor=1.0 - self.momentum, data_format=data_format, is_training=True)
+            self.moving_mean.assign(moving_mean)
+            self.moving_variance.assign(moving_variance)
             return outputs
         outputs, _, _, _, _, _ = tf.raw_ops.FusedBatchNormV3(
             x=inputs, scale=gamma, offset=beta, mean=tf.cast(self.moving_mean, tf.float32),

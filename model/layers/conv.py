@@ -36,8 +36,10 @@ def _matmul_over_channels(inputs, matrix):
 
 def _pointwise(inputs, kernel, strides):
     if strides > 1:
-        # SAME padding with a 1x1 kernel needs no padding: output (i, j) reads input (s*i, s*j).
-        inputs = inputs[:, ::strides, ::strides, :]
+        # SAME padding with a 1x1 kernel needs no padding: output (i, j) reads input (s*i, s*j). A 1x1 average
+        # pool picks exactly those elements (a mean of one) and, with its gradient, runs ~3x faster than the
+        # strided slice and its StridedSliceGrad (docs/PERFORMANCE.md#the-40-px-step).
+        inputs = tf.nn.avg_pool2d(inputs, 1, strides, "SAME")
     # A reshape, not kernel[0, 0]: a slice's gradient writes a zero-filled copy of the kernel.
     return _matmul_over_channels(inputs, tf.reshape(kernel, kernel.shape[2:]))
 

@@ -1,0 +1,186 @@
+"""Per-op costs of the 40 px step's formulations at the model's shapes (ResNet-50, the quick start's maps 10x10 to
+2x2), for choosing among them.
+
+    .venv/bin/python -m bench.small_map_ops [--batch 32] [--repeats 7] [--json FILE]
+
+Three tables, milliseconds per call (median of `--repeats` timings of 20 calls each; each variant timed alone,
+after a check against the formulation the model uses: max relative difference printed):
+- `matmul`: the 1x1 and patches matmuls [M, K] x [K, N], forward, input gradient (transposed kernel) and kernel
+  gradient (transposed input), with GFLOP/s;
+- `input_grad`: the stride-1 3x3 patches conv's input gradient by `Conv2DBackpropInput` (the model's), by a
+  forward conv with the rotated kernel, by patches of the output gradient times the rotated kernel, and by a
+  matmul to patch gradients folded back with nine shifted slices;
+- `strided_sample`: a stride-2 1x1 conv's input sampling, forward and gradient, as a strided slice and as a 1x1
+  average pool (the model's);
+- `update_tail`: the weight-decay gradient (`grad + wd * w` on the kernels) and the TF1 momentum update
+  (`ResourceApplyMomentum`) of ResNet-50's 161 variables, in a graph (the model's) and compiled by XLA as one
+  cluster (the only part of the step XLA might speed up on CPU).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import common  # noqa: E402
+
+# (name, rows per image, K, N) of the 40 px step's matmuls: M = batch * rows.
+MATMULS = [("10x10 1x1 256->64", 100, 256, 64), ("5x5 1x1 512->128", 25, 512, 128),
+           ("5x5 3x3 patches 128", 25, 1152, 128), ("5x5 1x1 128->512", 25, 128, 512),
+           ("3x3 1x1 1024->256", 9, 1024, 256), ("3x3 3x3 patches 256", 9, 2304, 256),
+           ("3x3 1x1 256->1024", 9, 256, 1024), ("2x2 1x1 2048->512", 4, 2048, 512),
+           ("2x2 3x3 patches 512", 4, 4608, 512), ("2x2 1x1 512->2048", 4, 512, 2048)]
+# (map, channels) of the stride-1 3x3 convs (10x10 is native, the rest patches) and of the strided 1x1 samplings.
+PATCH_CONVS = [(10, 64), (5, 128), (3, 256), (2, 512)]
+STRIDED_SAMPLES = [(10, 256), (5, 512), (3, 1024)]
+
+
+def _time(fn, repeats, calls=20):
+    fn().numpy()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            result = fn()
+        result.numpy()
+        times.append((time.perf_counter() - start) / calls)
+    return round(common.median(times) * 1000, 3)
+
+
+def _rel_diff(result, reference):
+    import tensorflow as tf
+    return float(tf.reduce_max(tf.abs(result - reference)) / tf.reduce_max(tf.abs(reference)))
+
+
+def _compare(variants, reference, repeats, row):
+    """Times every variant ({name: zero-arg tf.function}); each but `reference` first checked against it."""
+    expected = variants[reference]()
+    for name, fn in variants.items():
+        if name != reference:
+            row[name + "_max_rel_diff"] = _rel_diff(fn(), expected)
+        row[name + "_ms"] = _time(fn, repeats)
+    return row
+
+
+def matmul_rows(batch, repeats):
+    import tensorflow as tf
+    rows = []
+    for name, positions, k, n in MATMULS:
+        generator = tf.random.Generator.from_seed(0)
+        m = batch * positions
+        a, b, g = generator.normal([m, k]), generator.normal([k, n]), generator.normal([m, n])
+        row = {"shape": name, "m": m, "k": k, "n": n}
+        for key, fn in (("forward", lambda: tf.matmul(a, b)),
+                        ("input_grad", lambda: tf.matmul(g, b, transpose_b=True)),
+                        ("kernel_grad", lambda: tf.matmul(a, g, transpose_a=True))):
+            row[key + "_ms"] = _time(tf.function(fn), repeats)
+            row[key + "_gflop_s"] = round(2 * m * k * n / row[key + "_ms"] / 1e6, 1)
+        rows.append(row)
+    return rows
+
+
+def input_grad_rows(batch, repeats):
+    import tensorflow as tf
+    from bench.conv_gradients import rotated_kernel
+    rows = []
+    for size, channels in PATCH_CONVS:
+        generator = tf.random.Generator.from_seed(0)
+        x = generator.normal([batch, size, size, channels])
+        w = generator.normal([3, 3, channels, channels]) * 0.05
+        dy = generator.normal([batch, size, size, channels])
+
+        def patches_of_gradient():
+            patches = tf.image.extract_patches(dy, [1, 3, 3, 1], [1, 1, 1, 1], [1, 1, 1, 1], "SAME")
+            flat = tf.matmul(tf.reshape(patches, [-1, 9 * channels]),
+                             tf.reshape(rotated_kernel(w), [9 * channels, channels]))
+            return tf.reshape(flat, x.shape)
+
+        def matmul_and_fold():
+            # Patch gradients [B, H, W, 3, 3, C]; input (h, w) collects tap (i, j) of output (h + 1 - i, w + 1 - j).
+            grads = tf.reshape(tf.matmul(tf.reshape(dy, [-1, channels]), tf.reshape(w, [9 * channels, channels]),
+                                         transpose_b=True), [batch, size, size, 3, 3, channels])
+            padded = tf.pad(grads, [[0, 0], [1, 1], [1, 1], [0, 0], [0, 0], [0, 0]])
+            return tf.add_n([padded[:, 2 - i:2 - i + size, 2 - j:2 - j + size, i, j, :]
+                             for i in range(3) for j in range(3)])
+
+        variants = {
+            "backprop_input": lambda: tf.raw_ops.Conv2DBackpropInput(
+                input_sizes=tf.shape(x), filter=w, out_backprop=dy, strides=[1, 1, 1, 1], padding="SAME"),
+            "rotated_conv": lambda: tf.nn.conv2d(dy, rotated_kernel(w), 1, "SAME"),
+            "patches_of_gradient": patches_of_gradient, "matmul_and_fold": matmul_and_fold}
+        row = {"shape": f"{size}x{size} 3x3 {channels}"}
+        rows.append(_compare({name: tf.function(fn) for name, fn in variants.items()}, "backprop_input", repeats,
+                             row))
+    return rows
+
+
+def strided_sample_rows(batch, repeats):
+    import tensorflow as tf
+    rows = []
+    for size, channels in STRIDED_SAMPLES:
+        generator = tf.random.Generator.from_seed(0)
+        x = generator.normal([batch, size, size, channels])
+        out = -(-size // 2)
+        upstream = generator.normal([batch, out, out, channels])
+
+        def forward_and_gradient(sample):
+            def step():
+                with tf.GradientTape() as tape:
+                    tape.watch(x)
+                    y = sample(x)
+                    loss = tf.reduce_sum(y * upstream)
+                return tf.concat([tf.reshape(y, [-1]), tf.reshape(tape.gradient(loss, x), [-1])], 0)
+            return tf.function(step)
+
+        variants = {"strided_slice": forward_and_gradient(lambda v: v[:, ::2, ::2, :]),
+                    "avg_pool_1x1": forward_and_gradient(lambda v: tf.nn.avg_pool2d(v, 1, 2, "SAME"))}
+        rows.append(_compare(variants, "strided_slice", repeats, {"shape": f"{size}x{size} -> {out}x{out}, {channels}"}))
+    return rows
+
+
+def update_tail_rows(batch, repeats):
+    import tensorflow as tf
+    from model import resnet
+    variables = resnet.build_model("resnet50", num_classes=10, image_size=40).trainable_variables
+    handles = [variable.value.handle for variable in variables]
+    accumulators = [tf.Variable(tf.zeros(variable.shape)) for variable in variables]
+    grads = [tf.random.stateless_normal(variable.shape, seed=[0, i]) for i, variable in enumerate(variables)]
+    decayed = [variable.path.endswith("kernel") for variable in variables]
+    learning_rate, momentum = tf.constant(1e-6), tf.constant(0.875)
+
+    def update():
+        for variable, handle, accumulator, grad, decay in zip(variables, handles, accumulators, grads, decayed):
+            if decay:
+                grad = grad + 3.0517578125e-05 * variable
+            tf.raw_ops.ResourceApplyMomentum(var=handle, accum=accumulator.handle, lr=learning_rate, grad=grad,
+                                             momentum=momentum, use_locking=False, use_nesterov=False)
+        return tf.constant(0.0)
+
+    row = {"variables": len(variables), "decayed": sum(decayed)}
+    for name, jit in (("graph", False), ("xla", True)):
+        row[name + "_ms"] = _time(tf.function(update, jit_compile=jit, autograph=False), repeats, calls=5)
+    return [row]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    info = common.machine_info()
+    tables = {}
+    for name, measure in (("matmul", matmul_rows), ("input_grad", input_grad_rows),
+                          ("strided_sample", strided_sample_rows), ("update_tail", update_tail_rows)):
+        tables[name] = measure(args.batch, args.repeats)
+        for row in tables[name]:
+            print(name, row, file=sys.stderr, flush=True)
+    common.report(args.json, {"benchmark": "small_map_ops", "batch": args.batch, "machine": info, **tables})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
