@@ -17,9 +17,9 @@ import tensorflow as tf
 from model import checkpoint, export
 from runtime import checkpoints, inputs, predict, runner_utils, startup, train_state, train_step
 from runtime.metrics import ThroughputMeter, TrainStats, evaluated_images_line, require_evaluated
-from utils.devices import Platform
+from utils.devices import Platform, cpu_bfloat16_support
 from utils.logger import progress_enabled
-from utils.precision import Precision
+from utils.precision import Precision, cpu_bfloat16_note
 
 SUMMARY_EVERY_STEPS = 100
 
@@ -203,6 +203,10 @@ class Runner:
             note = " (TensorFlow's float16 CPU kernels: for checking the GPU path)" \
                 if self.precision.policy == "mixed_float16" and not self.platform.gpu else ""
             log.print("Mixed precision: {}, {}{}".format(self.precision.policy, scaling, note))
+        if not self.platform.gpu:
+            bfloat16_note = cpu_bfloat16_note(self.precision.policy, cpu_bfloat16_support())
+            if bfloat16_note:
+                log.print(bfloat16_note)
         if config.mixup > 0:
             log.print("Using mixup training with beta=", config.mixup)
         self._log_extensions()

@@ -54,3 +54,15 @@ def test_the_platform_gives_the_amp_dtype_the_staging_device_and_the_layouts_it_
     with pytest.raises(UserError) as error:
         CPU.check_compute_format("NCHW")
     assert str(error.value) == NCHW_NEEDS_GPU and "use --data_format NHWC" in str(error.value)
+
+
+def test_cpu_bfloat16_support_reads_the_cpu_flags(tmp_path):
+    from utils.devices import cpu_bfloat16_support
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16\n")
+    assert cpu_bfloat16_support(str(info)) is True
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma f16c\n")
+    assert cpu_bfloat16_support(str(info)) is False
+    info.write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")  # aarch64 names its features otherwise
+    assert cpu_bfloat16_support(str(info)) is None
+    assert cpu_bfloat16_support(str(tmp_path / "absent")) is None

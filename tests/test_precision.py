@@ -72,3 +72,12 @@ def test_a_static_loss_scale_multiplies_the_loss_divides_the_gradients_and_never
     assert float(plain.unscale([tf.constant(3.0)])[0]) == 3.0 and float(plain.current()) == 1.0
     with pytest.raises(ValueError, match="a static loss scale must be > 0"):
         Precision("mixed_float16", "static", 0.0)
+
+
+def test_cpu_bfloat16_note_warns_of_emulation_and_points_to_native_bfloat16():
+    from utils.precision import cpu_bfloat16_note
+    assert "no bfloat16 instructions" in cpu_bfloat16_note("mixed_bfloat16", False)
+    assert "--amp (mixed bfloat16)" in cpu_bfloat16_note(None, True)
+    for policy, native in (("mixed_bfloat16", True), (None, False), (None, None), ("mixed_bfloat16", None),
+                           ("mixed_float16", False), ("mixed_float16", True)):
+        assert cpu_bfloat16_note(policy, native) is None

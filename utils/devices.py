@@ -35,6 +35,23 @@ class Platform:
 
 CPU = Platform(gpu=False)
 
+# x86 CPU flags (/proc/cpuinfo) of bfloat16 arithmetic that oneDNN uses for bf16 matmuls and convolutions.
+NATIVE_BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_bfloat16_support(cpuinfo="/proc/cpuinfo"):
+    """True when the CPU computes in bfloat16 natively (AVX512-BF16 or AMX-BF16), False when its flags show
+    neither (bfloat16 is then emulated in float32), None when the flags cannot be read (not x86 Linux)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return any(flag in flags for flag in NATIVE_BFLOAT16_FLAGS)
+    except OSError:
+        return None
+    return None
+
 
 def setup_devices(*, cpu=False, gpu_id=0, engine=None, dali_memory_fraction=None, cpu_replicas=1):
     """Makes this process's GPUs visible and returns its Platform: one GPU per process (--gpu_id alone; the local

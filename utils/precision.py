@@ -72,3 +72,16 @@ class LossScaler:
     def skipped(self, before):
         import tensorflow as tf
         return tf.less(self.current(), before)
+
+
+def cpu_bfloat16_note(policy, native_bfloat16):
+    """The line a CPU training run logs about bfloat16 (docs/PERFORMANCE.md#on-cpu-measured), or None.
+    `policy`: the run's dtype policy (None = float32); `native_bfloat16`: utils/devices.cpu_bfloat16_support()."""
+    if policy == "mixed_bfloat16" and native_bfloat16 is False:
+        return ("Note: this CPU has no bfloat16 instructions (no avx512_bf16 or amx_bf16 flag): --amp is emulated "
+                "here and trains several times slower than float32 (13x at 224 px on a 2-core AVX2 machine)")
+    if policy is None and native_bfloat16:
+        return ("Note: this CPU computes in bfloat16 natively (avx512_bf16 / amx_bf16): --amp (mixed bfloat16) "
+                "trained 1.14-1.47x faster than float32 on such a machine")
+    return None
+
