@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Quickstart on the embedded Fashion-MNIST subset (datasets/fashion_mnist: 9,000 train / 2,000 test images).
 # Run after `bash scripts/install.sh`; no root, no downloads. Everything goes to results/quickstart/ (recreated).
-#   bash scripts/quickstart.sh                 4 epochs (1,124 steps of 32 images at 40x40, ~7 min on 2 cores)
+#   bash scripts/quickstart.sh                 4 epochs (1,124 steps of 32 images at 40x40, 6-11 min on 2 cores)
 #   EPOCHS=10 bash scripts/quickstart.sh       longer (the recipe's cosine schedule stretches with it)
 #   bash scripts/quickstart.sh --amp           extra arguments go to both main.py calls
 #
