@@ -49,6 +49,11 @@ def pytest_configure(config):
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
+    # A suite started as a background job of a non-interactive shell (`bash .ci/run &`) inherits SIGINT ignored,
+    # and so would every process a test starts: the Ctrl-C tests' children would never hear it. Python's own
+    # handler here (in the main process and each xdist worker) lets children start with the default again.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
