@@ -157,9 +157,10 @@ def test_revisions_alternates_the_two_checkouts_and_reports_the_pair_ratios(monk
     calls = []
     times = {"base": iter([0.40, 0.44, 0.50]), "head": iter([0.20, 0.22, 0.50])}
 
-    def fake_run(tree, module_args):
+    def fake_run(tree, module_args, env=None):
         label = os.path.basename(tree)
         assert os.path.isfile(os.path.join(tree, "main.py")) and module_args == ["bench.train_step", "--size", "8"]
+        assert env is None
         calls.append(label)
         return {"ours": next(times[label])}
 
@@ -171,3 +172,33 @@ def test_revisions_alternates_the_two_checkouts_and_reports_the_pair_ratios(monk
     assert result["speedup_median_of_pairs"] == 2.0 and result["base_median"] == 0.44
     after = subprocess.run(["git", "-C", revisions.ROOT, "worktree", "list"], capture_output=True, text=True).stdout
     assert after == before
+
+
+def test_revisions_sets_the_head_env_in_head_processes_only_and_divides_by_the_control(monkeypatch, capsys):
+    """--head_env reaches only the head's processes; with --control every time is divided by the control variant's
+    time in its own process first, so a process that ran 2x slower throughout gives a ratio of 1."""
+    from bench import revisions
+    seen = []
+    # base processes: ours 0.6/0.3 of onnx; head processes (the second one 2x slower throughout): ours 0.5 of onnx
+    times = {"base": iter([{"ours": 0.60, "onnx": 1.0}, {"ours": 0.30, "onnx": 0.5}]),
+             "head": iter([{"ours": 0.50, "onnx": 1.0}, {"ours": 1.00, "onnx": 2.0}])}
+
+    def fake_run(tree, module_args, env=None):
+        label = os.path.basename(tree)
+        seen.append((label, env))
+        return next(times[label])
+
+    monkeypatch.setattr(revisions, "_run", fake_run)
+    assert revisions.main(["--base", "HEAD", "--pairs", "2", "--head_env", "FLAG=1", "--head_env", "OTHER=a=b",
+                           "--control", "onnx", "--", "bench.inference"]) == 0
+    assert seen == [("base", None), ("head", {"FLAG": "1", "OTHER": "a=b"}),
+                    ("head", {"FLAG": "1", "OTHER": "a=b"}), ("base", None)]
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["results"]["ours"]["pair_speedups"] == [1.2, 1.2]
+    assert report["results"]["ours"]["speedup_median_of_pairs"] == 1.2
+    assert report["results"]["onnx"]["speedup_median_of_pairs"] == 1.0
+    assert report["results"]["ours"]["head"] == [0.5, 1.0]  # the raw times are kept
+    with pytest.raises(SystemExit, match="no such variant"):
+        revisions._relative({"ours": 1.0}, "onnx")
+    with pytest.raises(SystemExit):
+        revisions.main(["--base", "HEAD", "--head_env", "NOEQUALS", "--", "bench.inference"])
