@@ -355,9 +355,12 @@ def resolve_image_size(args, model_size, log):
 
 
 def run(args):
+    from utils import devices
     from utils.logger import DLLogger
     logger = DLLogger(args.log_path)
     logger.log(step="PARAMETER", data={key: value for key, value in vars(args).items()})
+    if devices.frozen_weights_assumed():
+        logger.print(devices.FROZEN_WEIGHTS_NOTE)
     logger.metadata("throughput", {"unit": "images/s"})
     logger.metadata("accuracy", {"unit": None})
     for name in ("latency_avg", "latency_p90", "latency_p95", "latency_p99"):
@@ -411,7 +414,12 @@ def run(args):
 
 @command
 def main(argv=None):
-    run(parse_args(argv))
+    args = parse_args(argv)
+    if args.backend == "tf" and __name__ == "__main__":
+        # A serving process: it loads one model and never changes its weights (utils/devices.assume_frozen_weights).
+        from utils import devices
+        devices.assume_frozen_weights()
+    run(args)
 
 
 if __name__ == "__main__":

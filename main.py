@@ -28,12 +28,26 @@ RUNTIME_ENVIRONMENT = {
 }
 
 
-def run(argv=None, runner_class=None):
+# Modes that load their weights once and never change them: a process run for one of them may let oneDNN keep each
+# weight's reordered copy (utils/devices.assume_frozen_weights). evaluate is not one: it swaps in the EMA weights.
+FIXED_WEIGHT_MODES = ("predict", "inference_benchmark")
+
+
+def run(argv=None, runner_class=None, own_process=False):
     """Runs main.py with `argv`; its exit status. `runner_class`: a subclass of runtime/runner.Runner to run the mode
-    with (one that records what it trained, as tests/_dist_train_worker.py does); by default the Runner."""
+    with (one that records what it trained, as tests/_dist_train_worker.py does); by default the Runner.
+    `own_process`: main.py runs as a script, so the process is this run's alone."""
     _, config, given = run_settings.parse(argv)
     for key, value in RUNTIME_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
+
+    from utils import devices
+    if config.mode in FIXED_WEIGHT_MODES and own_process:
+        devices.assume_frozen_weights()
+    elif config.mode not in FIXED_WEIGHT_MODES and devices.frozen_weights_assumed():
+        raise UserError("{}={} makes oneDNN keep the first weights each conv sees; --mode {} changes or swaps weights "
+                        "and would compute with stale ones: unset it".format(
+                            devices.FROZEN_WEIGHTS_ENV, os.environ[devices.FROZEN_WEIGHTS_ENV], config.mode))
 
     from utils import engines
     requested = engines.detect_engine()
@@ -74,6 +88,9 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None):
     logger.log(step="PARAMETER", data={key: getattr(config, key) for key in ORIGINAL_FLAG_DESTS}
                | {"num_classes": config.num_classes, "image_size": config.image_size,
                   "min_crop_area": config.min_crop_area} | config.extensions_in_use() | resolved.parameters())
+    from utils import devices
+    if devices.frozen_weights_assumed():
+        logger.print(devices.FROZEN_WEIGHTS_NOTE)
     startup.set_seeds(config.seed, distribution.rank)
     startup.configure_xla(config, distribution)
     if config.seed is not None:
@@ -111,7 +128,7 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None):
 
 @command
 def main(argv=None):
-    return run(argv)
+    return run(argv, own_process=__name__ == "__main__")
 
 
 if __name__ == "__main__":

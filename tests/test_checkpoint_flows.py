@@ -15,7 +15,7 @@ from tests._data_helpers import write_tfrecord_shards
 from tests.conftest import copy_run
 from tests._checkpoint_helpers import randomise, save_named
 from tests.test_checkpoint_names import write_tf1_checkpoint
-from utils import data_utils
+from utils import data_utils, devices
 
 pytestmark = pytest.mark.shallow
 
@@ -93,6 +93,25 @@ def test_predict_on_an_original_tf1_checkpoint_directory_uses_its_weights(tf1_mo
         assert abs(probability - float(expected.max())) < 1e-3, name
 
 
+def test_predict_run_as_a_script_fixes_the_weights_and_still_predicts_what_the_model_computes(tf1_model_dir, photos,
+                                                                                            tmp_path):
+    """main.py run as a script for predict tells oneDNN its weights are fixed (a kernel then keeps its first weights,
+    utils/devices.assume_frozen_weights); the checkpoint's weights, restored after the model was built, must still
+    be the ones used: the probabilities are the model's own, computed here in a process without the setting."""
+    directory, model, _ = tf1_model_dir
+    result = run_script("main.py", "--mode", "predict", "--model_dir", directory, "--results_dir", tmp_path,
+                        "--to_predict", photos, "--num_classes", NUM_CLASSES, "--image_size", SIZE, "--batch_size", 1,
+                        "--cpu")
+    assert devices.FROZEN_WEIGHTS_NOTE in result.stdout
+    got = predicted_top1(result.stdout)
+    assert len(got) == 3
+    for name, (index, probability) in got.items():
+        image = data_utils.load_inference_image(str(photos / name), SIZE, SIZE)
+        expected = tf.nn.softmax(model(image[None], training=False))[0].numpy()
+        assert index == int(np.argmax(expected)), name
+        assert abs(probability - float(expected.max())) < 1e-3, name
+
+
 def test_evaluate_and_inference_benchmark_on_the_original_checkpoint(tf1_model_dir, tmp_path):
     directory, _, _ = tf1_model_dir
     data = tmp_path / "data"
@@ -107,6 +126,7 @@ def test_evaluate_and_inference_benchmark_on_the_original_checkpoint(tf1_model_d
                          "--num_iter", 2, "--iter_unit", "batch", *common)
     assert benchmark.returncode == 0, benchmark.stderr[-3000:]
     assert "(tf1 format, step 100, resnet50" in benchmark.stdout
+    assert devices.FROZEN_WEIGHTS_NOTE not in benchmark.stdout  # in-process: the test process is not fixed
 
 
 def test_a_checkpoint_missing_one_variable_is_one_line_and_exit_2(tf1_model_dir, photos, tmp_path):

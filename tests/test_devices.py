@@ -1,6 +1,8 @@
 """utils/devices.py: which GPUs each process takes (against a tf.config that shows four), and what the Platform
 decided at start-up means for the model (AMP dtype, where batches are staged, the NCHW check)."""
 
+import sys
+
 import pytest
 import tensorflow as tf
 
@@ -66,3 +68,28 @@ def test_cpu_bfloat16_support_reads_the_cpu_flags(tmp_path):
     info.write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")  # aarch64 names its features otherwise
     assert cpu_bfloat16_support(str(info)) is None
     assert cpu_bfloat16_support(str(tmp_path / "absent")) is None
+
+
+def test_frozen_weights_are_assumed_only_before_tensorflow_starts_and_never_over_the_users_value(monkeypatch):
+    from utils import devices
+    environ = {}
+    assert devices.assume_frozen_weights(environ) is False and environ == {}  # TensorFlow is imported here
+    monkeypatch.delitem(sys.modules, "tensorflow")
+    assert devices.assume_frozen_weights(environ) is True and environ == {devices.FROZEN_WEIGHTS_ENV: "1"}
+    said_no = {devices.FROZEN_WEIGHTS_ENV: "0"}
+    assert devices.assume_frozen_weights(said_no) is False and said_no == {devices.FROZEN_WEIGHTS_ENV: "0"}
+    assert devices.frozen_weights_assumed({devices.FROZEN_WEIGHTS_ENV: "true"})
+
+
+@pytest.mark.parametrize("mode", ["train", "train_and_evaluate", "evaluate", "training_benchmark"])
+def test_a_mode_that_changes_or_swaps_weights_refuses_the_frozen_weights_setting(mode, monkeypatch, tmp_path):
+    """With TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 a oneDNN conv keeps the first weights it saw: training, or evaluate's
+    swap to the EMA weights, would compute with stale ones. One line and exit 2, before TensorFlow runs a step."""
+    from tests._cli import main_in_process
+    monkeypatch.setenv("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", "1")
+    result = main_in_process("--mode", mode, "--batch_size", 2, "--num_iter", 1, "--iter_unit", "batch", "--cpu",
+                             "--results_dir", tmp_path, "--model_dir", tmp_path, "--data_dir", tmp_path, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("ERROR: TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 makes oneDNN keep the first weights "
+                                     f"each conv sees; --mode {mode} changes or swaps weights and would compute "
+                                     "with stale ones: unset it")

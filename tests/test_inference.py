@@ -43,6 +43,22 @@ def test_tf_backend_on_tfrecords(saved_model, tmp_path):
     assert final["throughput"] > 0 and final["latency_p99"] >= final["latency_avg"] * 0 > -1
 
 
+def test_run_as_a_script_the_tf_backend_fixes_the_weights_and_scores_what_in_process_scores(saved_model, tmp_path):
+    """inference.py run as a script with --backend tf serves one SavedModel whose weights never change, so it lets
+    oneDNN keep each conv's reordered weights (utils/devices.assume_frozen_weights) and says so; its accuracy on
+    the records is the one of an in-process run without the setting."""
+    from tests._cli import run_script
+    from utils import devices
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "validation", 1, 6, 40, num_classes=11)
+    script = run_script("inference.py", "--model", saved_model, "--data-dir", str(data), "--log-path",
+                        str(tmp_path / "script.json"), *SMALL)
+    assert devices.FROZEN_WEIGHTS_NOTE in script.stdout
+    here = run("--model", saved_model, "--data-dir", str(data), "--log-path", str(tmp_path / "here.json"), *SMALL)
+    assert here.returncode == 0 and devices.FROZEN_WEIGHTS_NOTE not in here.stdout
+    assert final_record(tmp_path / "script.json")["accuracy"] == final_record(tmp_path / "here.json")["accuracy"]
+
+
 def test_onnxruntime_backend_random_inputs_with_periodic_logs(saved_model, tmp_path):
     log = tmp_path / "log.json"
     result = run("--model", saved_model, "--backend", "onnxruntime", "--num-iter", "102", "--log-path", str(log),

@@ -2,8 +2,10 @@
 what that means for the model (`Platform`). Library code takes a `Platform`; it never queries devices itself."""
 
 import dataclasses
+import os
 import shutil
 import subprocess
+import sys
 
 from utils.errors import UserError
 
@@ -51,6 +53,28 @@ def cpu_bfloat16_support(cpuinfo="/proc/cpuinfo"):
     except OSError:
         return None
     return None
+
+
+FROZEN_WEIGHTS_ENV = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
+FROZEN_WEIGHTS_NOTE = ("Weights fixed for this process ({}=1): oneDNN reorders each conv weight once, not on every "
+                       "call".format(FROZEN_WEIGHTS_ENV))
+
+
+def frozen_weights_assumed(environ=os.environ):
+    """Whether oneDNN is told (by the environment) that every conv and matmul weight never changes."""
+    return environ.get(FROZEN_WEIGHTS_ENV, "").strip().lower() in ("1", "true")
+
+
+def assume_frozen_weights(environ=os.environ):
+    """For a process that serves weights it loads once: oneDNN then reorders each conv/matmul weight into its own
+    layout once and keeps that copy, instead of on every call (docs/PERFORMANCE.md, Serving at batch 1). The setting
+    is process-wide and read once, and a kernel keeps the first weights it saw: a training step, weights restored or
+    swapped after a first call, or an eager conv would silently compute with stale weights. So only a tool run as a
+    script, in a mode that loads its weights once, calls this, before TensorFlow is imported; a value the user set
+    is kept. Returns whether the process now assumes frozen weights."""
+    if "tensorflow" not in sys.modules:
+        environ.setdefault(FROZEN_WEIGHTS_ENV, "1")
+    return frozen_weights_assumed(environ)
 
 
 def setup_devices(*, cpu=False, gpu_id=0, engine=None, dali_memory_fraction=None, cpu_replicas=1):
