@@ -75,6 +75,17 @@ def predicted_top1(stdout):
     return found
 
 
+def assert_predicts_what_the_model_computes(stdout, model, photos):
+    """predict's top-1 class and probability of each photo are the ones `model` computes in this process."""
+    got = predicted_top1(stdout)
+    assert len(got) == 3
+    for name, (index, probability) in got.items():
+        image = data_utils.load_inference_image(str(photos / name), SIZE, SIZE)
+        expected = tf.nn.softmax(model(image[None], training=False))[0].numpy()
+        assert index == int(np.argmax(expected)), name
+        assert abs(probability - float(expected.max())) < 1e-3, name
+
+
 def test_predict_on_an_original_tf1_checkpoint_directory_uses_its_weights(tf1_model_dir, photos, tmp_path):
     directory, model, _ = tf1_model_dir
     result = run_main("--mode", "predict", "--model_dir", directory, "--results_dir", tmp_path, "--to_predict",
@@ -84,13 +95,7 @@ def test_predict_on_an_original_tf1_checkpoint_directory_uses_its_weights(tf1_mo
     assert f"Restored {total} of {total} variables from {directory}/model.ckpt-100 (tf1 format, step 100, resnet50, " \
            f"{NUM_CLASSES} classes)" in result.stdout
     assert "incomplete" not in result.stdout  # the state file's /results/... path is found by its basename
-    got = predicted_top1(result.stdout)
-    assert len(got) == 3
-    for name, (index, probability) in got.items():
-        image = data_utils.load_inference_image(str(photos / name), SIZE, SIZE)
-        expected = tf.nn.softmax(model(image[None], training=False))[0].numpy()
-        assert index == int(np.argmax(expected)), name
-        assert abs(probability - float(expected.max())) < 1e-3, name
+    assert_predicts_what_the_model_computes(result.stdout, model, photos)
 
 
 def test_predict_run_as_a_script_fixes_the_weights_and_still_predicts_what_the_model_computes(tf1_model_dir, photos,
@@ -103,13 +108,7 @@ def test_predict_run_as_a_script_fixes_the_weights_and_still_predicts_what_the_m
                         "--to_predict", photos, "--num_classes", NUM_CLASSES, "--image_size", SIZE, "--batch_size", 1,
                         "--cpu")
     assert devices.FROZEN_WEIGHTS_NOTE in result.stdout
-    got = predicted_top1(result.stdout)
-    assert len(got) == 3
-    for name, (index, probability) in got.items():
-        image = data_utils.load_inference_image(str(photos / name), SIZE, SIZE)
-        expected = tf.nn.softmax(model(image[None], training=False))[0].numpy()
-        assert index == int(np.argmax(expected)), name
-        assert abs(probability - float(expected.max())) < 1e-3, name
+    assert_predicts_what_the_model_computes(result.stdout, model, photos)
 
 
 def test_evaluate_and_inference_benchmark_on_the_original_checkpoint(tf1_model_dir, tmp_path):
