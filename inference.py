@@ -358,8 +358,9 @@ def run(args):
     from utils import devices
     from utils.logger import DLLogger
     logger = DLLogger(args.log_path)
-    logger.log(step="PARAMETER", data={key: value for key, value in vars(args).items()})
-    if devices.frozen_weights_assumed():
+    frozen_weights = {"onednn_frozen_weights": True} if devices.frozen_weights_assumed() else {}
+    logger.log(step="PARAMETER", data={key: value for key, value in vars(args).items()} | frozen_weights)
+    if frozen_weights:
         logger.print(devices.FROZEN_WEIGHTS_NOTE)
     logger.metadata("throughput", {"unit": "images/s"})
     logger.metadata("accuracy", {"unit": None})

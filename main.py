@@ -85,11 +85,13 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None):
     except OSError as error:
         raise UserError("cannot write the log in --results_dir {}: {}".format(config.results_dir, error)) from None
     # The settings the run uses, after the resolution (not the flags as typed).
+    from utils import devices
+    frozen_weights = {"onednn_frozen_weights": True} if devices.frozen_weights_assumed() else {}
     logger.log(step="PARAMETER", data={key: getattr(config, key) for key in ORIGINAL_FLAG_DESTS}
                | {"num_classes": config.num_classes, "image_size": config.image_size,
-                  "min_crop_area": config.min_crop_area} | config.extensions_in_use() | resolved.parameters())
-    from utils import devices
-    if devices.frozen_weights_assumed():
+                  "min_crop_area": config.min_crop_area} | config.extensions_in_use() | resolved.parameters()
+               | frozen_weights)
+    if frozen_weights:
         logger.print(devices.FROZEN_WEIGHTS_NOTE)
     startup.set_seeds(config.seed, distribution.rank)
     startup.configure_xla(config, distribution)

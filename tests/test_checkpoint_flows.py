@@ -16,6 +16,7 @@ from tests.conftest import copy_run
 from tests._checkpoint_helpers import randomise, save_named
 from tests.test_checkpoint_names import write_tf1_checkpoint
 from utils import data_utils, devices
+from utils.logger import read_log
 
 pytestmark = pytest.mark.shallow
 
@@ -108,6 +109,8 @@ def test_predict_run_as_a_script_fixes_the_weights_and_still_predicts_what_the_m
                         "--to_predict", photos, "--num_classes", NUM_CLASSES, "--image_size", SIZE, "--batch_size", 1,
                         "--cpu")
     assert devices.FROZEN_WEIGHTS_NOTE in result.stdout
+    parameters = next(r["data"] for r in read_log(str(tmp_path / "log.json")) if r.get("step") == "PARAMETER")
+    assert parameters["onednn_frozen_weights"] is True  # the log records the setting the run used
     assert_predicts_what_the_model_computes(result.stdout, model, photos)
 
 

@@ -23,6 +23,11 @@ def final_record(log_path):
     return finals[0]["data"]
 
 
+def parameter_record(log_path):
+    records = [json.loads(line[5:]) for line in open(log_path, encoding="utf-8") if line.startswith("DLLL ")]
+    return next(r["data"] for r in records if r.get("step") == "PARAMETER")
+
+
 @pytest.fixture(scope="module")
 def saved_model(tmp_path_factory):
     """A SavedModel written by model/export.save_saved_model (what main.py --export_dir writes)."""
@@ -57,6 +62,8 @@ def test_run_as_a_script_the_tf_backend_fixes_the_weights_and_scores_what_in_pro
     here = run("--model", saved_model, "--data-dir", str(data), "--log-path", str(tmp_path / "here.json"), *SMALL)
     assert here.returncode == 0 and devices.FROZEN_WEIGHTS_NOTE not in here.stdout
     assert final_record(tmp_path / "script.json")["accuracy"] == final_record(tmp_path / "here.json")["accuracy"]
+    parameters = [parameter_record(tmp_path / name) for name in ("script.json", "here.json")]
+    assert parameters[0]["onednn_frozen_weights"] is True and "onednn_frozen_weights" not in parameters[1]
 
 
 def test_onnxruntime_backend_random_inputs_with_periodic_logs(saved_model, tmp_path):
