@@ -2,7 +2,7 @@
 ONNX Runtime, against keras.applications.ResNet50 - all interleaved in one process.
 
     .venv/bin/python -m bench.inference [--batches 1,32] [--size 224] [--warmup 3] [--rounds 10] \
-        [--variants ours,ours_cpu_conv,ours_xla,ours_amp,savedmodel,frozen,onnx,keras] [--json FILE]
+        [--variants ours,ours_cpu_conv,ours_xla,ours_amp,savedmodel,frozen,onnx,tflite,keras] [--json FILE]
 
 Variants:
   ours        the forward of Runner.evaluate's eval_step (main.py --mode inference_benchmark), fp32, on a model
@@ -13,6 +13,8 @@ Variants:
   frozen      the frozen GraphDef of model/export.py (export_frozen_graph.py; NHWC, native convs) run by TF
   onnx        model/export.py's SavedModel of a model built for export (native convs) -> ONNX, run by ONNX
               Runtime's CPU provider
+  tflite      TensorFlow Lite's converter on that SavedModel (BN folded into the convs), run by its interpreter
+              (XNNPACK delegate, one thread per core)
   keras       keras.applications.ResNet50(weights=None) in a tf.function, training=False
 Fresh random weights everywhere (throughput does not depend on the values).
 """
@@ -30,6 +32,29 @@ from bench import common  # noqa: E402
 
 def _export_model(args):
     return common.OurModel(args.arch, 1, args.size, purpose="export")
+
+
+def _tflite_runner(args, workdir):
+    """TensorFlow Lite's converter on model/export.py's SavedModel (what a user converts), run by its interpreter
+    (XNNPACK, one thread per core); checked once against the SavedModel's own probabilities."""
+    import warnings
+
+    import numpy as np
+    import tensorflow as tf
+    from model import export
+    ours = _export_model(args)
+    saved = export.save_saved_model(ours.model, args.size, os.path.join(workdir, "tflite_savedmodel"))
+    blob = tf.lite.TFLiteConverter.from_saved_model(saved).convert()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # tf.lite.Interpreter's notice that LiteRT succeeds it
+        interpreter = tf.lite.Interpreter(model_content=blob, num_threads=os.cpu_count())
+    serve = interpreter.get_signature_runner("serving_default")
+    check = common.synthetic_batch(2, args.size)[0]
+    expected = tf.saved_model.load(saved).signatures["serving_default"](input=check)["probabilities"].numpy()
+    difference = float(np.abs(serve(input=check.numpy())["probabilities"] - expected).max())
+    if not difference <= 1e-4:
+        raise SystemExit(f"tflite: the converted model's probabilities differ from the SavedModel's by {difference}")
+    return lambda images, serve=serve: serve(input=images.numpy())["probabilities"]
 
 
 def build_variants(names, args, workdir, log):
@@ -79,6 +104,8 @@ def build_variants(names, args, workdir, log):
             session = onnxruntime.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
             makers[name] = lambda images, session=session: session.run(["probabilities"],
                                                                        {"input": images.numpy()})[0]
+        elif name == "tflite":
+            makers[name] = _tflite_runner(args, workdir)
         elif name == "keras":
             model = common.keras_resnet50(1001, args.size)
 

@@ -30,7 +30,10 @@ def save_saved_model(model, image_size, export_dir):
     final name."""
     import tensorflow as tf
     module = tf.Module()
-    module.model = model
+    # The module tracks the tf.Variables behind the Keras variables, not the Keras model: TensorFlow Lite's
+    # converter freezes only plain resource variables into constants and leaves Keras' wrappers as uninitialised
+    # variables, which compute NaN (tests/test_export.py). tf.saved_model.load and tf2onnx read either form.
+    module.model_variables = [_resource_variable(variable) for variable in model.variables]
 
     @tf.function(input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name="input")])
     def serve(input):  # noqa: A002 - the signature's input key is "input", as the original's receiver
@@ -59,6 +62,16 @@ def save_saved_model(model, image_size, export_dir):
         shutil.rmtree(temporary, ignore_errors=True)
         raise
     return final
+
+
+def _resource_variable(variable):
+    """The tf.Variable that holds a Keras variable's value."""
+    import tensorflow as tf
+    value = getattr(variable, "value", variable)
+    if not isinstance(value, tf.Variable):
+        raise TypeError(f"{variable.path if hasattr(variable, 'path') else variable} is not backed by a tf.Variable "
+                        f"({type(value).__name__})")
+    return value
 
 
 def load_serving_signature(saved_model_dir):

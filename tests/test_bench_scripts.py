@@ -66,6 +66,20 @@ def test_small_map_ops_alternatives_agree_with_the_model_formulations(tmp_path):
 
 
 @pytest.mark.slow
+def test_inference_benchmark_times_every_serving_form(tmp_path):
+    """Each form is built from the same export (the tflite one checks its probabilities against the SavedModel's
+    and stops if they differ) and timed at each batch size."""
+    from bench import inference
+    out = tmp_path / "inference.json"
+    variants = ["ours", "savedmodel", "frozen", "onnx", "tflite"]
+    assert inference.main(["--variants", ",".join(variants), "--batches", "1,2", "--size", "32", "--warmup", "0",
+                           "--rounds", "1", "--json", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert set(results) == {f"{name}_b{batch}" for name in variants for batch in (1, 2)}
+    assert all(row["ms_per_batch"] > 0 and row["batch"] in (1, 2) for row in results.values())
+
+
+@pytest.mark.slow
 def test_extensions_benchmark_times_the_pipeline_and_every_variant(tmp_path):
     from bench import extensions
     out = tmp_path / "result.json"
