@@ -359,7 +359,6 @@ def run(args):
     from utils.logger import DLLogger
     logger = DLLogger(args.log_path)
     frozen_weights = {"onednn_frozen_weights": True} if devices.frozen_weights_assumed() else {}
-    logger.log(step="PARAMETER", data={key: value for key, value in vars(args).items()} | frozen_weights)
     if frozen_weights:
         logger.print(devices.FROZEN_WEIGHTS_NOTE)
     logger.metadata("throughput", {"unit": "images/s"})
@@ -406,6 +405,9 @@ def run(args):
             if args.data_dir and not data_checked:
                 check_dataset(args, num_classes)
             data, steps = batches(args, num_classes)
+            # The settings the run uses: the input size and class count of the model that was loaded, where the
+            # flags left them to it (--image-size unset, --num-classes only applies to --architecture).
+            logger.log(step="PARAMETER", data=vars(args) | {"num_classes": num_classes} | frozen_weights)
             where = f" on {runner.providers[0]}" if getattr(runner, "providers", None) else ""
             logger.print(f"Running {steps} steps of batch {args.batch_size} with backend {args.backend}{where}")
             return benchmark(runner, data, steps, args.batch_size, args.warmup_steps, logger)

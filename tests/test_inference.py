@@ -152,12 +152,15 @@ def test_bad_inputs(tmp_path):
 
 @pytest.mark.parametrize("backend", ["tf", "onnxruntime"])
 def test_input_size_is_read_from_the_model(saved_model, backend, tmp_path):
-    """A 32 px SavedModel without --image-size runs at 32; a contradicting --image-size is one clear line."""
+    """A 32 px SavedModel without --image-size runs at 32, and its PARAMETER record gives the size and the class
+    count the model was run with, not the flags' defaults; a contradicting --image-size is one clear line."""
     args = ["--model", saved_model, "--backend", backend, "--num-iter", "2", "--batch-size", "2", "--warmup-steps",
             "0", "--log-path", str(tmp_path / "log.json")]
     result = run(*args)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Input size 32x32, read from the model" in result.stdout
+    parameters = parameter_record(tmp_path / "log.json")
+    assert (parameters["image_size"], parameters["num_classes"]) == (32, 11)
     wrong = run(*args, "--image-size", "224")
     assert wrong.returncode == 2
     assert wrong.stderr.strip().splitlines()[-1] == (
