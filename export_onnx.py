@@ -27,8 +27,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     model_proto = export.to_onnx(args.input, args.output, args.opset)
     quantize_nodes = sum(node.op_type == "QuantizeLinear" for node in model_proto.graph.node)
+    reduced = export.onnx_reduced_precision(model_proto)
     print(f"Wrote {args.output} (opset {args.opset}, {len(model_proto.graph.node)} nodes, "
-          f"{quantize_nodes} QuantizeLinear)")
+          f"{quantize_nodes} QuantizeLinear{', computes in ' + ' and '.join(reduced) if reduced else ''})")
+    if "bfloat16" in reduced:
+        print("Note: ONNX Runtime has no bfloat16 kernels and will not load this model; for ONNX Runtime, export "
+              "the SavedModel without --amp")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ Backends:
 - --tf-trt: TF-TRT conversion (FP16 with --amp) when this TensorFlow has TensorRT; TF 2.21 pip builds do not,
   and the tool then stops with a one-line message naming --backend onnxruntime and --backend tensorrt.
 - onnxruntime: the SavedModel converted with tf2onnx (model/export.py), or a given .onnx; CUDA provider if present.
+  It has no bfloat16 kernels: a model built or exported under --amp on a CPU is refused with a line saying so.
 - tensorrt: an engine built from the ONNX model with the `tensorrt` Python API (FP32; FP16 with --amp; INT8 when
   the ONNX graph carries Q/DQ nodes from a QAT frozen graph); needs the tensorrt package and a GPU.
 """
@@ -249,6 +250,12 @@ def make_runner(args, saved_model_dir, onnx_path, workdir):
         try:
             return ONNXRuntimeRunner(onnx_path)
         except Exception as error:  # noqa: BLE001 - onnxruntime raises its own Fail/InvalidGraph types
+            import onnx
+            from model import export
+            if "bfloat16" in export.onnx_reduced_precision(onnx.load(onnx_path, load_external_data=False)):
+                raise UserError(f"ONNX Runtime cannot run {args.model or args.architecture}: it computes in "
+                                "bfloat16 (built or exported under --amp on a CPU), which ONNX Runtime has no kernels "
+                                "for; use a model exported without --amp, or --backend tf") from None
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UserError(f"ONNX Runtime cannot load {onnx_path}: {first[:200]}") from None
     if args.image_size is None:

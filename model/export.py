@@ -252,6 +252,18 @@ def _no_deprecation_notices():
     return deprecation.silence()
 
 
+def onnx_reduced_precision(model_proto):
+    """The reduced float types ("bfloat16", "float16") an ONNX graph computes in, read from its Cast targets and
+    initialisers: a SavedModel exported under --amp casts its float32 weights and input in the graph."""
+    import onnx
+    reduced = {onnx.TensorProto.BFLOAT16: "bfloat16", onnx.TensorProto.FLOAT16: "float16"}
+    types = {initializer.data_type for initializer in model_proto.graph.initializer}
+    for node in model_proto.graph.node:
+        if node.op_type == "Cast":
+            types.update(attribute.i for attribute in node.attribute if attribute.name == "to")
+    return sorted(reduced[kind] for kind in types if kind in reduced)
+
+
 def _rename_io(model_proto, old_inputs, new_inputs, old_outputs, new_outputs):
     renames = dict(zip(old_inputs, new_inputs))
     renames.update(zip(old_outputs, new_outputs))

@@ -193,6 +193,25 @@ def test_saved_model_to_onnx(tmp_path, monkeypatch):
     np.testing.assert_allclose(onnx_probabilities(onnx_path, x), keras_probabilities(model, x), atol=1e-4)
 
 
+def test_a_bfloat16_saved_model_converts_and_says_onnx_runtime_cannot_load_it(tmp_path, monkeypatch):
+    """A SavedModel exported under --amp on a CPU computes in bfloat16: tf2onnx converts it, and the tool says so
+    and that ONNX Runtime (no bfloat16 kernels) will not load it; a float32 one says nothing of the kind."""
+    narrow_resnet50(monkeypatch)
+    for policy in ("mixed_bfloat16", None):
+        model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE, seed=8,
+                                   dtype_policy=policy, purpose="export")
+        saved = export.save_saved_model(model, SIZE, str(tmp_path / f"export_{policy}"))
+        onnx_path = tmp_path / f"{policy}.onnx"
+        result = run_cli("export_onnx.py", "--input", saved, "--output", onnx_path)
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.strip().splitlines()
+        if policy:
+            assert lines[0].endswith("QuantizeLinear, computes in bfloat16 and float16)"), lines
+            assert lines[1].startswith("Note: ONNX Runtime has no bfloat16 kernels and will not load this model")
+        else:
+            assert lines == [f"Wrote {onnx_path} (opset 17, {lines[0].split(', ')[1]}, 0 QuantizeLinear)"]
+
+
 def tflite_probabilities(blob, inputs):
     """The `serving_default` signature of a TensorFlow Lite model on `inputs`: its `probabilities` output."""
     import warnings

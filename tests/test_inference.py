@@ -150,6 +150,16 @@ def test_bad_inputs(tmp_path):
         [no_signature.stderr.strip().splitlines()[-1]]
 
 
+def test_onnxruntime_refuses_a_bfloat16_model_in_one_line():
+    """--amp on a CPU builds the model in bfloat16, which ONNX Runtime has no kernels for: one line that says so
+    and what to do, not ONNX Runtime's type error."""
+    result = run("--architecture", "resnet50", "--amp", "--backend", "onnxruntime", "--num-iter", "2", *SMALL)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "ERROR: ONNX Runtime cannot run resnet50: it computes in bfloat16 (built or exported under --amp on a CPU), "
+        "which ONNX Runtime has no kernels for; use a model exported without --amp, or --backend tf")
+
+
 @pytest.mark.parametrize("backend", ["tf", "onnxruntime"])
 def test_input_size_is_read_from_the_model(saved_model, backend, tmp_path):
     """A 32 px SavedModel without --image-size runs at 32, and its PARAMETER record gives the size and the class
