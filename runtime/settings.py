@@ -7,7 +7,8 @@ Rules, the same for every tool:
 - A flag given explicitly that contradicts the checkpoint is refused in one line naming both.
 - Training state that a resume may add but not silently drop: `--quantize` and `--moving_average_decay` may start
   on a checkpoint without QAT ranges or EMA weights (said so); a checkpoint that has them resumes with them unless
-  the flag is given to drop them (`--moving_average_decay 0`, warned).
+  the flag is given to drop them (`--moving_average_decay 0`, warned). A resume in another precision than the
+  checkpoint's (`--amp` or not) is said, not refused.
 - The dataset's manifest (utils/dataset_manifest.py) must be complete and its labels must fit the classifier.
 
 `parse` (flags only, no TensorFlow) is what runtime.launch checks before starting workers; `resolve` (reads the
@@ -27,8 +28,9 @@ TRAINING_MODES = ("train", "train_and_evaluate")
 
 # Settings a checkpoint fixes for every run that reads it: a given flag must agree.
 MODEL_SETTINGS = ("arch", "num_classes", "image_size")
-# Settings of the training state a resume continues (checkpoint metadata version 2 records them).
-TRAINING_STATE = ("quantize", "symmetric", "use_qdq", "quant_delay", "moving_average_decay")
+# Settings of the training a checkpoint records (metadata version 2): a resume continues the QAT and EMA ones, and
+# says when it runs in another precision than `amp` records.
+TRAINING_STATE = ("quantize", "symmetric", "use_qdq", "quant_delay", "moving_average_decay", "amp")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +186,13 @@ def _training_state_changes(config, info, given, log):
         raise contradiction("--moving_average_decay", decay, source, "--moving_average_decay", recorded_decay)
     elif decay > 0 and not info.has_weight_averages:
         log("The checkpoint has no EMA weights: the averages start from its weights")
+    # Mixed precision keeps float32 weights, so a resume may change it (bfloat16 is emulated, several times slower,
+    # on a CPU without it): neither refused nor adopted, but said.
+    recorded_amp = recorded.get("amp")
+    if recorded_amp is not None and recorded_amp != config.amp:
+        log("Checkpoint {} was trained with --amp: this run continues it in float32 (pass --amp to keep mixed "
+            "precision)".format(info.path) if recorded_amp else
+            "Checkpoint {} was trained in float32: this run continues it with --amp".format(info.path))
     return changes
 
 

@@ -153,6 +153,24 @@ def test_the_ema_may_start_on_a_checkpoint_without_averages(tmp_path):
     assert "The checkpoint has no EMA weights: the averages start from its weights" in lines
 
 
+def test_a_resume_in_another_precision_than_its_checkpoint_says_so_and_goes_on(tmp_path):
+    """Mixed precision keeps float32 weights, so a resume may change it (bfloat16 is emulated, several times slower,
+    on a CPU without it): not refused, not adopted, but said, so a dropped --amp is no silent change of the run."""
+    model = {"mode": "train", "num_classes": 10, "image_size": 32}  # the checkpoint's: no line about them
+    path = fake_checkpoint(tmp_path, training={"amp": True, "moving_average_decay": 0.0})
+    resolved, lines = resolve(tmp_path, **model)
+    assert not resolved.config.amp
+    assert lines == [f"Checkpoint {path} was trained with --amp: this run continues it in float32 (pass --amp to "
+                     "keep mixed precision)"]
+    assert resolve(tmp_path, amp=True, **model)[1] == []
+    assert resolve(tmp_path, **dict(model, mode="evaluate"))[1] == []  # inference in float32 is the default, whatever trained it
+    path = fake_checkpoint(tmp_path / "float", training={"amp": False, "moving_average_decay": 0.0})
+    assert resolve(tmp_path / "float", amp=True, **model)[1] == [
+        f"Checkpoint {path} was trained in float32: this run continues it with --amp"]
+    fake_checkpoint(tmp_path / "older", training={"moving_average_decay": 0.0})  # before precision was recorded
+    assert resolve(tmp_path / "older", amp=True, **model)[1] == []
+
+
 def test_inference_leaves_the_training_state_alone_and_says_the_model_is_float(tmp_path):
     path = fake_checkpoint(tmp_path, ranges=True, averages=True,
                            training={"quantize": True, "moving_average_decay": 0.9})
@@ -182,7 +200,7 @@ def test_a_finetune_takes_the_architecture_of_its_checkpoint_not_its_classes(tmp
 
 def test_the_recorded_training_state_round_trips_through_the_metadata(tmp_path):
     config = RunConfig(batch_size=2, mode="train", quantize=True, symmetric=True, quant_delay=7,
-                       moving_average_decay=0.5)
+                       moving_average_decay=0.5, amp=True)
     path = fake_checkpoint(tmp_path, training=settings.training_state(config), ranges=True, averages=True)
     recorded = checkpoint.inspect(path).recorded_settings()
     assert {name: recorded[name] for name in settings.TRAINING_STATE} == settings.training_state(config)
