@@ -129,6 +129,11 @@ class TFRunner:
         shape = self.signature.structured_outputs["probabilities"].shape
         return shape[-1] if len(shape) == 2 else None
 
+    @property
+    def precision(self):
+        from model.export import graph_precision
+        return graph_precision(self.signature.graph.as_graph_def())
+
     def __call__(self, images):
         return self.signature(input=images)["probabilities"].numpy()
 
@@ -393,8 +398,6 @@ def run(args):
                 if not os.path.isdir(saved_model_dir):
                     raise UserError(f"--model {saved_model_dir} is not a directory (expected a SavedModel: the "
                                     "timestamped subdirectory of main.py's --export_dir)")
-            if args.amp and args.backend == "tf" and not args.tf_trt and args.model:
-                logger.print("--amp: a given SavedModel runs in the precision it was exported in")
             data_checked = bool(args.architecture)
             if saved_model_dir is not None and not args.architecture and args.backend != "tf":
                 # The SavedModel's signature is checked against the flags and the data before its (slow) conversion.
@@ -405,6 +408,11 @@ def run(args):
                     data_checked = True
                 del signature
             runner = make_runner(args, saved_model_dir, onnx_path, workdir)
+            if isinstance(runner, TFRunner) and args.model:
+                precision = runner.precision
+                if args.amp or precision != "float32":
+                    logger.print(f"The SavedModel computes in {precision}, the precision it was exported in" +
+                                 (" (--amp does not change a given SavedModel)" if args.amp else ""))
             if getattr(runner, "cuda_note", None):
                 logger.print(runner.cuda_note)
             resolve_image_size(args, getattr(runner, "input_size", None), logger.print)

@@ -252,6 +252,17 @@ def _no_deprecation_notices():
     return deprecation.silence()
 
 
+def graph_precision(graph_def):
+    """"bfloat16", "float16" or "float32": what a TF graph's convolutions and matmuls compute in (its functions
+    included), so a SavedModel exported under --amp can say so."""
+    from tensorflow.core.framework import types_pb2
+    names = {types_pb2.DT_BFLOAT16: "bfloat16", types_pb2.DT_HALF: "float16"}
+    nodes = list(graph_def.node) + [node for function in graph_def.library.function for node in function.node_def]
+    found = {names[node.attr["T"].type] for node in nodes
+             if node.op in ("Conv2D", "MatMul", "BatchMatMulV2", "Einsum") and node.attr["T"].type in names}
+    return " and ".join(sorted(found)) or "float32"
+
+
 def onnx_reduced_precision(model_proto):
     """The reduced float types ("bfloat16", "float16") an ONNX graph computes in, read from its Cast targets and
     initialisers: a SavedModel exported under --amp casts its float32 weights and input in the graph."""

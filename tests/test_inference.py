@@ -150,6 +150,24 @@ def test_bad_inputs(tmp_path):
         [no_signature.stderr.strip().splitlines()[-1]]
 
 
+def test_the_tf_backend_says_a_saved_models_precision_when_it_is_not_float32_or_amp_is_asked(saved_model, tmp_path):
+    """A SavedModel runs in the precision it was exported in: the run says which when it is reduced, and when --amp
+    was given (which a given SavedModel does not change); a float32 one without --amp says nothing."""
+    from model import export, resnet
+    model = resnet.build_model("resnet50", num_classes=11, image_size=32, dtype_policy="mixed_bfloat16",
+                               purpose="inference")
+    bfloat16 = export.save_saved_model(model, 32, str(tmp_path / "bf16"))
+    args = ["--num-iter", "2", "--log-path", str(tmp_path / "log.json"), *SMALL]
+    lines = {name: [line for line in run("--model", path, *extra, *args).stdout.splitlines()
+                    if line.startswith("The SavedModel computes in")]
+             for name, path, extra in (("bf16", bfloat16, []), ("f32_amp", saved_model, ["--amp"]),
+                                       ("f32", saved_model, []))}
+    assert lines == {"bf16": ["The SavedModel computes in bfloat16, the precision it was exported in"],
+                     "f32_amp": ["The SavedModel computes in float32, the precision it was exported in (--amp does "
+                                 "not change a given SavedModel)"],
+                     "f32": []}
+
+
 def test_onnxruntime_refuses_a_bfloat16_model_in_one_line():
     """--amp on a CPU builds the model in bfloat16, which ONNX Runtime has no kernels for: one line that says so
     and what to do, not ONNX Runtime's type error."""
