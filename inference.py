@@ -370,7 +370,7 @@ def run(args):
     from utils import devices
     from utils.logger import DLLogger
     logger = DLLogger(args.log_path)
-    frozen_weights = {"onednn_frozen_weights": True} if devices.frozen_weights_assumed() else {}
+    frozen_weights = devices.frozen_weights_parameters()
     if frozen_weights:
         logger.print(devices.FROZEN_WEIGHTS_NOTE)
     logger.metadata("throughput", {"unit": "images/s"})

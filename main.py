@@ -86,7 +86,7 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None):
         raise UserError("cannot write the log in --results_dir {}: {}".format(config.results_dir, error)) from None
     # The settings the run uses, after the resolution (not the flags as typed).
     from utils import devices
-    frozen_weights = {"onednn_frozen_weights": True} if devices.frozen_weights_assumed() else {}
+    frozen_weights = devices.frozen_weights_parameters()
     logger.log(step="PARAMETER", data={key: getattr(config, key) for key in ORIGINAL_FLAG_DESTS}
                | {"num_classes": config.num_classes, "image_size": config.image_size,
                   "min_crop_area": config.min_crop_area} | config.extensions_in_use() | resolved.parameters()

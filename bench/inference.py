@@ -34,6 +34,12 @@ def _export_model(args):
     return common.OurModel(args.arch, 1, args.size, purpose="export")
 
 
+def _export_saved_model(args, workdir, name):
+    """model/export.py's SavedModel of a model built for export (native convs), what the converters take."""
+    from model import export
+    return export.save_saved_model(_export_model(args).model, args.size, os.path.join(workdir, name))
+
+
 def _tflite_runner(args, workdir):
     """TensorFlow Lite's converter on model/export.py's SavedModel (what a user converts), run by its interpreter
     (XNNPACK, one thread per core); checked once against the SavedModel's own probabilities."""
@@ -41,9 +47,7 @@ def _tflite_runner(args, workdir):
 
     import numpy as np
     import tensorflow as tf
-    from model import export
-    ours = _export_model(args)
-    saved = export.save_saved_model(ours.model, args.size, os.path.join(workdir, "tflite_savedmodel"))
+    saved = _export_saved_model(args, workdir, "tflite_savedmodel")
     blob = tf.lite.TFLiteConverter.from_saved_model(saved).convert()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # tf.lite.Interpreter's notice that LiteRT succeeds it
@@ -92,8 +96,7 @@ def build_variants(names, args, workdir, log):
         elif name == "onnx":
             import onnxruntime
             from model.export import saved_model_to_onnx
-            ours = _export_model(args)
-            saved = export.save_saved_model(ours.model, args.size, os.path.join(workdir, "onnx_savedmodel"))
+            saved = _export_saved_model(args, workdir, "onnx_savedmodel")
             onnx_path = os.path.join(workdir, "model.onnx")
             saved_model_to_onnx(saved, onnx_path)
             options = onnxruntime.SessionOptions()

@@ -65,6 +65,11 @@ def frozen_weights_assumed(environ=os.environ):
     return environ.get(FROZEN_WEIGHTS_ENV, "").strip().lower() in ("1", "true")
 
 
+def frozen_weights_parameters(environ=os.environ):
+    """What a run's PARAMETER record adds when oneDNN assumes frozen weights: {"onednn_frozen_weights": True}, or {}."""
+    return {"onednn_frozen_weights": True} if frozen_weights_assumed(environ) else {}
+
+
 def assume_frozen_weights(environ=os.environ):
     """For a process that serves weights it loads once: oneDNN then reorders each conv/matmul weight into its own
     layout once and keeps that copy, instead of on every call (docs/PERFORMANCE.md, Serving at batch 1). The setting
