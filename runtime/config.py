@@ -398,6 +398,7 @@ REFERENCE_NOTES: dict[str, str] = {
     "use_final_conv": "A 1x1 conv classifier instead of dense (for TensorRT / QAT export).",
     "data_dir": "Without it only the benchmarks run, on synthetic data.",
     "data_idx_dir": "Made by `python -m dataprep.make_dali_index`.",
+    "synthetic_data_size": "Given --image_size alone sets it too; the two given differently are refused.",
     "lr_init": "For a batch of 256: the rate used is lr_init x global batch / 256.",
     "lr_warmup_epochs": "Linear warmup from 0.",
     "weight_decay": "Coupled L2 on all non-BN trainable variables (biases included).",

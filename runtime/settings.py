@@ -10,6 +10,9 @@ Rules, the same for every tool:
   the flag is given to drop them (`--moving_average_decay 0`, warned). A resume in another precision than the
   checkpoint's (`--amp` or not) is said, not refused.
 - The dataset's manifest (utils/dataset_manifest.py) must be complete and its labels must fit the classifier.
+- A benchmark on synthetic data feeds one image size: `--image_size` given alone sets it, and a
+  `--synthetic_data_size` that disagrees with a given `--image_size` is refused; a run that reads `--data_dir`
+  says that it leaves a given `--synthetic_data_size` unused.
 
 `parse` (flags only, no TensorFlow) is what runtime.launch checks before starting workers; `resolve` (reads the
 checkpoint, so it imports TensorFlow) is what main.py runs; `reconcile` is the rule the other tools
@@ -25,6 +28,7 @@ from utils.errors import UserError
 
 INFERENCE_MODES = ("evaluate", "predict", "inference_benchmark")
 TRAINING_MODES = ("train", "train_and_evaluate")
+BENCHMARK_MODES = ("training_benchmark", "inference_benchmark")
 
 # Settings a checkpoint fixes for every run that reads it: a given flag must agree.
 MODEL_SETTINGS = ("arch", "num_classes", "image_size")
@@ -127,6 +131,25 @@ def reconcile(current: Mapping[str, Any], recorded: Mapping[str, Any], given, fl
 
 
 # ---------------------------------------------------------------- main.py
+
+def _synthetic_size_changes(config, given, log):
+    """--synthetic_data_size against --image_size: a benchmark on synthetic data runs at one size, which either
+    flag may give; a run that reads --data_dir runs at --image_size."""
+    both_given = "image_size" in given and "synthetic_data_size" in given
+    if config.data_dir is not None or config.mode not in BENCHMARK_MODES:
+        if "synthetic_data_size" in given:
+            log("Note: --synthetic_data_size {} is not used: this run reads {}".format(
+                config.synthetic_data_size, "its images from --data_dir at --image_size {}".format(config.image_size)
+                if config.data_dir is not None else "no synthetic data"))
+        return {}
+    if both_given and config.image_size != config.synthetic_data_size:
+        raise UserError("--image_size {} and --synthetic_data_size {} disagree: a benchmark on synthetic data runs "
+                        "at one size (give one of them)".format(config.image_size, config.synthetic_data_size))
+    if "image_size" in given and config.image_size != config.synthetic_data_size:
+        log("Using --synthetic_data_size {0} from --image_size {0}".format(config.image_size))
+        return {"synthetic_data_size": config.image_size}
+    return {}
+
 
 def _checkpoint_read_by(config, log):
     """(CheckpointInfo of model_dir's newest complete checkpoint, or None; whether this run resumes it)."""
@@ -246,6 +269,9 @@ def resolve(config, given, log=print):
     """The RunSettings of a main.py run: `config` (from `parse`) reconciled with the checkpoint it reads (resume or
     inference) or fine-tunes from, then checked against the dataset."""
     given = frozenset(given)
+    sized = _synthetic_size_changes(config, given, log)
+    if sized:  # the size follows a given flag, which a checkpoint's size does not override
+        config, given = dataclasses.replace(config, **sized), given | {"synthetic_data_size"}
     info, resumes = _checkpoint_read_by(config, log)
     changes, finetune = {}, None
     if info is not None and (resumes or config.mode in INFERENCE_MODES):

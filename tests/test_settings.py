@@ -75,6 +75,37 @@ def test_the_synthetic_inference_benchmark_runs_at_the_checkpoints_size(tmp_path
     assert config.input_size == 64
 
 
+@pytest.mark.parametrize("mode", ["training_benchmark", "inference_benchmark"])
+def test_a_synthetic_benchmark_runs_at_a_given_image_size(tmp_path, mode):
+    resolved, lines = resolve(tmp_path / "new", mode=mode, image_size=40)
+    assert (resolved.config.synthetic_data_size, resolved.config.input_size) == (40, 40)
+    assert lines == ["Using --synthetic_data_size 40 from --image_size 40"]
+    assert resolved.adopted == {}  # taken from a flag, not from a checkpoint
+    # Given alone, --synthetic_data_size is the size, as in the original.
+    assert resolve(tmp_path / "new", mode=mode, synthetic_data_size=48)[0].config.input_size == 48
+    assert resolve(tmp_path / "new", mode=mode, image_size=48, synthetic_data_size=48)[0].config.input_size == 48
+    with pytest.raises(UserError) as error:
+        resolve(tmp_path / "new", mode=mode, image_size=40, synthetic_data_size=64)
+    assert str(error.value) == ("--image_size 40 and --synthetic_data_size 64 disagree: a benchmark on synthetic "
+                                "data runs at one size (give one of them)")
+
+
+def test_a_given_image_size_outranks_the_checkpoints_for_synthetic_images(tmp_path):
+    path = fake_checkpoint(tmp_path, image_size=32)
+    resolved, lines = resolve(tmp_path, mode="inference_benchmark", image_size=40)
+    assert resolved.config.input_size == 40
+    assert lines == ["Using --synthetic_data_size 40 from --image_size 40",
+                     f"Using --num_classes 10 from checkpoint {path}"]
+
+
+def test_a_run_on_real_images_says_it_leaves_synthetic_data_size_unused(tmp_path):
+    lines = []
+    config = RunConfig(mode="predict", model_dir=str(tmp_path / "new"), to_predict=str(tmp_path),
+                       synthetic_data_size=64, image_size=40)
+    assert settings.resolve(config, {"synthetic_data_size", "image_size"}, log=lines.append).config.input_size == 40
+    assert lines == ["Note: --synthetic_data_size 64 is not used: this run reads no synthetic data"]
+
+
 def test_a_dense_checkpoint_serves_a_final_conv_run(tmp_path):
     fake_checkpoint(tmp_path, use_final_conv=False)
     assert resolve(tmp_path, mode="evaluate", use_final_conv=True)[0].config.use_final_conv
