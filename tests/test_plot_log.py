@@ -158,7 +158,7 @@ def test_title_describes_the_training_run_not_a_later_predict_on_the_same_log(tm
     logger = DLLogger(str(log_path), stdout=False)
     logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "predict", "batch_size": 1})
     logger.close()
-    _, parameters = plot_log.load_log(str(log_path))
+    parameters = plot_log.load_log(str(log_path))[1]
     assert (parameters["mode"], parameters["batch_size"]) == ("train_and_evaluate", 32)
     assert plot_log._title("log.json", parameters) == "log.json  (arch resnet50, mode train_and_evaluate, batch_size 32)"
 
@@ -171,3 +171,49 @@ def test_title_without_modes_merges_every_run(tmp_path):
     logger.log(step=(0, 1), data={"cross_entropy": 1.0})
     logger.close()
     assert plot_log.load_log(str(log_path))[1] == {"arch": "resnet50", "batch_size": 8}
+
+
+def _benchmark_run(logger, mode, values, throughput):
+    logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": mode, "batch_size": 8})
+    for index, value in zip((10, 20, 30), values):
+        logger.log(step=(0, index), data={"total_ips": value})
+    logger.log(step=(), data={"train_throughput": throughput})
+
+
+def test_a_benchmark_logged_to_a_trainings_file_is_left_out_of_its_plot(tmp_path, capsys):
+    # main.py --mode training_benchmark --results_dir <a training's results>: the same log.json gets its records.
+    log_path = tmp_path / "log.json"
+    logged = write_training_log(log_path)
+    logger = DLLogger(str(log_path), stdout=False)
+    _benchmark_run(logger, "training_benchmark", (6.0, 6.1, 6.2), 6.1)
+    logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "evaluate", "batch_size": 32})
+    logger.log(step=(), data={"top1_accuracy": 0.76, "top5_accuracy": 0.93})
+    logger.close()
+    records, parameters, left_out = plot_log.load_log(str(log_path))
+    assert parameters["mode"] == "train_and_evaluate"
+    assert left_out == ("left out 1 training_benchmark run logged to the same file (their steps and throughput "
+                        "are not this training's)")
+    rows = plot_log.step_table(records)
+    assert len(rows) == len(logged) and all(row["total_ips"] is None for row in rows)
+    finals = plot_log.final_results(records)
+    assert [data.get("train_throughput") for _, data in finals] == [403.0, None, None]
+    assert finals[-1][1]["top1_accuracy"] == 0.76  # the later evaluation stays, after the last training step
+    assert plot_log.main([str(log_path), "-o", str(tmp_path / "c.png")]) == 0
+    assert capsys.readouterr().out.startswith("Note: left out 1 training_benchmark run")
+
+
+def test_a_log_of_benchmarks_plots_the_last_one(tmp_path):
+    log_path = tmp_path / "log.json"
+    logger = DLLogger(str(log_path), stdout=False)
+    _benchmark_run(logger, "inference_benchmark", (100.0, 101.0, 102.0), 101.0)
+    _benchmark_run(logger, "inference_benchmark", (200.0, 201.0, 202.0), 201.0)
+    logger.close()
+    records, _, left_out = plot_log.load_log(str(log_path))
+    assert [row["total_ips"] for row in plot_log.step_table(records)] == [200.0, 201.0, 202.0]
+    assert left_out == "plotted the last of 2 benchmark runs logged to the same file (inference_benchmark)"
+    # One benchmark alone: nothing to say.
+    single = tmp_path / "single.json"
+    logger = DLLogger(str(single), stdout=False)
+    _benchmark_run(logger, "training_benchmark", (1.0, 2.0, 3.0), 2.0)
+    logger.close()
+    assert plot_log.load_log(str(single))[2] is None

@@ -12,7 +12,7 @@ Records read (by their `step`):
     [epoch]                end of an epoch (not plotted; the per-step records carry the same curves)
     []                     final results: train_throughput, top1_accuracy, top5_accuracy, eval_throughput, ...
 A resumed run appends to the same log and repeats the steps since its last checkpoint; the later record of a
-step wins.
+step wins. Benchmark runs logged to a training's file are left out of its plot (and said so).
 """
 
 import argparse
@@ -39,11 +39,17 @@ RUN_PARAMETERS = ("arch", "mode", "batch_size", "amp", "xla")  # shown in the ti
 # The modes whose runs log the plotted steps. A log also holds the PARAMETER records of evaluate / predict runs on
 # the same results directory (the quick start predicts after training); the title describes the steps' runs.
 STEP_MODES = ("train", "train_and_evaluate", "training_benchmark", "inference_benchmark")
+BENCHMARK_MODES = ("training_benchmark", "inference_benchmark")
 
 
 def load_log(path):
-    """Reads `path` and returns `(records, parameters)`: the parameters of the runs that logged steps (all runs' if
-    none says its mode). UserError if it is missing or holds no DLLL records."""
+    """Reads `path` and returns `(records, parameters, left_out)`: the records of the runs plotted, the parameters
+    of those that logged steps (all of theirs if none says its mode), and a line naming the runs left out, or None.
+    UserError if it is missing or holds no DLLL records.
+
+    Every run appends to the log of its --results_dir, starting with its PARAMETER record. A training (with its
+    resumes and the evaluations that follow) is plotted without the benchmark runs logged beside it, whose steps
+    and throughput are not its own; a log of benchmarks alone plots the last one."""
     if not os.path.exists(path):
         raise UserError("log file {} does not exist".format(path))
     if not os.path.isfile(path):
@@ -55,12 +61,49 @@ def load_log(path):
     logs = [r for r in records if r.get("type") == "LOG" and isinstance(r.get("data"), dict)]
     if not logs:
         raise UserError("{} has no DLLL records (expected lines `DLLL {{json}}` written by main.py)".format(path))
-    runs = [record["data"] for record in logs if record.get("step") == "PARAMETER"]
+    plotted, left_out = _select_runs(_split_runs(logs))
+    runs = [parameters for parameters, _ in plotted if parameters is not None]
     stepping = [run for run in runs if run.get("mode") in STEP_MODES]
     parameters = {}
     for run in stepping or runs:  # a later run of the same kind (a resumed training) wins
         parameters.update(run)
-    return logs, parameters
+    return [record for _, run_records in plotted for record in run_records], parameters, left_out
+
+
+def _split_runs(logs):
+    """[(PARAMETER data or None, that run's records)] in file order; a run starts at its PARAMETER record."""
+    runs = [(None, [])]
+    for record in logs:
+        if record.get("step") == "PARAMETER":
+            runs.append((record["data"], []))
+        runs[-1][1].append(record)
+    return [run for run in runs if run[1]]
+
+
+def _select_runs(runs):
+    """(runs to plot, a line naming the runs left out or None)."""
+    def mode(run):
+        return (run[0] or {}).get("mode")
+
+    def has_steps(run):
+        return any(isinstance(r.get("step"), list) and len(r["step"]) == 2 for r in run[1])
+
+    benchmarks = [run for run in runs if mode(run) in BENCHMARK_MODES]
+    others = [run for run in runs if mode(run) not in BENCHMARK_MODES]
+    if not benchmarks or not any(map(has_steps, benchmarks + others)):
+        return runs, None
+    if any(map(has_steps, others)):
+        counts = {}
+        for run in benchmarks:
+            counts[mode(run)] = counts.get(mode(run), 0) + 1
+        return others, "left out {} logged to the same file (their steps and throughput are not this " \
+                       "training's)".format(" and ".join("{} {} run{}".format(n, name, "s" * (n > 1))
+                                                         for name, n in counts.items()))
+    last = benchmarks[-1]
+    if len(benchmarks) == 1:
+        return [last], None
+    return [last], "plotted the last of {} benchmark runs logged to the same file ({})".format(
+        len(benchmarks), mode(last))
 
 
 def step_table(records):
@@ -243,7 +286,9 @@ def _title(path, parameters):
 
 def run(log_path, output, csv_path=None):
     """The whole tool as a function: returns the per-step rows it plotted."""
-    records, parameters = load_log(log_path)
+    records, parameters, left_out = load_log(log_path)
+    if left_out:
+        print("Note: {}".format(left_out))
     rows = step_table(records)
     if not rows:
         raise UserError("{} has no training steps (no records with step [epoch, global_step] or benchmark "
