@@ -8,7 +8,7 @@ Rules, the same for every tool:
 - Training state that a resume may add but not silently drop: `--quantize` and `--moving_average_decay` may start
   on a checkpoint without QAT ranges or EMA weights (said so); a checkpoint that has them resumes with them unless
   the flag is given to drop them (`--moving_average_decay 0`, warned). A resume in another precision than the
-  checkpoint's (`--amp` or not) is said, not refused.
+  checkpoint's (`--amp` or not), or at another number of images per step, is said, not refused.
 - The dataset's manifest (utils/dataset_manifest.py) must be complete and its labels must fit the classifier.
 - A benchmark on synthetic data feeds one image size: `--image_size` given alone sets it, and a
   `--synthetic_data_size` that disagrees with a given `--image_size` is refused; a run that reads `--data_dir`
@@ -56,10 +56,16 @@ class RunSettings:
         return record
 
 
-def training_state(config):
-    """{field: value} of the training state a checkpoint records (model/checkpoint.metadata), so a resume
-    continues it."""
-    return {name: getattr(config, name) for name in TRAINING_STATE}
+def training_state(config, replicas=1):
+    """{name: value} of the training state a checkpoint records (model/checkpoint.metadata), so a resume
+    continues it: the TRAINING_STATE fields, and the images of one optimizer step."""
+    return dict({name: getattr(config, name) for name in TRAINING_STATE},
+                images_per_step=images_per_step(config, replicas))
+
+
+def images_per_step(config, replicas=1):
+    """The images of one optimizer step: --batch_size on each of `replicas`, times --grad_accum_steps."""
+    return config.batch_size * replicas * config.grad_accum_steps
 
 
 # ---------------------------------------------------------------- flags
@@ -178,7 +184,7 @@ def _model_changes(config, info, given, log):
                      compatible=lambda name, *_: name in free)
 
 
-def _training_state_changes(config, info, given, log):
+def _training_state_changes(config, info, given, log, replicas):
     """What a resume continues of the QAT and EMA state, and the one line for each choice."""
     source = "checkpoint {}".format(info.path)
     recorded = info.recorded_settings()
@@ -216,6 +222,14 @@ def _training_state_changes(config, info, given, log):
         log("Checkpoint {} was trained with --amp: this run continues it in float32 (pass --amp to keep mixed "
             "precision)".format(info.path) if recorded_amp else
             "Checkpoint {} was trained in float32: this run continues it with --amp".format(info.path))
+    # So may the images per step (another --batch_size, GPU count or --grad_accum_steps): the schedule follows them.
+    recorded_images, images = recorded.get("images_per_step"), images_per_step(config, replicas)
+    if recorded_images is not None and recorded_images != images:
+        log("Checkpoint {} was trained at {} images per step: this run continues at {} (--batch_size {} x {} "
+            "replica(s) x --grad_accum_steps {}), and its learning rate and steps per epoch follow from {}{}".format(
+                info.path, recorded_images, images, config.batch_size, replicas, config.grad_accum_steps, images,
+                "; --seed's data stream does not continue where the checkpoint's stopped" if config.seed is not None
+                else ""))
     return changes
 
 
@@ -265,9 +279,10 @@ def check_data(config, log=print):
     return facts
 
 
-def resolve(config, given, log=print):
+def resolve(config, given, log=print, replicas=1):
     """The RunSettings of a main.py run: `config` (from `parse`) reconciled with the checkpoint it reads (resume or
-    inference) or fine-tunes from, then checked against the dataset."""
+    inference) or fine-tunes from, then checked against the dataset. `replicas`: the run's model replicas, over
+    every worker (utils/distributed.Distribution.num_replicas)."""
     given = frozenset(given)
     sized = _synthetic_size_changes(config, given, log)
     if sized:  # the size follows a given flag, which a checkpoint's size does not override
@@ -281,7 +296,7 @@ def resolve(config, given, log=print):
                 log("WARNING: --finetune_checkpoint {} is ignored: model_dir {} already has checkpoint {}, and "
                     "training resumes from it (use a new --model_dir to fine-tune)".format(
                         config.finetune_checkpoint, config.model_dir, info.path))
-            changes.update(_training_state_changes(config, info, given, log))
+            changes.update(_training_state_changes(config, info, given, log, replicas))
         elif info.has_quantization_ranges:
             log("Checkpoint {} holds quantisation ranges: {} runs the float model, as the original "
                 "(export_frozen_graph.py --quantize exports the quantised graph)".format(info.path, config.mode))

@@ -48,7 +48,7 @@ def create_step_counter():
 
 def global_batch_size(config, distribution):
     """The images of one optimizer step: all replicas, all --grad_accum_steps micro-batches."""
-    return config.batch_size * distribution.num_replicas * config.grad_accum_steps
+    return settings.images_per_step(config, distribution.num_replicas)
 
 
 def create_train_state(config, platform, precision, distribution, length, *, model=None, mixup_seed=None):
@@ -93,4 +93,4 @@ def create_train_state(config, platform, precision, distribution, length, *, mod
         checkpoint_entries=checkpoint.training_entries(model, optimizer, global_step, config.arch, averages),
         checkpoint_metadata=checkpoint.metadata(config.arch, config.num_classes, config.input_size,
                                                 config.use_final_conv, config.uses_dali,
-                                                settings.training_state(config)))
+                                                settings.training_state(config, distribution.num_replicas)))

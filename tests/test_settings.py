@@ -202,6 +202,28 @@ def test_a_resume_in_another_precision_than_its_checkpoint_says_so_and_goes_on(t
     assert resolve(tmp_path / "older", amp=True, **model)[1] == []
 
 
+def test_a_resume_at_another_number_of_images_per_step_says_so_and_goes_on(tmp_path):
+    """Another --batch_size, GPU count or --grad_accum_steps changes the schedule a resume continues (the rate per
+    step, the epoch's length in steps) and, with --seed, where the data stream restarts: said, not refused."""
+    model = {"mode": "train", "num_classes": 10, "image_size": 32}
+    path = fake_checkpoint(tmp_path, training={"moving_average_decay": 0.0, "images_per_step": 32})
+    lines = []
+    config = RunConfig(model_dir=str(tmp_path), batch_size=8, grad_accum_steps=2, seed=1, **model)
+    settings.resolve(config, {"batch_size", "grad_accum_steps", "seed"} | set(model), log=lines.append, replicas=3)
+    assert lines == [f"Checkpoint {path} was trained at 32 images per step: this run continues at 48 (--batch_size "
+                     "8 x 3 replica(s) x --grad_accum_steps 2), and its learning rate and steps per epoch follow "
+                     "from 48; --seed's data stream does not continue where the checkpoint's stopped"]
+    # The same images per step on another split of them: nothing to say.
+    assert resolve(tmp_path, batch_size=32, **model)[1] == []
+    lines = []
+    settings.resolve(RunConfig(model_dir=str(tmp_path), batch_size=16, **model), set(model), log=lines.append,
+                     replicas=2)
+    assert lines == []
+    fake_checkpoint(tmp_path / "older", training={"moving_average_decay": 0.0})  # before it was recorded
+    assert resolve(tmp_path / "older", batch_size=5, **model)[1] == []
+    assert resolve(tmp_path, batch_size=5, **dict(model, mode="evaluate"))[1] == []  # inference continues nothing
+
+
 def test_inference_leaves_the_training_state_alone_and_says_the_model_is_float(tmp_path):
     path = fake_checkpoint(tmp_path, ranges=True, averages=True,
                            training={"quantize": True, "moving_average_decay": 0.9})
@@ -232,9 +254,12 @@ def test_a_finetune_takes_the_architecture_of_its_checkpoint_not_its_classes(tmp
 def test_the_recorded_training_state_round_trips_through_the_metadata(tmp_path):
     config = RunConfig(batch_size=2, mode="train", quantize=True, symmetric=True, quant_delay=7,
                        moving_average_decay=0.5, amp=True)
-    path = fake_checkpoint(tmp_path, training=settings.training_state(config), ranges=True, averages=True)
+    path = fake_checkpoint(tmp_path, training=settings.training_state(config, replicas=4), ranges=True,
+                           averages=True)
     recorded = checkpoint.inspect(path).recorded_settings()
-    assert {name: recorded[name] for name in settings.TRAINING_STATE} == settings.training_state(config)
+    assert {name: recorded[name] for name in settings.TRAINING_STATE + ("images_per_step",)} == \
+        settings.training_state(config, replicas=4)
+    assert recorded["images_per_step"] == 8
 
 
 # ---------------------------------------------------------------- helpers every tool uses

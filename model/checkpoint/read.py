@@ -49,8 +49,9 @@ class CheckpointInfo:
     training_state: dict = dataclasses.field(default_factory=dict)
 
     def recorded_settings(self):
-        """{RunConfig field: value} of every setting this checkpoint records (None-valued ones left out). `quantize`
-        is known from the content (QAT ranges present or not) when the metadata does not say."""
+        """{RunConfig field (and `images_per_step`): value} of every setting this checkpoint records (None-valued
+        ones left out). `quantize` is known from the content (QAT ranges present or not) when the metadata does not
+        say."""
         settings = {"arch": self.arch, "num_classes": self.num_classes, "image_size": self.image_size,
                     "use_final_conv": self.use_final_conv}
         settings.update(self.training_state)
