@@ -79,13 +79,27 @@ def load_serving_signature(saved_model_dir):
     import tensorflow as tf
     if not os.path.isdir(saved_model_dir) or not tf.saved_model.contains_saved_model(saved_model_dir):
         raise UserError(f"{saved_model_dir} is not a SavedModel directory (expected saved_model.pb inside; "
-                        "pass the timestamped subdirectory of --export_dir)")
+                        f"{_what_to_pass_instead(saved_model_dir)})")
     loaded = tf.saved_model.load(saved_model_dir)
     signature = loaded.signatures.get("serving_default")
     if signature is None:
         raise UserError(f"SavedModel {saved_model_dir} has no serving_default signature "
                         f"(signatures: {', '.join(loaded.signatures) or 'none'})")
     return loaded, signature
+
+
+def _what_to_pass_instead(path):
+    """The hint of a path that is not a SavedModel: the newest export under an --export_dir, or how to export a
+    training directory's checkpoint."""
+    if os.path.isdir(path):
+        exports = sorted(name for name in os.listdir(path)
+                         if os.path.isfile(os.path.join(path, name, "saved_model.pb")))
+        if exports:
+            return "it holds {} export(s): pass one, e.g. {}".format(len(exports), os.path.join(path, exports[-1]))
+        if os.path.isfile(os.path.join(path, "checkpoint")):
+            return ("it is a training directory: export its checkpoint with main.py --mode evaluate --model_dir {} "
+                    "--data_dir <TFRecords> --export_dir <dir>, then pass <dir>/<timestamp>".format(path))
+    return "pass the timestamped subdirectory of main.py's --export_dir"
 
 
 # ------------------------------------------------------------------ frozen GraphDef

@@ -8,6 +8,7 @@ import tensorflow as tf
 import export_frozen_graph
 from model import checkpoint, export, resnet
 from model.layers.quantization import QuantizationConfig
+from utils.errors import UserError
 from tests._cli import child_env, run_script, tool_in_process
 
 SIZE = 32
@@ -360,3 +361,22 @@ def test_an_interrupted_saved_model_export_leaves_no_temporary_directory(tmp_pat
         export.save_saved_model(model, SIZE, str(tmp_path / "export"))
     assert "no SavedModel written" in stop.value.kept
     assert os.listdir(tmp_path / "export") == []
+
+
+def test_a_path_that_is_not_a_saved_model_gets_a_hint_of_what_to_pass(tmp_path):
+    exports = tmp_path / "exports"
+    for stamp in ("1796361000", "1796362000"):
+        (exports / stamp).mkdir(parents=True)
+        (exports / stamp / "saved_model.pb").write_bytes(b"")
+    with pytest.raises(UserError) as error:
+        export.load_serving_signature(str(exports))
+    assert str(error.value) == (f"{exports} is not a SavedModel directory (expected saved_model.pb inside; it holds "
+                                f"2 export(s): pass one, e.g. {exports / '1796362000'})")
+    training = tmp_path / "run"
+    training.mkdir()
+    (training / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-3"\n')
+    with pytest.raises(UserError, match=r"it is a training directory: export its checkpoint with main.py --mode "
+                                        r"evaluate --model_dir .*run --data_dir <TFRecords> --export_dir <dir>"):
+        export.load_serving_signature(str(training))
+    with pytest.raises(UserError, match=r"pass the timestamped subdirectory of main.py's --export_dir\)$"):
+        export.load_serving_signature(str(tmp_path / "missing"))
