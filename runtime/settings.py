@@ -297,6 +297,9 @@ def resolve(config, given, log=print, replicas=1):
                     "training resumes from it (use a new --model_dir to fine-tune)".format(
                         config.finetune_checkpoint, config.model_dir, info.path))
             changes.update(_training_state_changes(config, info, given, log, replicas))
+            if config.uses_dali and config.seed is not None:
+                log("Note: DALI's input cannot skip to step {}: this resume reads its data stream from the start, "
+                    "so it is not the exact continuation --seed gives on the TFRecord input".format(info.step))
         elif info.has_quantization_ranges:
             log("Checkpoint {} holds quantisation ranges: {} runs the float model, as the original "
                 "(export_frozen_graph.py --quantize exports the quantised graph)".format(info.path, config.mode))

@@ -224,6 +224,18 @@ def test_a_resume_at_another_number_of_images_per_step_says_so_and_goes_on(tmp_p
     assert resolve(tmp_path, batch_size=5, **dict(model, mode="evaluate"))[1] == []  # inference continues nothing
 
 
+def test_a_seeded_resume_on_dali_says_it_is_not_exact(tmp_path, monkeypatch):
+    fake_checkpoint(tmp_path, step=3)
+    monkeypatch.setattr(settings, "check_data", lambda config, log: {})  # the dataset's checks are not this test's
+    model = {"mode": "train", "num_classes": 10, "image_size": 32, "data_dir": str(tmp_path),
+             "data_idx_dir": str(tmp_path), "dali": True}
+    note = ("Note: DALI's input cannot skip to step 3: this resume reads its data stream from the start, so it is "
+            "not the exact continuation --seed gives on the TFRecord input")
+    assert resolve(tmp_path, seed=1, **model)[1] == [note]
+    assert resolve(tmp_path, **model)[1] == []  # without --seed no resume is exact, as the original
+    assert resolve(tmp_path, seed=1, **dict(model, dali=False))[1] == []
+
+
 def test_inference_leaves_the_training_state_alone_and_says_the_model_is_float(tmp_path):
     path = fake_checkpoint(tmp_path, ranges=True, averages=True,
                            training={"quantize": True, "moving_average_decay": 0.9})
