@@ -9,6 +9,7 @@ Bad input ends with one line `ERROR: <what is wrong>` on stderr and exit status 
 
 import contextlib
 import os
+import signal
 import sys
 
 from runtime import settings as run_settings
@@ -73,7 +74,7 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None):
     import tensorflow as tf
     from runtime import runner as runner_module
     from runtime import startup
-    from utils.errors import on_interrupt
+    from utils.errors import INTERRUPT_STATUS, interrupt_line, on_interrupt
     from utils.logger import DLLogger
 
     config = resolved.config
@@ -126,6 +127,10 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None):
     logger.close()
     if interrupted is not None:
         print(str(interrupted), flush=True)
+        if interrupted.by_user:
+            print(interrupt_line("main.py", signal.SIGINT, "checkpoint written at step {}; run the same command "
+                                 "again to resume".format(interrupted.step)), file=sys.stderr, flush=True)
+            return INTERRUPT_STATUS[signal.SIGINT]
     return 1 if predict_failed else 0
 
 

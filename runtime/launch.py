@@ -11,7 +11,8 @@ Output: rank 0's lines pass through unchanged (logs and benchmark parsers see wh
 other workers' lines are prefixed with `[worker R] ` (or dropped with --quiet_workers).
 Signals: SIGINT/SIGTERM/SIGUSR1 to the launcher are forwarded once to every worker (they run in their own
 sessions, so a terminal's Ctrl-C reaches them only through here): each finishes its step, the workers agree,
-checkpoint and stop. A second signal is forwarded again (workers then exit at once).
+checkpoint and stop (after a Ctrl-C the job exits 130, as each worker does). A second signal is forwarded again
+(workers then exit at once).
 Failure: when a worker exits with a non-zero status, the launcher names it (rank, pid, exit code or signal),
 terminates the others (SIGTERM, then SIGKILL after --grace seconds) and exits non-zero.
 """
@@ -102,6 +103,7 @@ class Launcher:
         self.grace = grace
         self.processes = []
         self.threads = []
+        self.forwarded = set()  # the signals forwarded to the workers
         self._lock = threading.Lock()
 
     def start(self):
@@ -119,6 +121,7 @@ class Launcher:
             self.threads.append(thread)
 
     def forward(self, signum, _frame=None):
+        self.forwarded.add(signum)
         for process in self.processes:
             if process.poll() is None:
                 try:
@@ -138,10 +141,13 @@ class Launcher:
             process.wait()
 
     def wait(self):
-        """Exit status of the job: 0 when every worker exited 0; else non-zero after stopping the others."""
+        """Exit status of the job: 0 when every worker exited 0; after a forwarded Ctrl-C, 130 once every worker
+        has stopped (each checkpoints first: none is cut short); else non-zero after stopping the others."""
         while True:
+            # A worker that stopped on the Ctrl-C forwarded to it exits with the shell's status for SIGINT.
+            stopped = 128 + signal.SIGINT if signal.SIGINT in self.forwarded else None
             codes = [process.poll() for process in self.processes]
-            failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+            failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0, stopped)]
             if failed:
                 rank, code = failed[0]
                 message = "runtime.launch: worker {} (rank {}, pid {}) {}; terminating the other workers".format(
@@ -154,9 +160,9 @@ class Launcher:
                     print("runtime.launch: job failed: worker {} {}".format(rank, describe_exit(code)),
                           file=sys.stderr, flush=True)
                 return code if code > 0 else 128 - code
-            if all(code == 0 for code in codes):
+            if all(code is not None for code in codes):
                 self._join_output()
-                return 0
+                return max(codes)  # 0, or 130 when a worker stopped on the Ctrl-C
             time.sleep(0.2)
 
     def _join_output(self):

@@ -29,12 +29,14 @@ class StopRequest:
 
     def __init__(self):
         self.requested = False
+        self.signum = None  # the first signal received (None when a peer worker's stop ended the loop)
         self._previous = {}
 
     def _handle(self, signum, frame):
         if self.requested:
             os._exit(128 + signum)
         self.requested = True
+        self.signum = signum
         print("Received signal {}: stopping after the current step (send it again to exit at once)".format(
             signal.Signals(signum).name), flush=True)
 
@@ -141,7 +143,8 @@ class Runner:
         iterator = iter(dataset)
         progress = _progress(run_iter, "train", config.no_progress or not distribution.is_chief)
         stopped_by_signal = False
-        with StopRequest() as stop:
+        stop = StopRequest()
+        with stop:
             for index in range(run_iter):
                 start = time.perf_counter()
                 images, labels = inputs.next_batch(iterator)
@@ -180,7 +183,7 @@ class Runner:
                 log.log(step=(), data={"skipped_steps": stats.skipped_total})
         log.print("Ending Model Training ...")
         if stopped_by_signal:
-            raise TrainingInterrupted(final_step)
+            raise TrainingInterrupted(final_step, stop.signum)
         return state
 
     def _log_training_parameters(self, length):
@@ -387,11 +390,19 @@ class Runner:
 
 
 class TrainingInterrupted(Exception):
-    """Training stopped on a signal after writing a checkpoint at `step`."""
+    """Training stopped on a signal after writing a checkpoint at `step`. `signum`: the signal this process
+    received (None when a peer worker's stop ended the loop)."""
 
-    def __init__(self, step):
+    def __init__(self, step, signum=None):
         super().__init__("training stopped by a signal at step {}; checkpoint written".format(step))
         self.step = step
+        self.signum = signum
+
+    @property
+    def by_user(self):
+        """Ctrl-C: the run ends with the shell's status for SIGINT, so a calling script stops too (a SIGTERM or
+        SIGUSR1, a scheduler's preemption, is not a failure: status 0)."""
+        return self.signum == signal.SIGINT
 
 
 def _progress(total, description, disabled):

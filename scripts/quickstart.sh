@@ -4,6 +4,9 @@
 #   bash scripts/quickstart.sh                 4 epochs (1,124 steps of 32 images at 40x40, 6-11 min on 2 cores)
 #   EPOCHS=10 bash scripts/quickstart.sh       longer (the recipe's cosine schedule stretches with it)
 #   bash scripts/quickstart.sh --amp           extra arguments go to both main.py calls
+#   OUT=/tmp/qs bash scripts/quickstart.sh     another output directory
+# Ctrl-C stops training after a checkpoint (status 130); the same command again continues that run where it
+# stopped (seeded: the same result as without the interrupt). Any other run starts afresh.
 #
 # The recipe keeps the shape of the original's ImageNet recipe (1 epoch of linear warmup, cosine decay, label
 # smoothing 0.1, momentum 0.875, weight decay 3.05e-5, fan_in init) with values chosen for 36,000 images seen:
@@ -19,7 +22,7 @@ PYTHON=${PYTHON:-.venv/bin/python}
 [ -x "$PYTHON" ] || PYTHON=python3
 EPOCHS=${EPOCHS:-4}
 SIZE=${SIZE:-40}
-OUT=results/quickstart
+OUT=${OUT:-results/quickstart}
 DATA=$OUT/data
 
 EXTRA=()  # (expanded as ${EXTRA[@]+...} so an empty array is fine under set -u on old bash)
@@ -28,9 +31,19 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 
 START=$SECONDS
-rm -rf "$OUT"
+# What this run is; an unfinished run of the same is continued, anything else starts afresh.
+RUN="epochs=$EPOCHS size=$SIZE arguments=${EXTRA[*]+${EXTRA[*]}} $*"
+RESUME=()
+if [ -f "$OUT/.quickstart-run" ] && [ ! -f "$OUT/.quickstart-done" ] && [ "$(cat "$OUT/.quickstart-run")" = "$RUN" ]; then
+  echo "== continuing the interrupted quickstart in $OUT (rm -r $OUT to start over)"
+  RESUME=(--resume)
+else
+  rm -rf "$OUT"
+  mkdir -p "$OUT"
+  printf '%s\n' "$RUN" > "$OUT/.quickstart-run"
+fi
 echo "== 1/4 data: Fashion-MNIST subset -> TFRecords in $DATA (${SIZE}x${SIZE})"
-"$PYTHON" -m dataprep.fashion_mnist --out "$DATA" --image_size "$SIZE"
+"$PYTHON" -m dataprep.fashion_mnist --out "$DATA" --image_size "$SIZE" ${RESUME[@]+"${RESUME[@]}"}
 
 echo "== 2/4 train and evaluate: ResNet-50, 10 classes, ${SIZE}x${SIZE}, $EPOCHS epoch(s)"
 "$PYTHON" main.py --mode train_and_evaluate --arch resnet50 --num_classes 10 --image_size "$SIZE" \
@@ -47,13 +60,14 @@ echo "== 4/4 training curves -> $OUT/curves.png"
 "$PYTHON" -m utils.plot_log "$OUT/log.json" -o "$OUT/curves.png"
 
 ELAPSED=$((SECONDS - START))
-"$PYTHON" - "$OUT" "$SIZE" "$ELAPSED" "${EXTRA[*]+${EXTRA[*]}}" <<'PY'
+touch "$OUT/.quickstart-done"
+"$PYTHON" - "$OUT" "$SIZE" "$ELAPSED" "${EXTRA[*]+${EXTRA[*]}}" "${RESUME[*]+continued}" <<'PY'
 import os
 import sys
 
 from utils.logger import read_log
 
-out, size, elapsed, device = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+out, size, elapsed, device, continued = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 final = {}
 for record in read_log(os.path.join(out, "log.json")):
     if record.get("type") == "LOG" and record.get("step") == [] and "top1_accuracy" in record.get("data", {}):
@@ -73,7 +87,7 @@ if os.path.isfile(index):
                 break
 args = "--arch resnet50 --num_classes 10 --image_size {}{}".format(size, " " + device if device else "")
 print("""
-== quickstart done in {m} min {s:02d} s: {accuracy}
+== quickstart done in {m} min {s:02d} s{continued}: {accuracy}
    checkpoint   {checkpoint}
    log          {out}/log.json (DLLL JSON lines; stdout had the same records)
    curves       {out}/curves.png
@@ -89,5 +103,6 @@ next:
        --export_dir /tmp/quickstart_savedmodel
      .venv/bin/python export_frozen_graph.py --checkpoint {out} --output_file /tmp/quickstart_frozen.pb""".format(
     m=elapsed // 60, s=elapsed % 60, accuracy=accuracy, checkpoint=checkpoint, out=out, size=size, args=args,
-    device=" " + device if device else ""))
+    device=" " + device if device else "",
+    continued=" (this run, which continued an interrupted one)" if continued else ""))
 PY

@@ -3,6 +3,8 @@
     python tests/_dist_signal_worker.py OUT_DIR MODE
 MODE "die":  rank 1 kills itself with SIGKILL after 1 s; rank 0 sleeps (the launcher must stop it).
 MODE "wait": every rank writes ready-<rank> and waits for SIGTERM, then writes got-<rank>-<SIGNAME> and exits 0.
+MODE "ctrl_c": as main.py's training on SIGINT: rank 1 exits 130 at once, rank 0 first takes 2 s to write
+  stopped-0 (its checkpoint); a SIGTERM meanwhile is recorded as terminated-<rank>.
 """
 import json
 import os
@@ -29,3 +31,16 @@ elif mode == "wait":
         time.sleep(0.05)
     open(os.path.join(out_dir, "got-{}-{}".format(rank, "-".join(received) or "nothing")), "w").close()
     sys.exit(0 if received else 1)
+elif mode == "ctrl_c":
+    received = []
+    signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    signal.signal(signal.SIGTERM, lambda signum, frame: open(os.path.join(out_dir, "terminated-{}".format(rank)),
+                                                             "w").close())
+    open(os.path.join(out_dir, "ready-{}".format(rank)), "w").close()
+    deadline = time.time() + 60
+    while not received and time.time() < deadline:
+        time.sleep(0.05)
+    if rank == 0:
+        time.sleep(2)
+        open(os.path.join(out_dir, "stopped-0"), "w").close()
+    sys.exit(130 if received else 1)

@@ -61,6 +61,23 @@ def test_launcher_forwards_sigterm_to_every_worker(tmp_path):
     assert "worker 0 started, local rank 0" in stdout and "[worker 1] worker 1 started, local rank 1" in stdout
 
 
+def test_after_a_ctrl_c_the_launcher_waits_for_every_worker_and_exits_130(tmp_path):
+    # A worker that stopped on the forwarded SIGINT exits 130 (main.py's training does, after its checkpoint): that
+    # is no failure to stop the others for, or rank 0's checkpoint would be cut short.
+    process = subprocess.Popen([PYTHON, "-m", "runtime.launch", "--nproc", "2", "tests/_dist_signal_worker.py",
+                                str(tmp_path), "ctrl_c"], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not all(os.path.exists(tmp_path / "ready-{}".format(r)) for r in range(2)):
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert sorted(os.listdir(tmp_path)) == ["ready-0", "ready-1", "stopped-0"]
+    assert "terminating" not in stderr and "job failed" not in stderr
+
+
 def test_worker_environments_use_loopback_and_one_gpu_each():
     from runtime import launch
     envs = launch.worker_environments(2, [1111, 2222], {"RN50_ENGINE": "single"}, ["4", "5"])

@@ -87,6 +87,21 @@ def test_sigterm_checkpoints_exits_0_and_resume_is_bit_identical(tmp_path, data_
     assert "global_step" in names
 
 
+def test_ctrl_c_checkpoints_and_exits_130_so_a_calling_script_stops(tmp_path, data_dir):
+    """The same stop as a preemption's, but a user's Ctrl-C: status 130 (the shell's for SIGINT), so `set -e`
+    scripts (scripts/quickstart.sh) and launchers stop instead of going on as after a finished run."""
+    results = tmp_path / "results"
+    process = Process(train_args(data_dir, results), tmp_path, "ctrl_c")
+    process.wait_for(step_logged(process, 1), what="step 1")
+    process.signal(signal.SIGINT)
+    assert process.finish() == 130, process.stderr()[-3000:]
+    stopped = int(process.stdout().split("training stopped by a signal at step ")[1].split(";")[0])
+    assert checkpoint_steps(results)[-1] == stopped
+    assert process.stderr().strip().splitlines()[-1] == (
+        f"INTERRUPTED: main.py stopped by SIGINT; checkpoint written at step {stopped}; run the same command again "
+        "to resume")
+
+
 @pytest.mark.slow
 def test_kill_9_mid_checkpoint_then_double_sigint_then_resume_is_bit_identical(tmp_path, data_dir, reference):
     """kill -9 while checkpoint 2 is being written; then a resumed run gets SIGINT twice (the second one exits at
