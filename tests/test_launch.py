@@ -46,14 +46,20 @@ def test_launcher_stops_the_job_when_a_worker_dies(tmp_path):
     assert time.monotonic() - start < 60
 
 
-def test_launcher_forwards_sigterm_to_every_worker(tmp_path):
+def _launch_ready_workers(out_dir, mode):
+    """The launcher of two tests/_dist_signal_worker.py workers in `mode`, once both are waiting for a signal."""
     process = subprocess.Popen([PYTHON, "-m", "runtime.launch", "--nproc", "2", "tests/_dist_signal_worker.py",
-                                str(tmp_path), "wait"], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                                str(out_dir), mode], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while not all(os.path.exists(tmp_path / "ready-{}".format(r)) for r in range(2)):
+    while not all(os.path.exists(out_dir / "ready-{}".format(r)) for r in range(2)):
         assert time.monotonic() < deadline and process.poll() is None
         time.sleep(0.05)
+    return process
+
+
+def test_launcher_forwards_sigterm_to_every_worker(tmp_path):
+    process = _launch_ready_workers(tmp_path, "wait")
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr
@@ -64,13 +70,7 @@ def test_launcher_forwards_sigterm_to_every_worker(tmp_path):
 def test_after_a_ctrl_c_the_launcher_waits_for_every_worker_and_exits_130(tmp_path):
     # A worker that stopped on the forwarded SIGINT exits 130 (main.py's training does, after its checkpoint): that
     # is no failure to stop the others for, or rank 0's checkpoint would be cut short.
-    process = subprocess.Popen([PYTHON, "-m", "runtime.launch", "--nproc", "2", "tests/_dist_signal_worker.py",
-                                str(tmp_path), "ctrl_c"], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not all(os.path.exists(tmp_path / "ready-{}".format(r)) for r in range(2)):
-        assert time.monotonic() < deadline and process.poll() is None
-        time.sleep(0.05)
+    process = _launch_ready_workers(tmp_path, "ctrl_c")
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
