@@ -143,8 +143,7 @@ class Runner:
         iterator = iter(dataset)
         progress = _progress(run_iter, "train", config.no_progress or not distribution.is_chief)
         stopped_by_signal = False
-        stop = StopRequest()
-        with stop:
+        with StopRequest() as stop:
             for index in range(run_iter):
                 start = time.perf_counter()
                 images, labels = inputs.next_batch(iterator)

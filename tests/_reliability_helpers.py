@@ -29,15 +29,15 @@ def run(args, check=True, timeout=900, umask=None, script="main.py"):
 class Process:
     """main.py (or another command) in the background with stdout/stderr going to files we can poll."""
 
-    def __init__(self, args, workdir, name, command=None, new_session=False):
+    def __init__(self, args, workdir, name, command=None, new_session=False, extra_env=None):
         """`new_session`: the process leads its own process group, so that `signal_group` reaches it and every
-        process it started, as a terminal's Ctrl-C does."""
+        process it started, as a terminal's Ctrl-C does. `extra_env`: variables added to its environment."""
         self.out_path = os.path.join(str(workdir), name + ".out")
         self.err_path = os.path.join(str(workdir), name + ".err")
         self._out = open(self.out_path, "w")
         self._err = open(self.err_path, "w")
         command = command or [sys.executable, "main.py"]
-        self.popen = subprocess.Popen([*command, *map(str, args)], cwd=ROOT, env=env(), stdout=self._out,
+        self.popen = subprocess.Popen([*command, *map(str, args)], cwd=ROOT, env=env(**(extra_env or {})), stdout=self._out,
                                       stderr=self._err, start_new_session=new_session)
 
     def stdout(self):

@@ -16,6 +16,7 @@ step wins. Benchmark runs logged to a training's file are left out of its plot (
 """
 
 import argparse
+import collections
 import csv
 import itertools
 import math
@@ -93,9 +94,7 @@ def _select_runs(runs):
     if not benchmarks or not any(map(has_steps, benchmarks + others)):
         return runs, None
     if any(map(has_steps, others)):
-        counts = {}
-        for run in benchmarks:
-            counts[mode(run)] = counts.get(mode(run), 0) + 1
+        counts = collections.Counter(map(mode, benchmarks))
         return others, "left out {} logged to the same file (their steps and throughput are not this " \
                        "training's)".format(" and ".join("{} {} run{}".format(n, name, "s" * (n > 1))
                                                          for name, n in counts.items()))
