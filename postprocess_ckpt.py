@@ -14,11 +14,14 @@ The result is loaded by a model built with --use_final_conv (export_frozen_graph
   checkpoint (the original hard-coded 2048x1001), into `<output>/new.ckpt` with a `checkpoint` file, as the original.
 - Object-based checkpoints of earlier versions of this port: restored into a model with the 1x1-conv head and
   written as ours; optimizer slots are not carried over (the output is for export, evaluation or a fresh fine-tune).
-The output directory must not exist (the original failed on it too), unless --overwrite.
+The output directory must not exist (the original failed on it too), unless --overwrite. A `labels.txt` beside the
+input checkpoint (training copies the dataset's class names there) is copied too, so `predict` on the output still
+names classes.
 """
 import argparse
 import json
 import os
+import shutil
 import sys
 
 from utils import quiet
@@ -102,20 +105,35 @@ def convert_object(info, output):
     return prefix
 
 
+def copy_class_names(info, output):
+    """The input's `labels.txt` beside the output checkpoint; returns its new path, or None when there is none."""
+    source = os.path.join(os.path.dirname(info.path), "labels.txt")
+    if not os.path.isfile(source):
+        return None
+    target = os.path.join(output, "labels.txt")
+    if os.path.realpath(source) != os.path.realpath(target):  # --overwrite into the input's own directory
+        shutil.copyfile(source, target)
+    return target
+
+
 def convert(args):
     from model import checkpoint
     info = checkpoint.inspect(checkpoint.find_checkpoint(args.input, "--input"))
     print(f"Read {info.path} ({info.describe()})")
     _prepare_output(args.output, args.overwrite)
     if info.format == "object":
-        return convert_object(info, args.output)
-    return convert_named(info, args.dense_layer, args.output, "dense_layer" in getattr(args, "given", ()))
+        written = convert_object(info, args.output)
+    else:
+        written = convert_named(info, args.dense_layer, args.output, "dense_layer" in getattr(args, "given", ()))
+    return written, copy_class_names(info, args.output)
 
 
 @command
 def main(argv=None):
-    written = convert(parse_args(argv))
+    written, labels = convert(parse_args(argv))
     print(f"Wrote {written}")
+    if labels:
+        print(f"Copied the class names to {labels}")
     print("Rewriting checkpoint completed")
 
 

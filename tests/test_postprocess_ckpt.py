@@ -102,6 +102,7 @@ def test_tf1_round_trip(tmp_path):
     checkpoint.load(conv, new, "resnet50")
     np.testing.assert_allclose(conv(images(), training=False), dense(images(), training=False), rtol=1e-4,
                                atol=1e-3)
+    assert not (tmp_path / "out" / "labels.txt").exists() and "class names" not in result.stdout  # none beside it
     wrong = run("--input", prefix, "--output", str(tmp_path / "out2"), "--dense_layer", "resnet50/nope/kernel")
     assert wrong.returncode == 2 and "--dense_layer resnet50/nope/kernel is not in" in wrong.stderr
 
@@ -111,9 +112,13 @@ def test_named_round_trip_keeps_everything_and_records_the_final_conv(tmp_path):
     model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32)
     randomise(model, 4)
     _, prefix, _ = save_named(tmp_path / "in", model, step=12)
+    (tmp_path / "in" / "labels.txt").write_text("".join(f"class {k}\n" for k in range(NUM_CLASSES)))
     output = tmp_path / "out"
     result = run("--input", str(tmp_path / "in"), "--output", str(output))
     assert result.returncode == 0, result.stderr
+    # The class names stay beside the checkpoint, so predict on the output still names classes.
+    assert (output / "labels.txt").read_text() == (tmp_path / "in" / "labels.txt").read_text()
+    assert f"Copied the class names to {output / 'labels.txt'}" in result.stdout
     latest = tf.train.latest_checkpoint(str(output))
     assert latest.endswith("model.ckpt-12")
     info = checkpoint.inspect(latest)
