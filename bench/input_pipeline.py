@@ -2,8 +2,11 @@
 PIL loader doing what a PyTorch DataLoader worker would (PIL decode, random-resized crop, resize, flip, float).
 
     .venv/bin/python -m bench.input_pipeline [--records 2000] [--size 224] [--batch 64] [--images 1536]
+    .venv/bin/python -m bench.input_pipeline --autotune_rounds 6 [--size 40]
 
 Prints images/s in total and per core (total / cores the pipeline can use; the PIL loader is one process).
+`--autotune_rounds N` instead times our training and evaluation pipelines as they are (tf.data's autotuning off)
+against the same with it on, alternating in one process for N rounds, and prints the medians.
 """
 from __future__ import annotations
 
@@ -104,6 +107,8 @@ def main(argv=None):
     parser.add_argument("--images", type=int, default=1536, help="images timed per pipeline")
     parser.add_argument("--data_dir", default=os.path.join(tempfile.gettempdir(), "bench_input_pipeline"))
     parser.add_argument("--skip_dali", action="store_true")
+    parser.add_argument("--autotune_rounds", type=int, default=0,
+                        help="compare our pipelines with tf.data's autotuning off (as they are) and on, N rounds")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -121,6 +126,8 @@ def main(argv=None):
         print("  %-40s %8.1f img/s" % (name, images_per_s), file=sys.stderr, flush=True)
 
     size, batch = args.size, args.batch
+    if args.autotune_rounds:
+        return autotune_ab(paths, size, batch, args.images, args.autotune_rounds)
     add("tf.data training (ours)", time_dataset(data_utils.get_tfrecords_input_fn(
         paths, batch, size, size, training=True, deterministic=True, seed=0), batch, args.images), cores)
     add("tf.data evaluation (ours)", time_dataset(data_utils.get_tfrecords_input_fn(
@@ -146,6 +153,36 @@ def main(argv=None):
     print("|---|---:|---:|---:|")
     for name, total, per_core, used in rows:
         print("| %s | %.1f | %.1f | %d |" % (name, total, per_core, used))
+
+
+def autotune_ab(paths, size, batch, num_images, rounds):
+    """Our pipelines as built (autotuning off) against the same with tf.data's autotuning turned back on."""
+    import statistics
+    import tensorflow as tf
+    from utils import data_utils
+
+    def autotuned(dataset):
+        options = tf.data.Options()
+        options.autotune.enabled = True
+        return dataset.with_options(options)
+
+    builds = {
+        "training": lambda: data_utils.get_tfrecords_input_fn(paths, batch, size, size, training=True,
+                                                              deterministic=True, seed=0),
+        "evaluation": lambda: data_utils.get_tfrecords_input_fn(paths, batch, size, size, training=False)}
+    times = {}
+    for index in range(rounds):
+        for name, build in builds.items():
+            for autotune in ((False, True) if index % 2 == 0 else (True, False)):
+                dataset = autotuned(build()) if autotune else build()
+                times.setdefault((name, autotune), []).append(time_dataset(dataset, batch, num_images))
+    print("\nOur pipelines, tf.data autotuning off (as built) and on, %dx%d output, batch %d, %d rounds, %s" % (
+        size, size, batch, rounds, datetime.date.today().isoformat()))
+    print("| pipeline | off: img/s (median) | on: img/s (median) | off / on |")
+    print("|---|---:|---:|---:|")
+    for name in builds:
+        off, on = statistics.median(times[(name, False)]), statistics.median(times[(name, True)])
+        print("| %s | %.1f | %.1f | %.2f |" % (name, off, on, off / on))
 
 
 if __name__ == "__main__":

@@ -75,6 +75,7 @@ def test_training_pipeline(records):
     paths, idx = records
     dataset = dali_utils.get_dali_input_fn(paths, idx, 4, 32, 24, training=True, deterministic=True, seed=1,
                                            num_classes=NUM_CLASSES)
+    assert dataset.options().autotune.enabled is False  # as the tf.data input (test_data_utils)
     labels = set()
     first = None
     for images, batch_labels in dataset.take(4):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 
-from utils.data_utils import as_written, label_in_range_check
+from utils.data_utils import as_written, label_in_range_check, without_autotuning
 from utils.errors import UserError
 from utils.image_processing import (AREA_RANGE, ASPECT_RATIO_RANGE, CHANNEL_MEANS, CHANNEL_STDS, MAX_ATTEMPTS,
                                     eval_resize_min)
@@ -147,5 +147,4 @@ def get_dali_input_fn(filenames, idx_filenames, batch_size, height, width, train
             return images, tf.cast(labels - 1, tf.int32)
 
     with tf.device(device):
-        dataset = dataset.map(as_written(to_contract))
-    return dataset
+        return without_autotuning(dataset.map(as_written(to_contract)))

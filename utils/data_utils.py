@@ -37,6 +37,15 @@ not decoded) and continues with the same positions, so a resumed run sees exactl
 Exact as long as no corrupt record was dropped before the resume point; each dropped record shifts the later
 batch boundaries by one element (the records and their augmentation stay the same). Alternatively checkpoint the
 iterator itself with `tf.train.Checkpoint(data=iterator)` (exact, but it stores the 4096-record shuffle buffer).
+
+No autotuning model (design)
+----------------------------
+Every pipeline here runs with tf.data's autotuning off (`without_autotuning`) and its parallelism set: the
+interleave reads INTERLEAVE_CYCLE files at once, the decode map runs `num_threads` calls (the original's 10), and
+`prefetch(AUTOTUNE)` keeps its own buffer sizing, which does not use the model. With autotuning on, deleting an
+iterator waits for the model's optimization thread, which TF 2.21 does not always wake: its period grows to a
+minute, and the end of a training run (its iterator dropped before the evaluation) then waited 7-65 s for nothing
+(docs/PERFORMANCE.md, Deleting an iterator).
 """
 from __future__ import annotations
 
@@ -104,7 +113,7 @@ def _read_records(filenames, training, deterministic, seed, num_shards, shard_in
             as_written(lambda record_index, record: (record, file_index, record_index)))
 
     records = files.interleave(as_written(records_of), cycle_length=INTERLEAVE_CYCLE,
-                               block_length=INTERLEAVE_BLOCK, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+                               block_length=INTERLEAVE_BLOCK, num_parallel_calls=INTERLEAVE_CYCLE, deterministic=True)
     if training:
         shuffle_seed = 13 * shard_index + 7919 * (seed or 0) if deterministic else None
         records = records.shuffle(SHUFFLE_BUFFER, seed=shuffle_seed, reshuffle_each_iteration=True)
@@ -283,7 +292,7 @@ def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_t
     if num_epochs is not None:
         dataset = dataset.filter(as_written(lambda image, label, file_index, record_index: file_index >= 0))  # end marker
     dataset = dataset.map(as_written(check_label))
-    return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    return without_autotuning(dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
 
 
 # ---------------------------------------------------------------------------------------------- synthetic
@@ -297,7 +306,14 @@ def get_synth_input_fn(batch_size, height, width, num_classes=1001, seed=None):
         images = tf.random.stateless_truncated_normal(shape, seed=[seed, 0], mean=127.0, stddev=60.0)
         labels = tf.random.stateless_uniform([batch_size], seed=[seed, 1], minval=0, maxval=num_classes - 1,
                                              dtype=tf.int32)
-    return tf.data.Dataset.from_tensors((images, labels)).repeat().prefetch(tf.data.AUTOTUNE)
+    return without_autotuning(tf.data.Dataset.from_tensors((images, labels)).repeat().prefetch(tf.data.AUTOTUNE))
+
+
+def without_autotuning(dataset):
+    """`dataset` without tf.data's autotuning model (module docstring: No autotuning model)."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
 
 
 # ---------------------------------------------------------------------------------------------- predict
