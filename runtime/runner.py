@@ -71,12 +71,13 @@ class Runner:
 
     def inference_model(self):
         """(model, global step) for evaluation, predict and export: the model built with the inference kernels
-        (plain convolutions on CPU), once per Runner; the weights come from the checkpoint each mode restores."""
+        (plain convolutions on CPU), once per Runner; the weights come from the checkpoint each mode restores.
+        Built outside the strategy's scope: the model runs on this worker alone (rank 0 evaluates and exports while
+        the others wait), and variables created in a MultiWorkerMirroredStrategy's scope broadcast their initial
+        values in a collective that the waiting workers would never join."""
         if self._inference is None:
-            with self.strategy.scope():
-                self._inference = (startup.build_model(self.config, self.platform, self.precision,
-                                                       purpose="inference"),
-                                   train_state.create_step_counter())
+            self._inference = (startup.build_model(self.config, self.platform, self.precision, purpose="inference"),
+                               train_state.create_step_counter())
         return self._inference
 
     def restore_for_inference(self, required, ema=False):

@@ -25,6 +25,7 @@ tf.distribute's auto-sharding is never applied on top (``distribute_dataset``).
 """
 
 import dataclasses
+import functools
 import os
 
 import tensorflow as tf
@@ -115,16 +116,20 @@ def _strategy_sum(strategy, value):
     """Sum of a host scalar over all replicas of `strategy` (a tiny collective; each local replica adds the
     value once per worker, so it is divided back by the local replica count)."""
     local_replicas = max(1, len(strategy.extended.worker_devices))
+    return _sum_function(strategy)(tf.constant(value, tf.float32)).numpy() / local_replicas
 
+
+@functools.lru_cache(maxsize=None)
+def _sum_function(strategy):
+    """One traced all-reduce per strategy, the value its argument (a function made per call was traced anew every
+    time, and TF warned about the retracing in every multi-worker run)."""
     @tf.function
-    def reduce():
+    def reduce(value):
         def replica_fn():
-            context = tf.distribute.get_replica_context()
-            return context.all_reduce(tf.distribute.ReduceOp.SUM, tf.constant(value, tf.float32))
-        result = strategy.run(replica_fn)
-        return strategy.experimental_local_results(result)[0]
-
-    return reduce().numpy() / local_replicas
+            # a copy made on the replica's device: the captured argument itself has none to reduce to
+            return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(value))
+        return strategy.experimental_local_results(strategy.run(replica_fn))[0]
+    return reduce
 
 
 @dataclasses.dataclass
