@@ -61,8 +61,9 @@ def test_small_map_ops_alternatives_agree_with_the_model_formulations(tmp_path):
     tail = tables["update_tail"][0]  # (the test session builds shallow models: fewer than 161 variables)
     assert 0 < tail["decayed"] < tail["variables"] and tail["graph_ms"] > 0 and tail["xla_ms"] > 0
     for row in tables["matmul"]:
+        # the rate is printed to 0.1 GFLOP/s: at batch 1 (a few GFLOP/s) that rounding alone is over 1%
         assert row["forward_gflop_s"] == pytest.approx(2 * row["m"] * row["k"] * row["n"] / row["forward_ms"] / 1e6,
-                                                       rel=0.01)
+                                                       rel=0.01, abs=0.051)
 
 
 @pytest.mark.slow
