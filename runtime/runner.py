@@ -144,28 +144,34 @@ class Runner:
         iterator = iter(dataset)
         progress = _progress(run_iter, "train", config.no_progress or not distribution.is_chief)
         stopped_by_signal = False
-        with StopRequest() as stop:
-            for index in range(run_iter):
-                start = time.perf_counter()
-                images, labels = inputs.next_batch(iterator)
-                values = {key: value.numpy() for key, value in state.train_step(images, labels).items()}
-                meter.add(time.perf_counter() - start)
-                step = int(global_step.numpy())
-                stats.check(values, step)
-                if distribution.is_chief:
-                    self._log_train_step(values, step, index, meter, length.steps_per_epoch, is_benchmark)
-                    if writer is not None and step % SUMMARY_EVERY_STEPS == 0:
-                        with writer.as_default(step=step):
-                            for key in ("cross_entropy", "l2_loss", "total_loss", "learning_rate", "loss_scale"):
-                                tf.summary.scalar(key, float(values[key]))
-                            tf.summary.scalar("train_imgs_per_sec", meter.last_ips)
-                    if saver is not None and step % config.checkpoint_interval == 0:
-                        saver.save(step)
-                if progress is not None:
-                    progress.update(1)
-                if distribution.any_worker_flag(stop.requested):
-                    stopped_by_signal = True
-                    break
+        try:
+            with StopRequest() as stop:
+                for index in range(run_iter):
+                    start = time.perf_counter()
+                    images, labels = inputs.next_batch(iterator)
+                    values = {key: value.numpy() for key, value in state.train_step(images, labels).items()}
+                    meter.add(time.perf_counter() - start)
+                    step = int(global_step.numpy())
+                    stats.check(values, step)
+                    if distribution.is_chief:
+                        self._log_train_step(values, step, index, meter, length.steps_per_epoch, is_benchmark)
+                        if writer is not None and step % SUMMARY_EVERY_STEPS == 0:
+                            with writer.as_default(step=step):
+                                for key in ("cross_entropy", "l2_loss", "total_loss", "learning_rate", "loss_scale"):
+                                    tf.summary.scalar(key, float(values[key]))
+                                tf.summary.scalar("train_imgs_per_sec", meter.last_ips)
+                        if saver is not None and step % config.checkpoint_interval == 0:
+                            saver.save(step)
+                    if progress is not None:
+                        progress.update(1)
+                    if distribution.any_worker_flag(stop.requested):
+                        stopped_by_signal = True
+                        break
+        finally:
+            # An exception leaves this frame in its traceback, and a traceback caught by a context manager can sit
+            # in a reference cycle until the process ends: the input's threads would then still run while the
+            # process tears down. Dropped here, they stop now.
+            del iterator
         if progress is not None:
             progress.close()
 
@@ -334,24 +340,27 @@ class Runner:
         config = self.config
         top1 = top5 = seen = non_finite = 0
         progress = _progress(num_steps, "eval", config.no_progress)
-        for index in range(num_steps):
-            start = time.perf_counter()
-            try:
-                images, labels = inputs.next_batch(iterator)
-            except StopIteration:
-                break
-            hits1, hits5, _, bad = eval_step(images, labels)
-            hits1, hits5 = int(hits1.numpy()), int(hits5.numpy())
-            non_finite += int(bad.numpy())
-            meter.add(time.perf_counter() - start)
-            top1 += hits1
-            top5 += hits5
-            seen += int(labels.shape[0])
-            if is_benchmark and index >= config.warmup_steps and \
-                    (index - config.warmup_steps + 1) % config.display_every == 0:
-                self.logger.log(step=(0, index + 1), data={"total_ips": meter.last_ips})
-            if progress is not None:
-                progress.update(1)
+        try:
+            for index in range(num_steps):
+                start = time.perf_counter()
+                try:
+                    images, labels = inputs.next_batch(iterator)
+                except StopIteration:
+                    break
+                hits1, hits5, _, bad = eval_step(images, labels)
+                hits1, hits5 = int(hits1.numpy()), int(hits5.numpy())
+                non_finite += int(bad.numpy())
+                meter.add(time.perf_counter() - start)
+                top1 += hits1
+                top5 += hits5
+                seen += int(labels.shape[0])
+                if is_benchmark and index >= config.warmup_steps and \
+                        (index - config.warmup_steps + 1) % config.display_every == 0:
+                    self.logger.log(step=(0, index + 1), data={"total_ips": meter.last_ips})
+                if progress is not None:
+                    progress.update(1)
+        finally:
+            del iterator  # as in train(): its threads stop now, not at the process's end
         if progress is not None:
             progress.close()
         return top1, top5, seen, non_finite

@@ -4,8 +4,8 @@
   under MultiWorkerMirroredStrategy and under Horovod (tests/_dist_grad_worker.py; under Horovod in the same job as
   the end-to-end run);
 - end to end: `python -m runtime.launch --nproc 2 main.py --mode train ...` (and `horovodrun -np 2 --gloo`):
-  identical weights on both workers (tests/_dist_train_worker.py records them), only rank 0 logs and checkpoints, a
-  second run resumes from the checkpoint;
+  identical weights on both workers (tests/_dist_train_worker.py records them), only rank 0 logs, checkpoints and
+  evaluates (`train_and_evaluate`: the resumed run, and the Horovod run), a second run resumes from the checkpoint;
 - the engine each process detects from its environment.
 The launcher's own behaviour (a dead worker, signals, its flags) is tested in tests/test_launch.py.
 The Horovod tests FAIL when horovod.tensorflow is not importable (install: scripts/install_horovod.sh), unless
@@ -154,15 +154,17 @@ def test_two_workers_train_identically_and_resume(tmp_path, data_dir):
 
 def test_horovod_gradient_is_the_mean_and_two_workers_train_identically(tmp_path, data_dir):
     """One `horovodrun -np 2` job: each worker first runs the engine-level gradient check, then main.py's
-    training."""
+    train_and_evaluate (rank 0 evaluates)."""
     _require_horovod()
     results_dir, weights_dir, grad_dir = (str(tmp_path / name) for name in ("results", "weights", "grad"))
-    result = _check(_horovod(*_train_args(data_dir, results_dir, -1, weights_dir), env=_env(DIST_GRAD_DIR=grad_dir)))
+    result = _check(_horovod(*_train_args(data_dir, results_dir, -1, weights_dir, mode="train_and_evaluate"),
+                             env=_env(DIST_GRAD_DIR=grad_dir)))
     results = _grad_results(grad_dir)
     assert results[0]["backend"] == "horovod"
     _assert_averaged(results)
     _check_two_worker_run(result, results_dir, weights_dir, "horovod", expected_step=3, start_step=0)
     assert result.stdout.count("Current step: 0") == 2
+    assert result.stdout.count("Evaluated 4 of 4 images") == 1  # rank 0 alone evaluates
 
 
 def test_inference_modes_refuse_several_workers(tmp_path):

@@ -91,3 +91,29 @@ def test_an_evaluation_without_one_whole_batch_of_good_records_is_an_error(tmp_p
     with pytest.raises(UserError, match=r"^no whole batch of 8 validation images could be read: 11 of the 12 "
                                         r"records were skipped as corrupt \(see the warnings above\)$"):
         _evaluate(tmp_path, model_dir, corrupt, records_per_shard=4)
+
+
+def test_an_evaluation_stopped_by_an_exception_lets_go_of_its_input_at_once(tmp_path):
+    # A caught traceback keeps the frames it passed through, and one caught by a context manager can sit in a
+    # reference cycle until the process ends: the input's threads must not live on with it (they would still run
+    # while the process tears down, as after a SIGTERM during an evaluation).
+    import weakref
+    from runtime.metrics import ThroughputMeter
+    from runtime.runner import Runner
+    from utils import data_utils, distributed
+    from utils.logger import DLLogger
+
+    files = write_tfrecord_shards(str(tmp_path / "data"), "validation", 1, 8, 40, num_classes=NUM_CLASSES)
+    dataset = data_utils.get_tfrecords_input_fn(files, 4, 32, 32, training=False, num_classes=NUM_CLASSES)
+    runner = Runner(RunConfig(num_classes=NUM_CLASSES, image_size=32, no_progress=True), DLLogger(None),
+                    distributed.single_process())
+
+    def interrupted_step(images, labels):
+        raise KeyboardInterrupt
+
+    held = [iter(dataset)]
+    iterator = weakref.ref(held[0])
+    with pytest.raises(KeyboardInterrupt) as caught:
+        runner._evaluation_pass(interrupted_step, held.pop(), 5, ThroughputMeter(4, 0), is_benchmark=False)
+    assert caught.value.__traceback__ is not None  # the frames are still held here...
+    assert iterator() is None  # ...but not the iterator
