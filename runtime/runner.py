@@ -17,6 +17,7 @@ import tensorflow as tf
 from model import checkpoint, export
 from runtime import checkpoints, inputs, predict, runner_utils, startup, train_state, train_step
 from runtime.metrics import ThroughputMeter, TrainStats, evaluated_images_line, require_evaluated
+from utils import errors
 from utils.devices import Platform, cpu_bfloat16_support
 from utils.logger import progress_enabled
 from utils.precision import Precision, cpu_bfloat16_note
@@ -41,6 +42,7 @@ class StopRequest:
             signal.Signals(signum).name), flush=True)
 
     def __enter__(self):
+        errors.deliver_pending_interrupt()  # a signal from before the loop, held while a function was traced
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             try:
                 self._previous[signum] = signal.signal(signum, self._handle)

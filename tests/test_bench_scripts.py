@@ -164,6 +164,16 @@ def test_iterator_delete_times_each_variant(tmp_path):
                                          for name in iterator_delete.VARIANTS}
 
 
+def test_interrupt_tracing_counts_where_each_variant_raised(tmp_path):
+    from bench import interrupt_tracing
+    out = tmp_path / "interrupts.json"
+    interrupt_tracing.main(["--trials", "1", "--json", str(out)])
+    outcomes = json.loads(out.read_text())["outcomes"]
+    assert set(outcomes) == set(interrupt_tracing.VARIANTS)
+    assert all(sum(counts.values()) == 1 for counts in outcomes.values())
+    assert outcomes["waiting"] == {"raised after tracing": 1}  # the wrapper's handler never raises inside it
+
+
 def test_revisions_alternates_the_two_checkouts_and_reports_the_pair_ratios(monkeypatch, capsys):
     """bench.revisions checks both revisions out, runs base/head then head/base ..., and reports base/head per pair;
     the worktrees are gone afterwards. The benchmark processes are replaced by fixed times here."""

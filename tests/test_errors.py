@@ -5,7 +5,9 @@ import time
 
 import pytest
 
-from utils.errors import Terminated, UserError, command, interrupt_line, on_interrupt
+from utils.errors import Terminated, UserError, command, deliver_pending_interrupt, interrupt_line, on_interrupt
+
+STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
 def test_user_error_is_one_line_on_stderr_with_status_2(capsys):
@@ -77,6 +79,80 @@ def test_sigterm_raises_terminated_is_one_line_and_status_143_then_the_handler_i
     assert capsys.readouterr().err == ("INTERRUPTED: {} stopped by SIGTERM; the shards written so far are "
                                        "kept\n".format(__name__))
     assert signal.getsignal(signal.SIGTERM) is previous
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_tensorflow_traces_is_raised_when_the_tracing_is_over(capsys, signum):
+    """TensorFlow's C++ graph building calls back into Python while it traces, and an exception raised in such a
+    callback can corrupt its state (a SystemError, or an abort with `free(): invalid next size`)."""
+    import tensorflow as tf
+    events = []
+
+    @tf.function
+    def traced(x):
+        os.kill(os.getpid(), signum)
+        for _ in range(300):  # more graph building, with Python bytecode where a handler could run
+            x = tf.math.sin(x) + 1.0
+        events.append("traced")
+        return x
+
+    @command
+    def main(argv=None):
+        traced(tf.constant(0.0))
+        time.sleep(30)  # the waiting interrupt is raised by here, within one retry interval of the tracing's end
+        raise AssertionError("not reached")
+
+    started = time.monotonic()
+    assert main() == STATUS[signum]
+    assert time.monotonic() - started < 10
+    assert events == ["traced"]
+    assert capsys.readouterr().err.startswith("INTERRUPTED: {} stopped by {};".format(
+        __name__, signal.Signals(signum).name))
+
+
+def test_code_with_its_own_handlers_takes_a_waiting_interrupt_first():
+    from tensorflow.python.framework.func_graph import FuncGraph
+    seen = []
+
+    @command
+    def main(argv=None):
+        with FuncGraph("tracing").as_default():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.3)  # several retries: still tracing, so nothing is raised
+            seen.append("waited")
+            try:
+                deliver_pending_interrupt()  # as the training loop's StopRequest does on entry
+            finally:
+                seen.append(signal.getitimer(signal.ITIMER_REAL))
+        raise AssertionError("not reached")
+
+    assert main() == 143
+    assert seen == ["waited", (0.0, 0.0)]  # raised, and its retry timer cancelled
+    deliver_pending_interrupt()  # nothing waits any more
+
+
+def test_with_sigalrm_taken_interrupts_are_raised_at_once():
+    """The wait needs SIGALRM for its retry; a handler someone else set on it is left alone."""
+    import tensorflow as tf
+    from tensorflow.python.framework.func_graph import FuncGraph
+    tf.constant(0)
+    theirs = signal.signal(signal.SIGALRM, lambda *_: None)
+    seen = []
+    try:
+        @command
+        def main(argv=None):
+            with FuncGraph("tracing").as_default():
+                seen.append("tracing")
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(30)
+                seen.append("not reached")
+
+        assert main() == 143
+        assert seen == ["tracing"]
+    finally:
+        assert signal.signal(signal.SIGALRM, theirs) is not signal.SIG_DFL
 
 
 def test_the_innermost_note_names_what_was_kept_and_may_count_it(capsys):

@@ -57,24 +57,94 @@ def interrupt_line(tool, signum, kept=None):
     return "INTERRUPTED: {} stopped by {}; {}".format(tool, signal.Signals(signum).name, kept or DEFAULT_KEPT)
 
 
-def _raise_terminated(signum, _frame):
-    raise Terminated(signum)
+# A signal that arrives while TensorFlow traces a function waits until the tracing ends: SIGALRM, at this interval,
+# looks again (docs/RELIABILITY.md#interrupts).
+RETRY_SECONDS = 0.05
+_pending = None  # the signal number waiting for the tracing to end
 
 
-def _install_sigterm_handler():
-    """SIGTERM raises Terminated until `_restore` is called with the returned previous handler (None: left alone,
-    because we are not in the main thread or SIGTERM is ignored on purpose, e.g. by the parent process)."""
-    try:
-        if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
-            return None
-        return signal.signal(signal.SIGTERM, _raise_terminated)
-    except ValueError:  # not the main thread: signals are not ours to handle
-        return None
+def _tensorflow_is_tracing():
+    """Whether this (the main) thread is inside TensorFlow's tracing of a function: a tf.function's first call, a
+    tf.data map or filter being built. There TensorFlow's C++ graph building calls back into Python and does not
+    always cope with an exception raised in the callback: a SystemError from CPython's list code, or a corrupted
+    heap that aborts the process (`free(): invalid next size`)."""
+    ops = sys.modules.get("tensorflow.python.framework.ops")
+    return ops is not None and ops.inside_function()
 
 
-def _restore(previous):
-    if previous is not None:
-        signal.signal(signal.SIGTERM, previous)
+def _stop(signum):
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+def _on_signal(signum, _frame):
+    """The wrapper's handler of SIGINT, SIGTERM and (for the retry) SIGALRM: raises KeyboardInterrupt or Terminated,
+    at once unless TensorFlow is tracing; then the first signal waits and the raise comes when the tracing is over."""
+    global _pending
+    if signum == signal.SIGALRM:
+        if _pending is None:
+            return
+        signum = _pending
+    if _tensorflow_is_tracing():
+        if _pending is None:
+            _pending = signum
+        signal.setitimer(signal.ITIMER_REAL, RETRY_SECONDS)
+        return
+    _pending = None
+    raise _stop(signum)
+
+
+def deliver_pending_interrupt():
+    """Raises the interrupt that is waiting for a tracing to end, if any, now. For code that is about to replace the
+    wrapper's handlers with its own (the training loop's StopRequest): the signal came before it, so the wrapper's
+    rule applies to it."""
+    global _pending
+    if _pending is not None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signum, _pending = _pending, None
+        raise _stop(signum)
+
+
+def _raise_at_once(signum, _frame):
+    raise _stop(signum)
+
+
+class InterruptHandlers:
+    """For the duration of a `with` block, SIGTERM raises Terminated and SIGINT KeyboardInterrupt through
+    `_on_signal` (which waits while TensorFlow traces; with SIGALRM for its retry), or at once if
+    `wait_while_tracing` is False or SIGALRM is taken. A signal set to be ignored (e.g. by the parent process)
+    stays ignored, a handler someone else installed (an outer command, a test harness) stays, and outside the main
+    thread nothing is installed: signals are not ours to handle there. `restore()` (also on leaving) puts the
+    previous handlers back and drops an interrupt still waiting."""
+
+    def __init__(self, wait_while_tracing=True):
+        self.wait_while_tracing = wait_while_tracing
+        self._replaced = {}
+
+    def __enter__(self):
+        usual = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
+        try:
+            wait = self.wait_while_tracing and signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+            handler = _on_signal if wait else _raise_at_once
+            self._replaced = {signum: signal.signal(signum, handler) for signum, default in usual.items()
+                              if signal.getsignal(signum) == default}
+            if wait and self._replaced:
+                self._replaced[signal.SIGALRM] = signal.signal(signal.SIGALRM, _on_signal)
+        except ValueError:  # not the main thread
+            self._replaced = {}
+        return self
+
+    def restore(self):
+        global _pending
+        if signal.SIGALRM in self._replaced:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            _pending = None
+        for signum, previous in self._replaced.items():
+            signal.signal(signum, previous)
+        self._replaced = {}
+
+    def __exit__(self, *exc):
+        self.restore()
+        return False
 
 
 def _tool_name(body):
@@ -92,11 +162,13 @@ def command(body):
     `ERROR: <message>` on stderr and exit status 2, and maps a `None` return to 0. argparse's own usage errors
     (SystemExit 2) pass through unchanged.
 
-    Interrupts: for the duration of the call SIGTERM raises Terminated (the previous handler is restored after),
-    and a KeyboardInterrupt (SIGINT, Ctrl-C) or Terminated that reaches here ends the command with one line
-    `INTERRUPTED: <tool> stopped by SIGINT; <what was kept, how to go on>` on stderr (see `on_interrupt`) and
+    Interrupts: for the duration of the call SIGTERM raises Terminated and SIGINT KeyboardInterrupt, except while
+    TensorFlow traces a function: there the raise waits for the tracing to end (`_on_signal`). The previous
+    handlers are restored after. A KeyboardInterrupt or Terminated that reaches here ends the command with one
+    line `INTERRUPTED: <tool> stopped by SIGINT; <what was kept, how to go on>` on stderr (see `on_interrupt`) and
     the shell's status for the signal, 130 or 143, with no traceback. Code that handles signals itself (the
-    training loop's StopRequest) installs its handlers inside and restores these.
+    training loop's StopRequest) calls `deliver_pending_interrupt`, then installs its handlers and restores
+    these.
 
     Run as a script (`python tool.py`, `python -m pkg.tool`), the tool first gets the quiet TensorFlow output of
     utils/quiet.py (`--verbose` / RN50_VERBOSE=1 turn it off), and its exit skips the collector's last pass over
@@ -110,24 +182,21 @@ def command(body):
             atexit.register(gc.freeze)
             quiet.setup(argv)
         restrict_umask()
-        previous = _install_sigterm_handler()
-        try:
-            status = body(argv)
-        except UserError as error:
-            print(f"ERROR: {error}", file=sys.stderr, flush=True)
-            return 2
-        except STOPPING as stop:
-            _restore(previous)  # a second SIGTERM from here on ends the process the default way
-            previous = None
-            signum = stop.signum if isinstance(stop, Terminated) else signal.SIGINT
+        with InterruptHandlers() as handlers:
             try:
-                print(interrupt_line(_tool_name(body), signum, getattr(stop, "kept", None)), file=sys.stderr,
-                      flush=True)
-            except STOPPING:  # a second Ctrl-C while the line is written: the status still says it
-                pass
-            return INTERRUPT_STATUS[signum]
-        finally:
-            _restore(previous)
+                status = body(argv)
+            except UserError as error:
+                print(f"ERROR: {error}", file=sys.stderr, flush=True)
+                return 2
+            except STOPPING as stop:
+                handlers.restore()  # a second signal from here on ends the process the default way
+                signum = stop.signum if isinstance(stop, Terminated) else signal.SIGINT
+                try:
+                    print(interrupt_line(_tool_name(body), signum, getattr(stop, "kept", None)), file=sys.stderr,
+                          flush=True)
+                except STOPPING:  # a second Ctrl-C while the line is written: the status still says it
+                    pass
+                return INTERRUPT_STATUS[signum]
         return 0 if status is None else status
 
     return main
