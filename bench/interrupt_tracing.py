@@ -1,16 +1,19 @@
-"""What a SIGTERM that arrives while TensorFlow traces a function does, with the command wrapper's two ways of
-raising the interrupt: at once (as Python does for Ctrl-C) and waiting for the tracing to end (what every tool
-uses, utils/errors.InterruptHandlers).
+"""What a SIGTERM does that arrives while TensorFlow traces a function or loads a SavedModel, with the command
+wrapper's two ways of raising the interrupt: at once, wherever the signal finds the main thread (as Python does for
+Ctrl-C), and only in our own code, outside tracing (what every tool uses, utils/errors.InterruptHandlers).
 
-    .venv/bin/python -m bench.interrupt_tracing [--trials 40] [--arch resnet50] [--size 32] [--json out.json]
+    .venv/bin/python -m bench.interrupt_tracing [--scenario trace|load] [--trials 40] [--arch resnet50] [--size 32]
+        [--json out.json]
 
-Each trial traces the inference model's forward pass anew (a fresh `tf.function`) and a timer thread sends SIGTERM
-at a uniformly random moment of it; the variants alternate (at_once, waiting, at_once, ...). A trial ends as one of:
-`raised while tracing` (TensorFlow's tracing, `func_graph_from_py_func`, was on the stack where the interrupt was
-raised), `raised after tracing`, or `<Exception>: ...`
-(anything but the interrupt: TensorFlow's graph building did not cope with an exception raised inside one of its
-callbacks into Python). Such damage can also abort the whole process (`free(): invalid next size`), in which case
-the lines printed so far are the result. Not a timing: a count, for docs/RELIABILITY.md#interrupts.
+Each trial runs TensorFlow's call anew (`trace`: a fresh `tf.function` of the inference model's forward pass;
+`load`: `tf.saved_model.load` of that model, written once) and a timer thread sends SIGTERM at a uniformly random
+moment of it. Each variant runs in its own process (an interrupt raised at once can leave TensorFlow's state broken,
+e.g. its default-graph stack, for every later trial in that process). A trial ends as one of: `raised in
+library code` (a frame of anything but this repository between the trial and where it was raised), `raised outside
+it`, or `<Exception>: ...` (anything but the interrupt: TensorFlow's
+C++ did not cope with an exception raised inside one of its callbacks into Python). Such damage can also abort the
+whole process (`free(): invalid next size`); the lines printed so far are then the result. Not a timing: a count,
+for docs/RELIABILITY.md#interrupts.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import os
 import random
 import signal
 import sys
+import tempfile
 import threading
 import time
 
@@ -27,33 +31,34 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
-VARIANTS = ("at_once", "waiting")
+VARIANTS = ("at_once", "ours")
+INSIDE, OUTSIDE = "raised in library code", "raised outside it"
 
 
-def _raised_while_tracing(exception):
-    """Whether TensorFlow's tracing was on the stack where `exception` was raised (needs TensorFlow's traceback
-    filtering off, which would drop its frames)."""
-    frames = exception.__traceback__
-    while frames is not None:
-        if frames.tb_frame.f_code.co_name == "func_graph_from_py_func":
-            return True
-        frames = frames.tb_next
-    return False
+def _frames_raised_through(exception, handlers_file):
+    """The frames of `exception`'s traceback from where it was caught, without the signal handler's own."""
+    frames, tb = [], exception.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename != handlers_file:
+            frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
 
 
-def trial(tf, errors, model, images, variant, trace_seconds, rng):
-    """One traced forward pass with a SIGTERM at a random moment of it; the outcome as a short text."""
-    function = tf.function(lambda x: model(x, training=False))
-    timer = threading.Timer(rng.uniform(0, trace_seconds), os.kill, (os.getpid(), signal.SIGTERM))
-    with errors.InterruptHandlers(wait_while_tracing=variant == "waiting"):
+def trial(errors, call, variant, seconds, rng):
+    """`call()` with a SIGTERM at a random moment of its usual duration `seconds`; the outcome as a short text."""
+    timer = threading.Timer(rng.uniform(0, seconds), os.kill, (os.getpid(), signal.SIGTERM))
+    with errors.InterruptHandlers(at_once=variant == "at_once"):
         try:
             timer.start()
-            function.get_concrete_function(images)
-            time.sleep(trace_seconds + 1.0)  # the signal arrives by then; a waiting interrupt is raised here
+            call()
+            time.sleep(seconds + 1.0)  # the signal arrives by then
             return "no signal"
         except errors.Terminated as stop:
-            return "raised while tracing" if _raised_while_tracing(stop) else "raised after tracing"
-        except Exception as error:  # what this counts: the tracing failed with something else than the interrupt
+            # Inside: with library code (TensorFlow's, Keras', Python's, ...) between here and where it was raised.
+            frames = _frames_raised_through(stop, errors.__file__)
+            return OUTSIDE if all(errors._is_ours(frame) for frame in frames) else INSIDE
+        except Exception as error:  # what this counts: the call failed with something else than the interrupt
             return "{}: {}".format(type(error).__name__, str(error).splitlines()[0][:100] if str(error) else "")
         finally:
             timer.join()
@@ -61,44 +66,85 @@ def trial(tf, errors, model, images, variant, trace_seconds, rng):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--scenario", choices=("trace", "load"), default="trace")
     parser.add_argument("--trials", type=int, default=40, help="trials per variant")
     parser.add_argument("--arch", default="resnet50")
-    parser.add_argument("--size", type=int, default=32, help="image size of the traced model")
+    parser.add_argument("--size", type=int, default=32, help="image size of the model")
     parser.add_argument("--seed", type=int, default=0, help="seeds the moments the signals are sent")
+    parser.add_argument("--variant", choices=VARIANTS, default=None,
+                        help="run this variant's trials here (default: each variant in a process of its own)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    if args.variant is None:
+        return _run_each_variant(args)
 
     import tensorflow as tf
-    from model import resnet
-    tf.debugging.disable_traceback_filtering()  # _raised_while_tracing reads its frames
+    tf.debugging.disable_traceback_filtering()  # `trial` tells inside from after by the traceback's frames
     try:
-        return _run(tf, resnet, args)
+        with tempfile.TemporaryDirectory() as scratch:
+            return _run(tf, args, scratch)
     finally:
         tf.debugging.enable_traceback_filtering()
 
 
-def _run(tf, resnet, args):
-    from utils import errors
-    model = resnet.build_model(args.arch, num_classes=11, image_size=args.size, weight_init="fan_in", seed=1)
-    images = tf.zeros([4, args.size, args.size, 3])
-    start = time.perf_counter()
-    tf.function(lambda x: model(x, training=False)).get_concrete_function(images)
-    trace_seconds = time.perf_counter() - start
-    print("tracing {} at {} px takes {:.2f} s; signals at uniform moments of it".format(
-        args.arch, args.size, trace_seconds), flush=True)
-    rng = random.Random(args.seed)
-    outcomes = {variant: {} for variant in VARIANTS}
-    for index in range(args.trials):
+def _run_each_variant(args):
+    """Runs every variant in a child process (this module with --variant); prints and writes their counts."""
+    import subprocess
+    options = ["--scenario", args.scenario, "--trials", str(args.trials), "--arch", args.arch, "--size",
+               str(args.size), "--seed", str(args.seed)]
+    outcomes = {}
+    with tempfile.TemporaryDirectory() as scratch:
         for variant in VARIANTS:
-            outcome = trial(tf, errors, model, images, variant, trace_seconds, rng)
-            outcomes[variant][outcome] = outcomes[variant].get(outcome, 0) + 1
-            print("{:3d} {:8s} {}".format(index, variant, outcome), flush=True)
+            path = os.path.join(scratch, variant + ".json")
+            root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            subprocess.run([sys.executable, "-m", "bench.interrupt_tracing", *options, "--variant", variant,
+                            "--json", path], check=True, cwd=root)
+            with open(path) as handle:
+                result = json.load(handle)
+            outcomes[variant] = result["outcomes"][variant]
     for variant in VARIANTS:
         print(variant, json.dumps(outcomes[variant], sort_keys=True), flush=True)
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"arch": args.arch, "size": args.size, "trials": args.trials,
-                       "trace_seconds": round(trace_seconds, 3), "outcomes": outcomes}, handle, indent=1,
+            json.dump(dict(result, outcomes=outcomes), handle, indent=1, sort_keys=True)
+    return 0
+
+
+def _run(tf, args, scratch):
+    from model import resnet
+    from utils import errors
+    model = resnet.build_model(args.arch, num_classes=11, image_size=args.size, weight_init="fan_in", seed=1)
+    spec = tf.TensorSpec([None, args.size, args.size, 3], tf.float32)
+
+    def forward():
+        return tf.function(lambda x: model(x, training=False), input_signature=[spec])
+
+    if args.scenario == "trace":
+        def call():
+            forward().get_concrete_function()
+    else:
+        module = tf.Module()
+        module.model, module.serve = model, forward()
+        path = os.path.join(scratch, "savedmodel")
+        tf.saved_model.save(module, path)
+
+        def call():
+            tf.saved_model.load(path)
+    start = time.perf_counter()
+    call()
+    seconds = time.perf_counter() - start
+    print("{} of {} at {} px takes {:.2f} s; signals at uniform moments of it".format(
+        args.scenario, args.arch, args.size, seconds), flush=True)
+    rng = random.Random(args.seed)
+    outcomes = {args.variant: {}}
+    for index in range(args.trials):
+        outcome = trial(errors, call, args.variant, seconds, rng)
+        outcomes[args.variant][outcome] = outcomes[args.variant].get(outcome, 0) + 1
+        print("{:3d} {:8s} {}".format(index, args.variant, outcome), flush=True)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"scenario": args.scenario, "arch": args.arch, "size": args.size, "trials": args.trials,
+                       "seed": args.seed, "seconds": round(seconds, 3), "outcomes": outcomes}, handle, indent=1,
                       sort_keys=True)
     return 0
 

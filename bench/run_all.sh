@@ -32,4 +32,5 @@ $PY -m bench.fp16_overflow --cases 32x4,96x8 --seeds 0,1,2 --output "$OUT/fp16_o
 $PY -m bench.fp16_overflow --cases 224x8 --seeds 0 --output "$OUT/fp16_overflow_224.json"
 $PY -m bench.iterator_delete --seconds 12 --repeats 6 --json "$OUT/iterator_delete.json"
 $PY -m bench.iterator_delete --seconds 12 --repeats 6 --replicas 2 --json "$OUT/iterator_delete_mirrored.json"
-$PY -m bench.interrupt_tracing --trials 200 --json "$OUT/interrupt_tracing.json"
+$PY -m bench.interrupt_tracing --trials 150 --json "$OUT/interrupt_tracing.json"
+$PY -m bench.interrupt_tracing --scenario load --trials 100 --json "$OUT/interrupt_loading.json"

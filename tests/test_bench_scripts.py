@@ -164,14 +164,31 @@ def test_iterator_delete_times_each_variant(tmp_path):
                                          for name in iterator_delete.VARIANTS}
 
 
-def test_interrupt_tracing_counts_where_each_variant_raised(tmp_path):
+@pytest.mark.parametrize("scenario", ["trace", "load"])
+def test_interrupt_tracing_counts_where_the_wrappers_handler_raised(tmp_path, scenario):
     from bench import interrupt_tracing
     out = tmp_path / "interrupts.json"
-    interrupt_tracing.main(["--trials", "1", "--json", str(out)])
-    outcomes = json.loads(out.read_text())["outcomes"]
-    assert set(outcomes) == set(interrupt_tracing.VARIANTS)
-    assert all(sum(counts.values()) == 1 for counts in outcomes.values())
-    assert outcomes["waiting"] == {"raised after tracing": 1}  # the wrapper's handler never raises inside it
+    interrupt_tracing.main(["--scenario", scenario, "--trials", "2", "--variant", "ours", "--json", str(out)])
+    assert json.loads(out.read_text())["outcomes"] == {"ours": {interrupt_tracing.OUTSIDE: 2}}
+
+
+def test_interrupt_tracing_runs_each_variant_in_its_own_process(tmp_path, monkeypatch):
+    import subprocess
+    from bench import interrupt_tracing
+    runs = []
+
+    def fake_run(command, check, cwd):
+        variant, path = command[command.index("--variant") + 1], command[command.index("--json") + 1]
+        runs.append(variant)
+        with open(path, "w") as handle:
+            json.dump({"scenario": "load", "outcomes": {variant: {variant + " outcome": 3}}}, handle)
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    out = tmp_path / "interrupts.json"
+    interrupt_tracing.main(["--scenario", "load", "--trials", "3", "--json", str(out)])
+    assert runs == list(interrupt_tracing.VARIANTS)
+    assert json.loads(out.read_text())["outcomes"] == {variant: {variant + " outcome": 3}
+                                                       for variant in interrupt_tracing.VARIANTS}
 
 
 def test_revisions_alternates_the_two_checkouts_and_reports_the_pair_ratios(monkeypatch, capsys):

@@ -1,11 +1,14 @@
 """The shared command wrapper: one-line errors, exit statuses and the umask every tool runs under."""
+import functools
 import os
 import signal
+import sys
 import time
 
 import pytest
 
-from utils.errors import Terminated, UserError, command, deliver_pending_interrupt, interrupt_line, on_interrupt
+from utils.errors import (InterruptHandlers, Terminated, UserError, command, deliver_pending_interrupt, interrupt_line,
+                          on_interrupt)
 
 STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -80,7 +83,6 @@ def test_sigterm_raises_terminated_is_one_line_and_status_143_then_the_handler_i
                                        "kept\n".format(__name__))
     assert signal.getsignal(signal.SIGTERM) is previous
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -101,7 +103,7 @@ def test_a_signal_while_tensorflow_traces_is_raised_when_the_tracing_is_over(cap
     @command
     def main(argv=None):
         traced(tf.constant(0.0))
-        time.sleep(30)  # the waiting interrupt is raised by here, within one retry interval of the tracing's end
+        events.append("returned")  # the first line of ours after the tracing: the interrupt is raised here
         raise AssertionError("not reached")
 
     started = time.monotonic()
@@ -112,6 +114,39 @@ def test_a_signal_while_tensorflow_traces_is_raised_when_the_tracing_is_over(cap
         __name__, signal.Signals(signum).name))
 
 
+THEIRS = """
+def work(send_signal):
+    send_signal()
+    done = []
+    for index in range(1000):  # lines where a handler that raises at once would raise
+        done.append(index)
+    return len(done)
+"""
+
+
+@pytest.fixture
+def theirs(tmp_path, monkeypatch):
+    """A module that is not this repository's code, as TensorFlow's is not."""
+    (tmp_path / "theirs_module.py").write_text(THEIRS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import theirs_module
+    yield theirs_module
+    sys.modules.pop("theirs_module", None)
+
+
+@pytest.mark.parametrize("at_once", [False, True], ids=["ours", "at_once"])
+def test_a_signal_in_library_code_is_raised_at_the_next_line_of_ours(theirs, at_once):
+    results = []
+    send = functools.partial(os.kill, os.getpid(), signal.SIGTERM)  # no Python frame in between
+    trace_before = sys.gettrace()
+    with InterruptHandlers(at_once=at_once):
+        with pytest.raises(Terminated):
+            results.append(theirs.work(send))
+            time.sleep(30)  # not reached either way
+    assert results == ([] if at_once else [1000])
+    assert sys.gettrace() is trace_before
+
+
 def test_code_with_its_own_handlers_takes_a_waiting_interrupt_first():
     from tensorflow.python.framework.func_graph import FuncGraph
     seen = []
@@ -120,39 +155,29 @@ def test_code_with_its_own_handlers_takes_a_waiting_interrupt_first():
     def main(argv=None):
         with FuncGraph("tracing").as_default():
             os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(0.3)  # several retries: still tracing, so nothing is raised
+            time.sleep(0.3)  # still tracing: nothing is raised
             seen.append("waited")
             try:
                 deliver_pending_interrupt()  # as the training loop's StopRequest does on entry
             finally:
-                seen.append(signal.getitimer(signal.ITIMER_REAL))
+                seen.append(sys.gettrace())
         raise AssertionError("not reached")
 
+    trace_before = sys.gettrace()
     assert main() == 143
-    assert seen == ["waited", (0.0, 0.0)]  # raised, and its retry timer cancelled
+    assert seen == ["waited", trace_before]  # raised, and the line tracing that waited for it stopped
     deliver_pending_interrupt()  # nothing waits any more
 
 
-def test_with_sigalrm_taken_interrupts_are_raised_at_once():
-    """The wait needs SIGALRM for its retry; a handler someone else set on it is left alone."""
-    import tensorflow as tf
-    from tensorflow.python.framework.func_graph import FuncGraph
-    tf.constant(0)
-    theirs = signal.signal(signal.SIGALRM, lambda *_: None)
-    seen = []
-    try:
-        @command
-        def main(argv=None):
-            with FuncGraph("tracing").as_default():
-                seen.append("tracing")
-                os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(30)
-                seen.append("not reached")
+def test_a_signal_that_waits_until_the_command_is_done_is_dropped(theirs):
+    """Its work is complete (the signal came in library code, and the body returned from there): the command ends
+    with its own status."""
+    @command
+    def main(argv=None):
+        return 5 + 0 * theirs.work(functools.partial(os.kill, os.getpid(), signal.SIGTERM))
 
-        assert main() == 143
-        assert seen == ["tracing"]
-    finally:
-        assert signal.signal(signal.SIGALRM, theirs) is not signal.SIG_DFL
+    assert main() == 5
+    deliver_pending_interrupt()  # nothing waits
 
 
 def test_the_innermost_note_names_what_was_kept_and_may_count_it(capsys):

@@ -57,17 +57,34 @@ def interrupt_line(tool, signum, kept=None):
     return "INTERRUPTED: {} stopped by {}; {}".format(tool, signal.Signals(signum).name, kept or DEFAULT_KEPT)
 
 
-# A signal that arrives while TensorFlow traces a function waits until the tracing ends: SIGALRM, at this interval,
-# looks again (docs/RELIABILITY.md#interrupts).
-RETRY_SECONDS = 0.05
-_pending = None  # the signal number waiting for the tracing to end
+# Where an interrupt may be raised (docs/RELIABILITY.md#interrupts). Python runs a signal handler between two
+# bytecodes of the main thread, wherever they are, including library code that TensorFlow's C++ called back: graph
+# building while it traces (Tensor.consumers()), the C++ error translation (an op's InvalidArgumentError being
+# built), isinstance checks (typing_extensions) and the like, which do not all cope with an exception of ours
+# arriving there (a SystemError from CPython's list code, pybind11's RuntimeError "MISMATCH of original and
+# normalized active exception types", a corrupted heap that aborts with `free(): invalid next size`), nor does
+# TensorFlow's bookkeeping ("Nesting violated for default stack"). So the wrapper raises an interrupt only in this
+# repository's own code and outside any tracing: at once if the signal finds the main thread there, else at the
+# next line it runs there; an exception from our code is what TensorFlow expects from code it calls.
+_REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_OUR_MODULES = frozenset(["__main__"] + [  # the repository's top-level modules and packages, and the script run
+    name[:-3] if name.endswith(".py") else name for name in os.listdir(_REPOSITORY)
+    if name.endswith(".py") or os.path.isfile(os.path.join(_REPOSITORY, name, "__init__.py"))])
+_pending = None  # the signal number waiting for a line where it may be raised
+_traced = False  # whether sys.settrace is ours while one waits
+_previous_trace = None
+
+
+def _is_ours(frame):
+    """Whether `frame` runs this repository's code (by module name, wherever it is installed), not this module's
+    (the handlers)."""
+    name = frame.f_globals.get("__name__") or ""
+    return name.partition(".")[0] in _OUR_MODULES and name != __name__
 
 
 def _tensorflow_is_tracing():
     """Whether this (the main) thread is inside TensorFlow's tracing of a function: a tf.function's first call, a
-    tf.data map or filter being built. There TensorFlow's C++ graph building calls back into Python and does not
-    always cope with an exception raised in the callback: a SystemError from CPython's list code, or a corrupted
-    heap that aborts the process (`free(): invalid next size`)."""
+    tf.data map or filter being built. Other code runs there too (the model's layers), called by the tracing."""
     ops = sys.modules.get("tensorflow.python.framework.ops")
     return ops is not None and ops.inside_function()
 
@@ -76,32 +93,54 @@ def _stop(signum):
     return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
-def _on_signal(signum, _frame):
-    """The wrapper's handler of SIGINT, SIGTERM and (for the retry) SIGALRM: raises KeyboardInterrupt or Terminated,
-    at once unless TensorFlow is tracing; then the first signal waits and the raise comes when the tracing is over."""
-    global _pending
-    if signum == signal.SIGALRM:
-        if _pending is None:
-            return
-        signum = _pending
-    if _tensorflow_is_tracing():
-        if _pending is None:
-            _pending = signum
-        signal.setitimer(signal.ITIMER_REAL, RETRY_SECONDS)
-        return
-    _pending = None
-    raise _stop(signum)
+def _stop_waiting():
+    """Forgets the waiting interrupt and puts the previous trace function back; the interrupt's signal number."""
+    global _pending, _traced, _previous_trace
+    signum, _pending = _pending, None
+    if _traced:
+        sys.settrace(_previous_trace)
+        _traced, _previous_trace = False, None
+    return signum
+
+
+def _on_line(frame, event, _arg):
+    """Local trace function of our frames while an interrupt waits: raises it at the first line run outside a
+    tracing (an exception raised by a trace function is raised in the traced frame, at that line)."""
+    if _pending is None:
+        return None
+    if event == "line" and not _tensorflow_is_tracing():
+        raise _stop(_stop_waiting())
+    return _on_line
+
+
+def _on_call(frame, _event, _arg):
+    return _on_line if _is_ours(frame) else None
+
+
+def _on_signal(signum, frame):
+    """The wrapper's handler of SIGINT and SIGTERM: raises KeyboardInterrupt or Terminated, at once if the signal
+    finds the main thread in our code (`_is_ours`) and outside a tracing, else at the next line of ours run outside
+    one (a trace function, in the main thread only, until then). A second signal while one waits changes nothing."""
+    global _pending, _traced, _previous_trace
+    if _pending is None:
+        _pending = signum
+    if frame is not None and _is_ours(frame) and not _tensorflow_is_tracing():
+        raise _stop(_stop_waiting())
+    if not _traced:
+        _previous_trace, _traced = sys.gettrace(), True
+        sys.settrace(_on_call)
+    while frame is not None:  # the frames already running get the line events too
+        if _is_ours(frame):
+            frame.f_trace = _on_line
+        frame = frame.f_back
 
 
 def deliver_pending_interrupt():
-    """Raises the interrupt that is waiting for a tracing to end, if any, now. For code that is about to replace the
+    """Raises the interrupt that is waiting for a line of our code, if any, now. For code that is about to replace the
     wrapper's handlers with its own (the training loop's StopRequest): the signal came before it, so the wrapper's
     rule applies to it."""
-    global _pending
     if _pending is not None:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signum, _pending = _pending, None
-        raise _stop(signum)
+        raise _stop(_stop_waiting())
 
 
 def _raise_at_once(signum, _frame):
@@ -109,35 +148,30 @@ def _raise_at_once(signum, _frame):
 
 
 class InterruptHandlers:
-    """For the duration of a `with` block, SIGTERM raises Terminated and SIGINT KeyboardInterrupt through
-    `_on_signal` (which waits while TensorFlow traces; with SIGALRM for its retry), or at once if
-    `wait_while_tracing` is False or SIGALRM is taken. A signal set to be ignored (e.g. by the parent process)
-    stays ignored, a handler someone else installed (an outer command, a test harness) stays, and outside the main
-    thread nothing is installed: signals are not ours to handle there. `restore()` (also on leaving) puts the
-    previous handlers back and drops an interrupt still waiting."""
+    """For the duration of a `with` block, SIGTERM raises Terminated and SIGINT KeyboardInterrupt, through
+    `_on_signal` (only in our code, outside tracing) or, with `at_once`, wherever the signal finds the main thread
+    (as Python's own KeyboardInterrupt does). A signal set to be ignored (e.g. by the parent process) stays
+    ignored, a handler someone else installed (an outer command, a test harness) stays, and outside the main thread
+    nothing is installed: signals are not ours to handle there. `restore()` (also on leaving) puts the previous
+    handlers back and drops an interrupt still waiting: the block's work is over."""
 
-    def __init__(self, wait_while_tracing=True):
-        self.wait_while_tracing = wait_while_tracing
+    def __init__(self, at_once=False):
+        self.at_once = at_once
         self._replaced = {}
 
     def __enter__(self):
         usual = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
+        handler = _raise_at_once if self.at_once else _on_signal
         try:
-            wait = self.wait_while_tracing and signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
-            handler = _on_signal if wait else _raise_at_once
             self._replaced = {signum: signal.signal(signum, handler) for signum, default in usual.items()
                               if signal.getsignal(signum) == default}
-            if wait and self._replaced:
-                self._replaced[signal.SIGALRM] = signal.signal(signal.SIGALRM, _on_signal)
         except ValueError:  # not the main thread
             self._replaced = {}
         return self
 
     def restore(self):
-        global _pending
-        if signal.SIGALRM in self._replaced:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            _pending = None
+        if self._replaced:
+            _stop_waiting()
         for signum, previous in self._replaced.items():
             signal.signal(signum, previous)
         self._replaced = {}
@@ -162,13 +196,12 @@ def command(body):
     `ERROR: <message>` on stderr and exit status 2, and maps a `None` return to 0. argparse's own usage errors
     (SystemExit 2) pass through unchanged.
 
-    Interrupts: for the duration of the call SIGTERM raises Terminated and SIGINT KeyboardInterrupt, except while
-    TensorFlow traces a function: there the raise waits for the tracing to end (`_on_signal`). The previous
-    handlers are restored after. A KeyboardInterrupt or Terminated that reaches here ends the command with one
-    line `INTERRUPTED: <tool> stopped by SIGINT; <what was kept, how to go on>` on stderr (see `on_interrupt`) and
-    the shell's status for the signal, 130 or 143, with no traceback. Code that handles signals itself (the
-    training loop's StopRequest) calls `deliver_pending_interrupt`, then installs its handlers and restores
-    these.
+    Interrupts: for the duration of the call SIGTERM raises Terminated and SIGINT KeyboardInterrupt, only in this
+    repository's code and outside TensorFlow's tracing (`_on_signal`); the previous handlers are restored after.
+    A KeyboardInterrupt or Terminated that reaches here ends the command with one line `INTERRUPTED: <tool>
+    stopped by SIGINT; <what was kept, how to go on>` on stderr (see `on_interrupt`) and the shell's status for the
+    signal, 130 or 143, with no traceback. Code that handles signals itself (the training loop's StopRequest) calls
+    `deliver_pending_interrupt`, then installs its handlers and restores these.
 
     Run as a script (`python tool.py`, `python -m pkg.tool`), the tool first gets the quiet TensorFlow output of
     utils/quiet.py (`--verbose` / RN50_VERBOSE=1 turn it off), and its exit skips the collector's last pass over
