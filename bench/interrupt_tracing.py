@@ -3,17 +3,17 @@ wrapper's two ways of raising the interrupt: at once, wherever the signal finds 
 Ctrl-C), and only in our own code, outside tracing (what every tool uses, utils/errors.InterruptHandlers).
 
     .venv/bin/python -m bench.interrupt_tracing [--scenario trace|load] [--trials 40] [--arch resnet50] [--size 32]
-        [--json out.json]
+        [--seed 0] [--json out.json]
 
 Each trial runs TensorFlow's call anew (`trace`: a fresh `tf.function` of the inference model's forward pass;
 `load`: `tf.saved_model.load` of that model, written once) and a timer thread sends SIGTERM at a uniformly random
-moment of it. Each variant runs in its own process (an interrupt raised at once can leave TensorFlow's state broken,
-e.g. its default-graph stack, for every later trial in that process). A trial ends as one of: `raised in
-library code` (a frame of anything but this repository between the trial and where it was raised), `raised outside
-it`, or `<Exception>: ...` (anything but the interrupt: TensorFlow's
-C++ did not cope with an exception raised inside one of its callbacks into Python). Such damage can also abort the
-whole process (`free(): invalid next size`); the lines printed so far are then the result. Not a timing: a count,
-for docs/RELIABILITY.md#interrupts.
+moment of it. Each variant runs in its own process (`--variant`; an interrupt raised at once can leave TensorFlow's
+state broken, e.g. its default-graph stack, for every later trial in that process). A trial ends as one of: `raised
+in library code` (a frame of anything but this repository between the trial and where it was raised), `raised
+outside it`, or `<Exception>: ...` (anything but the interrupt: TensorFlow's C++ did not cope with an exception
+raised inside one of its callbacks into Python). Such damage can also abort the whole process (`free(): invalid
+next size`); the lines printed so far are then the result. Not a timing: a count, for
+docs/RELIABILITY.md#interrupts.
 """
 from __future__ import annotations
 
@@ -90,27 +90,27 @@ def main(argv=None):
 def _run_each_variant(args):
     """Runs every variant in a child process (this module with --variant); prints and writes their counts."""
     import subprocess
+    from bench import common
     options = ["--scenario", args.scenario, "--trials", str(args.trials), "--arch", args.arch, "--size",
                str(args.size), "--seed", str(args.seed)]
-    outcomes = {}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    outcomes, seconds = {}, {}
     with tempfile.TemporaryDirectory() as scratch:
         for variant in VARIANTS:
             path = os.path.join(scratch, variant + ".json")
-            root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
             subprocess.run([sys.executable, "-m", "bench.interrupt_tracing", *options, "--variant", variant,
                             "--json", path], check=True, cwd=root)
             with open(path) as handle:
                 result = json.load(handle)
-            outcomes[variant] = result["outcomes"][variant]
+            outcomes[variant], seconds[variant] = result["outcomes"][variant], result.get("seconds")
     for variant in VARIANTS:
         print(variant, json.dumps(outcomes[variant], sort_keys=True), flush=True)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(dict(result, outcomes=outcomes), handle, indent=1, sort_keys=True)
+    common.write_json(args.json, dict(result, outcomes=outcomes, seconds=seconds))
     return 0
 
 
 def _run(tf, args, scratch):
+    from bench import common
     from model import resnet
     from utils import errors
     model = resnet.build_model(args.arch, num_classes=11, image_size=args.size, weight_init="fan_in", seed=1)
@@ -141,11 +141,9 @@ def _run(tf, args, scratch):
         outcome = trial(errors, call, args.variant, seconds, rng)
         outcomes[args.variant][outcome] = outcomes[args.variant].get(outcome, 0) + 1
         print("{:3d} {:8s} {}".format(index, args.variant, outcome), flush=True)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"scenario": args.scenario, "arch": args.arch, "size": args.size, "trials": args.trials,
-                       "seed": args.seed, "seconds": round(seconds, 3), "outcomes": outcomes}, handle, indent=1,
-                      sort_keys=True)
+    common.write_json(args.json, {"scenario": args.scenario, "arch": args.arch, "size": args.size,
+                                  "trials": args.trials, "seed": args.seed, "seconds": round(seconds, 3),
+                                  "outcomes": outcomes})
     return 0
 
 

@@ -42,7 +42,7 @@ class StopRequest:
             signal.Signals(signum).name), flush=True)
 
     def __enter__(self):
-        errors.deliver_pending_interrupt()  # a signal from before the loop, held while a function was traced
+        errors.deliver_pending_interrupt()  # a signal from before the loop, still waiting for a line of ours
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             try:
                 self._previous[signum] = signal.signal(signum, self._handle)
