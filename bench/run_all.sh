@@ -11,6 +11,7 @@ $PY -m bench.matmul_ceiling | tee "$OUT/matmul_ceiling.json"
 $PY -m bench.train_step --variants ours,keras,ours_xla,ours_amp --warmup 2 --rounds 5 --json "$OUT/train_step_rn50_224.json"
 $PY -m bench.conv_gradients --json "$OUT/conv_gradients_224.json"
 $PY -m bench.small_map_ops --json "$OUT/small_map_ops_40.json"
+$PY -m bench.small_map_ops --size 224 --json "$OUT/small_map_ops_224.json"
 $PY -m bench.step_data_source --steps 8 --warmup 2 --rounds 3 --json "$OUT/step_data_source_224.json"
 $PY -m bench.extensions --rounds 2 --json "$OUT/extensions_224.json"
 $PY -m bench.train_step --variants ours,ours_xla,keras,keras_xla --size 64 --batch 16 --warmup 1 --rounds 5 \

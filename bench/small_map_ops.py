@@ -1,7 +1,7 @@
 """Per-op costs of the 40 px step's formulations at the model's shapes (ResNet-50, the quick start's maps 10x10 to
 2x2), for choosing among them.
 
-    .venv/bin/python -m bench.small_map_ops [--batch 32] [--repeats 7] [--json FILE]
+    .venv/bin/python -m bench.small_map_ops [--batch 32] [--repeats 7] [--size 40|224] [--json FILE]
 
 Three tables, milliseconds per call (median of `--repeats` timings of 20 calls each; each variant timed alone,
 after a check against the formulation the model uses: max relative difference printed):
@@ -12,6 +12,7 @@ after a check against the formulation the model uses: max relative difference pr
   matmul to patch gradients folded back with nine shifted slices;
 - `strided_sample`: a stride-2 1x1 conv's input sampling, forward and gradient, as a strided slice and as a 1x1
   average pool (the model's);
+  With `--size 224`, only this table, at the 1x1 convs' shapes of a 224 px step (maps 56x56 to 7x7);
 - `update_tail`: the weight-decay gradient (`grad + wd * w` on the kernels) and the TF1 momentum update
   (`ResourceApplyMomentum`) of ResNet-50's 161 variables, in a graph (the model's) and compiled by XLA as one
   cluster (the only part of the step XLA might speed up on CPU).
@@ -33,6 +34,13 @@ MATMULS = [("10x10 1x1 256->64", 100, 256, 64), ("5x5 1x1 512->128", 25, 512, 12
            ("3x3 1x1 1024->256", 9, 1024, 256), ("3x3 3x3 patches 256", 9, 2304, 256),
            ("3x3 1x1 256->1024", 9, 256, 1024), ("2x2 1x1 2048->512", 4, 2048, 512),
            ("2x2 3x3 patches 512", 4, 4608, 512), ("2x2 1x1 512->2048", 4, 512, 2048)]
+# The 1x1 convs of a 224 px step (the 3x3 ones are native convs there, except the 7x7 patches).
+MATMULS_224 = [("56x56 1x1 64->64", 3136, 64, 64), ("56x56 1x1 64->256", 3136, 64, 256),
+               ("56x56 1x1 256->64", 3136, 256, 64), ("56x56 1x1 256->128", 3136, 256, 128),
+               ("28x28 1x1 128->512", 784, 128, 512), ("28x28 1x1 512->128", 784, 512, 128),
+               ("28x28 1x1 512->256", 784, 512, 256), ("14x14 1x1 256->1024", 196, 256, 1024),
+               ("14x14 1x1 1024->256", 196, 1024, 256), ("7x7 1x1 512->2048", 49, 512, 2048),
+               ("7x7 1x1 2048->512", 49, 2048, 512)]
 # (map, channels) of the stride-1 3x3 convs (10x10 is native, the rest patches) and of the strided 1x1 samplings.
 PATCH_CONVS = [(10, 64), (5, 128), (3, 256), (2, 512)]
 STRIDED_SAMPLES = [(10, 256), (5, 512), (3, 1024)]
@@ -65,10 +73,10 @@ def _compare(variants, reference, repeats, row):
     return row
 
 
-def matmul_rows(batch, repeats):
+def matmul_rows(batch, repeats, shapes=MATMULS):
     import tensorflow as tf
     rows = []
-    for name, positions, k, n in MATMULS:
+    for name, positions, k, n in shapes:
         generator = tf.random.Generator.from_seed(0)
         m = batch * positions
         a, b, g = generator.normal([m, k]), generator.normal([k, n]), generator.normal([m, n])
@@ -169,16 +177,21 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--size", type=int, choices=(40, 224), default=40,
+                        help="224: only the matmul table, at a 224 px step's 1x1 shapes")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     info = common.machine_info()
     tables = {}
-    for name, measure in (("matmul", matmul_rows), ("input_grad", input_grad_rows),
-                          ("strided_sample", strided_sample_rows), ("update_tail", update_tail_rows)):
+    measures = (("matmul", matmul_rows), ("input_grad", input_grad_rows),
+                ("strided_sample", strided_sample_rows), ("update_tail", update_tail_rows))
+    if args.size == 224:
+        measures = (("matmul", lambda batch, repeats: matmul_rows(batch, repeats, MATMULS_224)),)
+    for name, measure in measures:
         tables[name] = measure(args.batch, args.repeats)
         for row in tables[name]:
             print(name, row, file=sys.stderr, flush=True)
-    common.report(args.json, {"benchmark": "small_map_ops", "batch": args.batch, "machine": info, **tables})
+    common.report(args.json, {"benchmark": "small_map_ops", "batch": args.batch, "size": args.size, "machine": info, **tables})
     return 0
 
 

@@ -66,6 +66,17 @@ def test_small_map_ops_alternatives_agree_with_the_model_formulations(tmp_path):
                                                        rel=0.01, abs=0.051)
 
 
+def test_small_map_ops_at_224_times_only_the_matmuls_at_the_224_shapes(tmp_path):
+    from bench import small_map_ops
+    out = tmp_path / "ops224.json"
+    small_map_ops.main(["--size", "224", "--batch", "1", "--repeats", "1", "--json", str(out)])
+    tables = json.loads(out.read_text())
+    assert tables["size"] == 224 and set(tables) & {"input_grad", "strided_sample", "update_tail"} == set()
+    assert [(row["m"], row["k"], row["n"]) for row in tables["matmul"]] == [
+        (positions, k, n) for _, positions, k, n in small_map_ops.MATMULS_224]
+    # rows per image are the map's positions at 224 px: 56x56 down to 7x7
+    assert {row["m"] for row in tables["matmul"]} == {56 * 56, 28 * 28, 14 * 14, 7 * 7}
+
 @pytest.mark.slow
 def test_inference_benchmark_times_every_serving_form(tmp_path):
     """Each form is built from the same export (the tflite one checks its probabilities against the SavedModel's
