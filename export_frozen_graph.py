@@ -122,6 +122,8 @@ def export(args, log=print):
         if args.use_ema_weights:
             checkpoints.require_averages(info)
             checkpoint.use_averages(model, info, args.model_name, describe, log)
+        else:
+            checkpoints.note_unused_averages(info, log)
         if quantization is not None and not info.has_quantization_ranges:
             log("WARNING: the checkpoint has no quantisation ranges (not QAT-trained); activation ranges keep "
                 "their initial [-6, 6]")

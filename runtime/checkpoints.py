@@ -27,12 +27,20 @@ def require_averages(info):
                         "them), so --use_ema_weights cannot be used with it")
 
 
+def note_unused_averages(info, log=print):
+    """Say that the raw weights are used when the checkpoint also holds EMA weights (its description, "with EMA
+    weights", would otherwise read as if they were used)."""
+    if info.has_weight_averages:
+        log(f"Using the raw weights of {info.path}; it also holds EMA weights, which --use_ema_weights would use")
+
+
 def restore_for_inference(model, global_step, model_dir, arch, num_classes, *, use_final_conv=False, required=True,
-                          ema=False, log=print):
+                          ema=False, note_raw=True, log=print):
     """Evaluate / predict / inference_benchmark: every variable of `model` from model_dir's newest complete
     checkpoint (verified), `global_step` set to its step; returns its CheckpointInfo. `ema`: then the EMA weights
-    over the raw ones (a UserError if it has none). With no checkpoint: a UserError when `required` or `ema`, else
-    None (fresh weights, said so)."""
+    over the raw ones (a UserError if it has none); else, with `note_raw`, a line saying the raw ones are used when
+    it has EMA weights too. With no checkpoint: a UserError when `required` or `ema`, else None (fresh weights,
+    said so)."""
     path = checkpoint.latest_checkpoint(model_dir, warn=log)
     if path is None:
         if required or ema:
@@ -49,6 +57,8 @@ def restore_for_inference(model, global_step, model_dir, arch, num_classes, *, u
     if ema:
         require_averages(info)
         checkpoint.use_averages(model, info, arch, describe, log)
+    elif note_raw:
+        note_unused_averages(info, log)
     return info
 
 

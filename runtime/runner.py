@@ -82,13 +82,13 @@ class Runner:
                                train_state.create_step_counter())
         return self._inference
 
-    def restore_for_inference(self, required, ema=False):
+    def restore_for_inference(self, required, ema=False, note_raw=True):
         """model_dir's newest checkpoint (its EMA weights with `ema`) into the inference model
         (runtime/checkpoints.py); its CheckpointInfo, or None."""
         model, global_step = self.inference_model()
         config = self.config
         return checkpoints.restore_for_inference(model, global_step, config.model_dir, required=required, ema=ema,
-                                                 arch=config.arch, num_classes=config.num_classes,
+                                                 note_raw=note_raw, arch=config.arch, num_classes=config.num_classes,
                                                  use_final_conv=config.use_final_conv, log=self.logger.print)
 
     # ------------------------------------------------------------------ training
@@ -287,7 +287,9 @@ class Runner:
         skipped = inputs.SkippedRecords()
         dataset = inputs.eval_dataset(config, self.platform, batch_size, log=log.print, num_epochs=passes,
                                       skipped=skipped)
-        info = self.restore_for_inference(required=not is_benchmark, ema=is_benchmark and config.use_ema_weights)
+        # An evaluation reports the raw and the EMA weights' accuracy; a benchmark runs the ones asked for.
+        info = self.restore_for_inference(required=not is_benchmark, ema=is_benchmark and config.use_ema_weights,
+                                          note_raw=is_benchmark)
         if config.use_ema_weights and info is not None:
             checkpoints.require_averages(info)
 
@@ -382,6 +384,8 @@ class Runner:
         else:
             for variable, value in zip(model.variables, raw):
                 variable.assign(value)
+            if export_dir:
+                self.logger.print("Exporting the raw weights (--use_ema_weights would export the EMA ones)")
         return {"ema_top1_accuracy": top1 / max(seen, 1), "ema_top5_accuracy": top5 / max(seen, 1)}
 
     # ------------------------------------------------------------------ predict

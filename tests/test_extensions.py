@@ -121,6 +121,30 @@ def test_ema_weights_in_predict_and_the_frozen_graph_and_refused_without_them(tr
                 "--use_ema_weights")
     assert graph.returncode == 0, graph.stderr[-2000:]
     assert "Using the EMA weights of" in graph.stdout
+    # Without the flag the raw weights are used, and every tool says so (the checkpoint's description, "with EMA
+    # weights", would read as if the EMA ones were).
+    raw_line = "it also holds EMA weights, which --use_ema_weights would use"
+    predicted = run("main.py", "--mode", "predict", "--model_dir", results, "--results_dir", tmp_path / "p_raw",
+                    "--to_predict", photo, "--batch_size", 1)
+    assert predicted.returncode == 0 and raw_line in predicted.stdout
+    assert "Using the EMA weights" not in predicted.stdout
+    graph = run("export_frozen_graph.py", "--checkpoint", results, "--num_classes", CLASSES, "--image_size", SIZE,
+                "--compute_format", "NHWC", "--input_format", "NHWC", "--output_file", tmp_path / "g_raw.pb")
+    assert graph.returncode == 0 and raw_line in graph.stdout
+    # evaluate reports both weights' accuracy, so it says which ones it exports, and exports them
+    evaluated = run("main.py", "--mode", "evaluate", "--data_dir", data_dir, "--model_dir", results,
+                    "--results_dir", tmp_path / "ev", "--batch_size", 2, "--export_dir", tmp_path / "raw_export")
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert "Exporting the raw weights (--use_ema_weights would export the EMA ones)" in evaluated.stdout
+    assert raw_line not in evaluated.stdout and "ema_top1_accuracy" in evaluated.stdout
+    model = resnet.build_model("resnet50", num_classes=CLASSES, image_size=SIZE)
+    latest = checkpoint.inspect(checkpoint.find_checkpoint(str(results), "test"))  # step 4 after the resume test
+    checkpoint.restore_model(model, latest, "resnet50", "test")
+    exported = [os.path.join(tmp_path / "raw_export", name) for name in os.listdir(tmp_path / "raw_export")]
+    _, serve = export.load_serving_signature(exported[0])
+    images = np.random.default_rng(0).uniform(0, 255, (2, SIZE, SIZE, 3)).astype("f4")
+    np.testing.assert_allclose(serve(input=tf.constant(images))["probabilities"].numpy(),
+                               tf.nn.softmax(model(images, training=False)).numpy(), atol=1e-5)
     # A run without --moving_average_decay: its checkpoint has no EMA, and asking for it is an error.
     plain = copy_run(trained_run, tmp_path / "plain")  # one step of CLASSES classes at SIZE, no EMA
     refused = run("main.py", "--mode", "evaluate", "--data_dir", data_dir, "--results_dir", plain, "--batch_size", 2,
