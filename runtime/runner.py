@@ -17,7 +17,7 @@ import tensorflow as tf
 from model import checkpoint, export
 from runtime import checkpoints, inputs, predict, runner_utils, startup, train_state, train_step
 from runtime.metrics import ThroughputMeter, TrainStats, evaluated_images_line, require_evaluated
-from utils import errors
+from utils import errors, learning_rate
 from utils.devices import Platform, cpu_bfloat16_support
 from utils.logger import progress_enabled
 from utils.precision import Precision, cpu_bfloat16_note
@@ -120,7 +120,7 @@ class Runner:
         run_iter = runner_utils.steps_this_run(config.run_iter, config.iter_unit, length.steps_per_epoch,
                                                length.num_steps, current_step)
         if distribution.is_chief:
-            self._log_training_parameters(length)
+            self._log_training_parameters(length, is_benchmark)
         print("Current step: {}".format(current_step), flush=True)
         if run_iter == 0:
             log.print("Model already trained required number of steps. Skipped")
@@ -194,7 +194,7 @@ class Runner:
             raise TrainingInterrupted(final_step, stop.signum)
         return state
 
-    def _log_training_parameters(self, length):
+    def _log_training_parameters(self, length, is_benchmark=False):
         config = self.config
         log = self.logger
         log.print("Starting Model Training...")
@@ -208,6 +208,11 @@ class Runner:
         log.print("Num GPUs", self.distribution.num_replicas)
         log.print("Per-GPU Batch Size", config.batch_size)
         log.print("Using {} learning rate schedule".format("cosine" if config.cosine_lr else "step"))
+        reach = learning_rate.warmup_reach(length.steps_per_epoch, config.lr_warmup_epochs, length.num_steps)
+        if reach is not None and not is_benchmark:  # (a benchmark's synthetic epoch is the whole run)
+            log.print("Note: the learning-rate warmup (--lr_warmup_epochs {} = {:,} steps) lasts the whole run of {:,} "
+                      "steps: the rate rises to {:.0%} of its peak and never decays; a smaller --lr_warmup_epochs "
+                      "reaches the peak".format(config.lr_warmup_epochs, reach[0], length.num_steps, reach[1]))
         if self.precision.policy:
             scaling = {"dynamic": "dynamic loss scaling", "static": "static loss scale {:g}".format(
                 self.precision.static_scale)}.get(self.precision.loss_scaling, "no loss scaling")

@@ -97,7 +97,8 @@ next:
      .venv/bin/python main.py --mode predict --to_predict my.jpg --model_dir {out}{device} --batch_size 1
    fine-tune from this checkpoint (another dataset: its --data_dir and --num_classes):
      .venv/bin/python main.py --mode train_and_evaluate --finetune_checkpoint {out} {args} \\
-       --data_dir {out}/data --batch_size 32 --num_iter 1 --lr_init 0.01 --cosine_lr --results_dir /tmp/finetuned
+       --data_dir {out}/data --batch_size 32 --num_iter 1 --lr_init 0.01 --lr_warmup_epochs 0 --cosine_lr \\
+       --results_dir /tmp/finetuned
    export a SavedModel / a frozen graph:
      .venv/bin/python main.py --mode evaluate --model_dir {out}{device} --data_dir {out}/data --batch_size 32 \\
        --export_dir /tmp/quickstart_savedmodel

@@ -69,3 +69,18 @@ def test_batch_unit_decay_steps_quirk():
               use_cosine=False)
     assert lr(100, **kw) == pytest.approx(0.1)
     assert lr(15001, **kw) == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize("steps_per_epoch, warmup_epochs, num_steps, expected", [
+    (281.0, 5, 281, (1405, 280 / 1405)),  # 1 epoch of the quick start's 9,000 images, the default warmup
+    (6.0, 5, 6, (30, 5 / 30)),
+    (6.0, 1, 6, (6, 5 / 6)),                # W = the run: the last step (t = 5) still warms up
+    (6.0, 1, 7, None),                      # step 6 trains at the peak
+    (281.25, 0, 281, None)])
+def test_warmup_reach_is_the_last_steps_fraction_of_the_peak_when_warmup_lasts_the_run(
+        steps_per_epoch, warmup_epochs, num_steps, expected):
+    from utils.learning_rate import warmup_reach
+    assert warmup_reach(steps_per_epoch, warmup_epochs, num_steps) == expected
+    if expected is not None:  # the schedule's own rate at the last step, over lr0
+        last = reference_lr(num_steps - 1, 0.1, 256, steps_per_epoch, warmup_epochs, 10 ** 6, True) / 0.1
+        assert last == pytest.approx(expected[1])

@@ -63,6 +63,7 @@ def test_training_benchmark_on_synthetic_data(tmp_path):
                    "--warmup_steps", 2, "--display_every", 2, "--synthetic_data_size", 32, "--num_classes", 11,
                    "--results_dir", results, "--no_progress").stdout
     assert "Using Synthetic Data ..." in out
+    assert "learning-rate warmup" not in out  # a benchmark's synthetic epoch is its whole run: no note
     ips = logged(results, "total_ips")
     assert [r["step"] for r in ips] == [[0, 4], [0, 6], [0, 8]]
     final = logged(results, "train_throughput")[-1]
@@ -105,6 +106,20 @@ def test_same_seed_gives_bit_identical_losses(tmp_path, data_dir):
         losses.append([r["data"]["total_loss"] for r in logged(results, "total_loss") if len(r["step"]) == 2])
     assert len(losses[0]) == 3
     assert losses[0] == losses[1]
+
+
+def test_a_warmup_longer_than_the_run_is_said_with_the_rate_it_reaches(tmp_path, data_dir, trained):
+    """48 images in batches of 8: 6 steps per epoch, so the default 5 warmup epochs are 30 steps, and a 1-epoch run's
+    last step (t = 5) trains at 5/30 of the peak rate (lr_init * 8 / 256)."""
+    results = str(tmp_path)
+    out = run_main("--mode", "train", "--data_dir", data_dir, "--batch_size", 8, "--num_iter", 1, "--results_dir",
+                   results, "--lr_init", 0.256, "--num_classes", NUM_CLASSES, "--image_size", 32, "--display_every", 1,
+                   "--no_progress").stdout
+    assert ("Note: the learning-rate warmup (--lr_warmup_epochs 5 = 30 steps) lasts the whole run of 6 steps: the "
+            "rate rises to 17% of its peak and never decays") in out
+    rates = [r["data"]["learning_rate"] for r in logged(results, "learning_rate") if len(r["step"]) == 2]
+    assert rates[-1] == pytest.approx(0.256 * 8 / 256 * 5 / 30, rel=1e-6)
+    assert "learning-rate warmup" not in trained["second"].stdout  # --lr_warmup_epochs 0
 
 
 def test_evaluate_logs_accuracy_and_latency(trained, data_dir):

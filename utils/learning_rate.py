@@ -18,6 +18,20 @@ def base_learning_rate(lr_init, global_batch_size):
     return lr_init * global_batch_size / 256.0
 
 
+def warmup_steps(steps_per_epoch, warmup_epochs):
+    """W of the schedule below: the steps of linear warmup."""
+    return int(steps_per_epoch * warmup_epochs)
+
+
+def warmup_reach(steps_per_epoch, warmup_epochs, num_steps):
+    """(W, the fraction of the peak rate the last step of a `num_steps` run gets) when the warmup lasts the whole
+    run, so the rate rises throughout and never reaches its peak or decays; else None."""
+    warmup = warmup_steps(steps_per_epoch, warmup_epochs)
+    if warmup <= 0 or num_steps <= 0 or warmup < num_steps:
+        return None
+    return warmup, (num_steps - 1) / warmup
+
+
 def learning_rate_schedule(global_step, lr_init, global_batch_size, steps_per_epoch, warmup_epochs,
                            num_decay_steps, use_cosine):
     """LR at `global_step` (tensor or number) -> float32 scalar tensor.
@@ -28,7 +42,7 @@ def learning_rate_schedule(global_step, lr_init, global_batch_size, steps_per_ep
     """
     lr0 = base_learning_rate(lr_init, global_batch_size)
     step = tf.cast(global_step, tf.float32)
-    warmup_steps = int(steps_per_epoch * warmup_epochs)
+    warmup = warmup_steps(steps_per_epoch, warmup_epochs)
     if use_cosine:
         decay_steps = float(max(num_decay_steps, 1))
         progress = tf.minimum(step, decay_steps) / decay_steps
@@ -39,7 +53,7 @@ def learning_rate_schedule(global_step, lr_init, global_batch_size, steps_per_ep
         # Walk from the last interval down so the first boundary that holds wins.
         for boundary, factor in reversed(list(zip(boundaries, STEP_DECAY_FACTORS))):
             decayed = tf.where(step <= boundary, lr0 * factor, decayed)
-    if warmup_steps > 0:
-        warm = lr0 * step / float(warmup_steps)
-        return tf.cast(tf.where(step < float(warmup_steps), warm, decayed), tf.float32)
+    if warmup > 0:
+        warm = lr0 * step / float(warmup)
+        return tf.cast(tf.where(step < float(warmup), warm, decayed), tf.float32)
     return tf.cast(decayed, tf.float32)
