@@ -7,6 +7,7 @@ import dataclasses
 from runtime import runner_utils
 from utils import data_utils
 from utils.augment import AugmentSettings
+from utils.errors import UserError
 from utils.data_utils import SkippedRecords  # noqa: F401 - the counter eval_dataset(skipped=...) fills
 
 
@@ -54,6 +55,18 @@ def next_batch(iterator):
         raise user_error from None
 
 
+def next_training_batch(iterator, config, step):
+    """next_batch of the training input, which repeats forever: its end means that a whole pass over the train
+    files gave no record (each one dropped as unreadable or corrupt), a UserError at `step` instead of
+    StopIteration."""
+    try:
+        return next_batch(iterator)
+    except StopIteration:
+        raise UserError(f"the training input ended at step {step}: a whole pass over the train-* files of "
+                        f"--data_dir {config.data_dir} gave no record that could be read (each was skipped as "
+                        "corrupt); re-create the dataset") from None
+
+
 def augment_settings(config):
     return AugmentSettings(config.augmenter_name, config.raug_num_layers, config.raug_magnitude)
 
@@ -69,7 +82,7 @@ def train_dataset(config, platform, rank, num_shards, start_step=0, log=print):
         log("Using Synthetic Data ...")
         return data_utils.get_synth_input_fn(batch_size, size, size, config.num_classes, seed=seed)
     filenames = runner_utils.list_filenames_in_dataset(config.data_dir, "train")
-    data_utils.check_tfrecord_files(filenames)
+    data_utils.check_tfrecord_files(filenames, log)
     if config.uses_dali:
         return _dali(config, filenames, batch_size, log, training=True, deterministic=config.seed is not None,
                      seed=seed, num_shards=num_shards, shard_index=rank, min_crop_area=config.min_crop_area,
@@ -94,7 +107,7 @@ def eval_dataset(config, platform, batch_size, log=print, *, num_epochs=None, sk
         log("Using Synthetic Data ...")
         return data_utils.get_synth_input_fn(batch_size, size, size, config.num_classes, seed=config.seed)
     filenames = runner_utils.list_filenames_in_dataset(config.data_dir, "validation")
-    data_utils.check_tfrecord_files(filenames)
+    data_utils.check_tfrecord_files(filenames, log)
     if config.uses_dali:
         return _dali(config, filenames, batch_size, log, training=False, use_gpu=platform.gpu)
     return data_utils.get_tfrecords_input_fn(filenames, batch_size, size, size, training=False,

@@ -150,7 +150,7 @@ class Runner:
             with StopRequest() as stop:
                 for index in range(run_iter):
                     start = time.perf_counter()
-                    images, labels = inputs.next_batch(iterator)
+                    images, labels = inputs.next_training_batch(iterator, config, current_step + index)
                     values = {key: value.numpy() for key, value in state.train_step(images, labels).items()}
                     meter.add(time.perf_counter() - start)
                     step = int(global_step.numpy())

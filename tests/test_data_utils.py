@@ -197,6 +197,48 @@ def test_file_checks(tmp_path):
         data_utils.check_tfrecord_files([str(tmp_path / "empty")])
 
 
+def _zero_data_checksums(path):
+    from utils.tfrecord_framing import iter_record_frames
+    data = bytearray(open(path, "rb").read())
+    for offset, size in iter_record_frames(path):
+        data[offset + size - 4:offset + size] = bytes(4)
+    open(path, "wb").write(data)
+
+
+@pytest.mark.parametrize("kind, reason", [
+    ("not_example", "it is not a tf.train.Example"), ("missing_image", "it has no image/encoded feature"),
+    ("bad_jpeg", "its image/encoded does not decode: ")])
+def test_first_records_that_cannot_be_used_in_every_file_are_an_error(tmp_path, kind, reason):
+    """Every record dropped would leave the repeated training stream nothing to yield, for ever."""
+    paths = write_tfrecord_shards(str(tmp_path), "train", 2, 3, 32, NUM_CLASSES,
+                                  corrupt={(0, 0): kind, (1, 0): kind})
+    with pytest.raises(UserError, match="the first record of each of the 2 TFRecord files cannot be used") as info:
+        data_utils.check_tfrecord_files(paths)
+    assert f"(first: {paths[0]}: {reason}" in str(info.value)
+    assert "function_node" not in str(info.value) and "[Op:" not in str(info.value)
+    # One file with a usable first record is enough: the bad ones are skipped as corrupt records, silently here.
+    paths = write_tfrecord_shards(str(tmp_path / "one_good"), "train", 2, 3, 32, NUM_CLASSES, corrupt={(0, 0): kind})
+    logged = []
+    assert data_utils.check_tfrecord_files(paths, logged.append) == [3, 3] and logged == []
+
+
+def test_a_first_record_failing_its_data_checksum_is_named_and_all_of_them_are_an_error(tmp_path):
+    paths = write_tfrecord_shards(str(tmp_path), "train", 3, 2, 32, NUM_CLASSES)
+    _zero_data_checksums(paths[1])
+    logged = []
+    assert data_utils.check_tfrecord_files(paths, logged.append) == [2, 2, 2]
+    assert len(logged) == 1 and logged[0].startswith(f"WARNING: the first record of {paths[1]} fails its data "
+                                                     "checksum (corrupted record at 12)")
+    assert "none of its 2 records will be read" in logged[0]
+    # ... which is what TensorFlow's reader does: nothing of that file
+    assert list(tf.data.TFRecordDataset(paths[1]).ignore_errors()) == []
+    for path in paths:
+        _zero_data_checksums(path)
+    with pytest.raises(UserError, match="no record of the 3 TFRecord files can be read: the first record of each "
+                                        "fails its data checksum"):
+        data_utils.check_tfrecord_files(paths)
+
+
 def test_synthetic_data():
     dataset = data_utils.get_synth_input_fn(8, 32, 32, num_classes=11, seed=3)
     (i1, l1), (i2, l2) = list(dataset.take(2))

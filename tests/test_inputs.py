@@ -90,6 +90,18 @@ def test_next_batch_passes_other_errors_and_the_end_of_the_data_through():
         assert raised.value is error
 
 
+def test_the_end_of_the_training_input_is_a_user_error_naming_the_step_and_data():
+    """The training input repeats for ever: if it ends, a whole pass gave no record (TF's repeat stops on an empty
+    epoch), which must be one error line, not a StopIteration traceback."""
+    config = RunConfig(data_dir="/data/imagenet")
+    batch = (tf.zeros([2, 4]), tf.constant([0, 1]))
+    assert inputs.next_training_batch(iter([batch]), config, 0) is batch
+    empty = iter(tf.data.Dataset.range(4).filter(lambda x: x > 9).repeat())
+    with pytest.raises(UserError, match=re.escape("the training input ended at step 7: a whole pass over the "
+                                                  "train-* files of --data_dir /data/imagenet gave no record")):
+        inputs.next_training_batch(empty, config, 7)
+
+
 def test_augment_settings_are_the_augmenter_flags():
     assert inputs.augment_settings(RunConfig()) == AugmentSettings("none", 2, 9.0)
     assert not inputs.augment_settings(RunConfig()).enabled

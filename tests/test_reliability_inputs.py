@@ -19,6 +19,15 @@ pytestmark = pytest.mark.shallow
 CORRUPT = {(0, 1): "bad_jpeg", (0, 3): "missing_image", (1, 0): "not_example"}  # skipped; a bad label stops the run
 
 
+def zero_data_checksums(path):
+    """Rewrites every record's data checksum as 0, as a writer that does not compute them would."""
+    from utils.tfrecord_framing import iter_record_frames
+    data = bytearray(open(path, "rb").read())
+    for offset, size in iter_record_frames(path):
+        data[offset + size - 4:offset + size] = bytes(4)
+    open(path, "wb").write(data)
+
+
 def snapshot(directory):
     """{relative path: (size, mtime_ns)} of every file: 'untouched' means equal snapshots."""
     found = {}
@@ -69,6 +78,12 @@ def cases(corrupt_training, tmp_path_factory):
     write_tfrecord_shards(str(wrong_prefix), "training", 1, 6, 40, num_classes=NUM_CLASSES)
     empty = base / "empty"
     empty.mkdir()
+    no_checksums = base / "no_checksums"  # a writer that leaves every data checksum 0: no record can be read
+    for path in write_tfrecord_shards(str(no_checksums), "train", 2, 6, 40, num_classes=NUM_CLASSES):
+        zero_data_checksums(path)
+    undecodable = base / "undecodable"  # every image fails to decode: without the check, training would spin
+    write_tfrecord_shards(str(undecodable), "train", 2, 4, 40, num_classes=NUM_CLASSES,
+                          corrupt={(shard, i): "bad_jpeg" for shard in range(2) for i in range(4)})
 
     tf1 = str(base / "tf1" / "model.ckpt-100")  # the original's names, but only two of them
     os.makedirs(os.path.dirname(tf1))
@@ -107,6 +122,12 @@ def cases(corrupt_training, tmp_path_factory):
                                   base / "m2"], "no train-* files in data dir"),
         "empty_data_dir": (train + ["--data_dir", empty, "--results_dir", base / "r3", "--model_dir",
                                     base / "m3"], "no train-* files in data dir"),
+        "no_data_checksums": (train + ["--data_dir", no_checksums, "--results_dir", base / "r9", "--model_dir",
+                                       base / "m9"], "no record of the 2 TFRecord files can be read: the first "
+                                                     "record of each fails its data checksum"),
+        "no_decodable_image": (train + ["--data_dir", undecodable, "--results_dir", base / "r10", "--model_dir",
+                                        base / "m10"], "the first record of each of the 2 TFRecord files cannot be used "
+                                                       "(first: "),
         "wrong_num_classes": (evaluate + ["--results_dir", base / "r4", "--model_dir", trained, "--num_classes",
                                           7], "--num_classes 7 contradicts checkpoint"),
         "wrong_arch": (evaluate + ["--results_dir", base / "r5", "--model_dir", trained, "--arch",
@@ -131,7 +152,8 @@ def cases(corrupt_training, tmp_path_factory):
     return {"specs": specs, "results": dict(zip(specs, results)), "before": before, "after": after, "base": base}
 
 
-ERROR_CASES = ["truncated_shard", "wrong_prefix", "empty_data_dir", "wrong_num_classes", "wrong_arch",
+ERROR_CASES = ["truncated_shard", "wrong_prefix", "empty_data_dir", "no_data_checksums", "no_decodable_image",
+               "wrong_num_classes", "wrong_arch",
                "tf1_missing_names", "truncated_checkpoint_eval", "truncated_checkpoint_train", "not_an_image",
                "zero_bytes", "huge_image"]
 
@@ -147,7 +169,7 @@ def test_bad_input_is_one_error_line_and_status_2(cases, name):
 
 def test_bad_inputs_write_no_checkpoint_and_leave_model_dirs_untouched(cases):
     assert cases["before"] == cases["after"]
-    for model_dir in ("m1", "m2", "m3", "m6"):
+    for model_dir in ("m1", "m2", "m3", "m6", "m9", "m10"):
         assert not checkpoint_steps(cases["base"] / model_dir)
 
 
