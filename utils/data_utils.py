@@ -145,7 +145,7 @@ def check_tfrecord_files(filenames, log=print) -> list[int]:
     problems = [(name, count, problem) for name, count in zip(filenames, counts) if count
                 for problem in [_first_record_problem(name)] if problem]
     if problems and len(problems) == sum(1 for count in counts if count):
-        name, _, (checksum, why) = problems[0]
+        name, _, (_, why) = problems[0]
         if all(problem[0] for _, _, problem in problems):
             raise UserError(f"no record of the {len(filenames)} TFRecord files can be read: the first record of each "
                             f"fails its data checksum (first: {name}: {why}); were they written by a tool that does "
