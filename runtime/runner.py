@@ -210,9 +210,11 @@ class Runner:
         log.print("Using {} learning rate schedule".format("cosine" if config.cosine_lr else "step"))
         reach = learning_rate.warmup_reach(length.steps_per_epoch, config.lr_warmup_epochs, length.num_steps)
         if reach is not None and not is_benchmark:  # (a benchmark's synthetic epoch is the whole run)
-            log.print("Note: the learning-rate warmup (--lr_warmup_epochs {} = {:,} steps) lasts the whole run of {:,} "
-                      "steps: the rate rises to {:.0%} of its peak and never decays; a smaller --lr_warmup_epochs "
-                      "reaches the peak".format(config.lr_warmup_epochs, reach[0], length.num_steps, reach[1]))
+            def steps(n):
+                return "{:,} step{}".format(n, "" if n == 1 else "s")
+            log.print("Note: the learning-rate warmup (--lr_warmup_epochs {} = {}) lasts the whole run of {}: the "
+                      "rate rises to {:.0%} of its peak and never decays; a smaller --lr_warmup_epochs reaches the "
+                      "peak".format(config.lr_warmup_epochs, steps(reach[0]), steps(length.num_steps), reach[1]))
         if self.precision.policy:
             scaling = {"dynamic": "dynamic loss scaling", "static": "static loss scale {:g}".format(
                 self.precision.static_scale)}.get(self.precision.loss_scaling, "no loss scaling")
