@@ -7,7 +7,7 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests._data_helpers import (encode_image, label_of, make_example, random_image, skipped_total, truncate_file,
-                                 write_tfrecord_shards)
+                                 write_tfrecord_shards, zero_data_checksums)
 from utils import data_utils
 from utils.errors import UserError
 
@@ -197,14 +197,6 @@ def test_file_checks(tmp_path):
         data_utils.check_tfrecord_files([str(tmp_path / "empty")])
 
 
-def _zero_data_checksums(path):
-    from utils.tfrecord_framing import iter_record_frames
-    data = bytearray(open(path, "rb").read())
-    for offset, size in iter_record_frames(path):
-        data[offset + size - 4:offset + size] = bytes(4)
-    open(path, "wb").write(data)
-
-
 @pytest.mark.parametrize("kind, reason", [
     ("not_example", "it is not a tf.train.Example"), ("missing_image", "it has no image/encoded feature"),
     ("bad_jpeg", "its image/encoded does not decode: ")])
@@ -224,7 +216,7 @@ def test_first_records_that_cannot_be_used_in_every_file_are_an_error(tmp_path, 
 
 def test_a_first_record_failing_its_data_checksum_is_named_and_all_of_them_are_an_error(tmp_path):
     paths = write_tfrecord_shards(str(tmp_path), "train", 3, 2, 32, NUM_CLASSES)
-    _zero_data_checksums(paths[1])
+    zero_data_checksums(paths[1])
     logged = []
     assert data_utils.check_tfrecord_files(paths, logged.append) == [2, 2, 2]
     assert len(logged) == 1 and logged[0].startswith(f"WARNING: the first record of {paths[1]} fails its data "
@@ -233,7 +225,7 @@ def test_a_first_record_failing_its_data_checksum_is_named_and_all_of_them_are_a
     # ... which is what TensorFlow's reader does: nothing of that file
     assert list(tf.data.TFRecordDataset(paths[1]).ignore_errors()) == []
     for path in paths:
-        _zero_data_checksums(path)
+        zero_data_checksums(path)
     with pytest.raises(UserError, match="no record of the 3 TFRecord files can be read: the first record of each "
                                         "fails its data checksum"):
         data_utils.check_tfrecord_files(paths)

@@ -11,21 +11,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests._data_helpers import encode_image, random_image, truncate_file, write_tfrecord_shards
+from tests._data_helpers import (encode_image, random_image, truncate_file, write_tfrecord_shards,
+                                 zero_data_checksums)
 from tests._reliability_helpers import (SMALL, NUM_CLASSES, checkpoint_steps, latest_checkpoint, run, run_cases)
 
 pytestmark = pytest.mark.shallow
 
 CORRUPT = {(0, 1): "bad_jpeg", (0, 3): "missing_image", (1, 0): "not_example"}  # skipped; a bad label stops the run
-
-
-def zero_data_checksums(path):
-    """Rewrites every record's data checksum as 0, as a writer that does not compute them would."""
-    from utils.tfrecord_framing import iter_record_frames
-    data = bytearray(open(path, "rb").read())
-    for offset, size in iter_record_frames(path):
-        data[offset + size - 4:offset + size] = bytes(4)
-    open(path, "wb").write(data)
 
 
 def snapshot(directory):
