@@ -51,6 +51,7 @@ minute, and the end of a training run (its iterator dropped before the evaluatio
 """
 from __future__ import annotations
 
+import inspect
 import io
 import os
 import re
@@ -59,6 +60,7 @@ import warnings
 
 import numpy as np
 import tensorflow as tf
+from google.protobuf.message import DecodeError
 
 from utils import image_processing
 from utils.errors import UserError
@@ -79,19 +81,19 @@ as_written = tf.autograph.experimental.do_not_convert
 
 
 # ---------------------------------------------------------------------------------------------- TFRecords
+# TensorFlow's C++ record reader without the deprecation notice of tf_record_iterator's wrapper (tf.data's reader
+# would cost ~20 ms per file to build; this ~0.1 ms).
+_read_records_in_cpp = inspect.unwrap(tf.compat.v1.io.tf_record_iterator)
+
+
 def _first_record_problem(filename):
     """None when the first record of `filename` reads, parses and decodes as training needs, else (checksum, why):
     `checksum` True when TensorFlow's reader rejects the record itself, then stops there, so the file yields none
     of its records; False when the record reads but is not an Example with a decodable image/encoded."""
-    import inspect
-    # The C++ reader without the deprecation notice of tf_record_iterator's wrapper (tf.data's reader would cost
-    # ~20 ms per file to build; this ~0.1 ms).
-    read = inspect.unwrap(tf.compat.v1.io.tf_record_iterator)
     try:
-        record = next(iter(read(filename)))
+        record = next(iter(_read_records_in_cpp(filename)))
     except tf.errors.OpError as error:
-        return True, _first_line(error)
-    from google.protobuf.message import DecodeError
+        return True, _op_error_text(error)
     try:
         example = tf.train.Example.FromString(record)
     except DecodeError:
@@ -106,14 +108,8 @@ def _first_record_problem(filename):
         else:
             image_processing.decode_image(images[0])
     except tf.errors.OpError as error:
-        return False, "its image/encoded does not decode: " + _first_line(error)
+        return False, "its image/encoded does not decode: " + _op_error_text(error)
     return None
-
-
-def _first_line(error):
-    """An OpError's reason without the op names TensorFlow puts around it in eager mode."""
-    message = re.sub(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]", "", error.message or "").strip()
-    return (message.splitlines() or [type(error).__name__])[0][:200]
 
 
 def check_tfrecord_files(filenames, log=print) -> list[int]:
