@@ -287,17 +287,18 @@ def check_dataset(args, num_classes):
 
 
 def _checked(batches_of, classes_from):
-    """The batches, with a label outside the model's classes turned into one UserError line."""
+    """The batches, with a label outside the model's classes, or records none of which can be used, turned into one
+    UserError line."""
     import tensorflow as tf
     from utils import data_utils
     try:
         for images, labels in batches_of:
             yield images.numpy(), labels.numpy()
     except tf.errors.InvalidArgumentError as error:
-        label_error = data_utils.label_range_error(error, classes_from)
-        if label_error is None:
+        user_error = data_utils.input_error(error, classes_from)
+        if user_error is None:
             raise
-        raise label_error from None
+        raise user_error from None
 
 
 def batches(args, num_classes=None):

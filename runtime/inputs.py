@@ -41,15 +41,15 @@ def _dali(config, filenames, batch_size, log, **options):
 
 def next_batch(iterator):
     """`next(iterator)` of any dataset of this module (plain, prefetched to a device or distributed), with a label
-    outside 1..--num_classes turned into the UserError naming it (data_utils.label_range_error), and an image DALI
-    cannot decode into one saying so (dali_utils.decode_error); StopIteration at the end of a finite dataset
-    passes through."""
+    outside 1..--num_classes and a repeated input that no longer yields turned into the UserError saying so
+    (data_utils.input_error), and an image DALI cannot decode into one (dali_utils.decode_error); StopIteration at
+    the end of a finite dataset passes through."""
     import tensorflow as tf
     from utils import dali_utils
     try:
         return next(iterator)
     except tf.errors.OpError as error:
-        user_error = data_utils.label_range_error(error) or dali_utils.decode_error(error)
+        user_error = data_utils.input_error(error) or dali_utils.decode_error(error)
         if user_error is None:
             raise
         raise user_error from None
@@ -82,7 +82,7 @@ def train_dataset(config, platform, rank, num_shards, start_step=0, log=print):
         log("Using Synthetic Data ...")
         return data_utils.get_synth_input_fn(batch_size, size, size, config.num_classes, seed=seed)
     filenames = runner_utils.list_filenames_in_dataset(config.data_dir, "train")
-    data_utils.check_tfrecord_files(filenames, log)
+    data_utils.check_tfrecord_files(filenames, log, boxes=not config.uses_dali)  # DALI's crop ignores the boxes
     if config.uses_dali:
         return _dali(config, filenames, batch_size, log, training=True, deterministic=config.seed is not None,
                      seed=seed, num_shards=num_shards, shard_index=rank, min_crop_area=config.min_crop_area,

@@ -11,7 +11,7 @@ from PIL import Image
 
 # Kinds of damage `write_tfrecord_shards(corrupt=...)` can put into a record. The pipelines skip the first, second
 # and fourth as corrupt records; "label_out_of_range" (label num_classes + 5) stops them with one error instead.
-CORRUPT_KINDS = ("bad_jpeg", "missing_image", "label_out_of_range", "not_example")
+CORRUPT_KINDS = ("bad_jpeg", "truncated_jpeg", "missing_image", "label_out_of_range", "not_example", "pixel_bbox")
 
 
 def random_image(rng, height, width):
@@ -101,6 +101,10 @@ def write_tfrecord_shards(directory, prefix, num_shards, records_per_shard, imag
                     continue
                 if kind == "bad_jpeg":
                     jpeg = b"\xff\xd8\xff\xe0" + b"garbage" * 10
+                elif kind == "truncated_jpeg":  # its header reads; the decode fails
+                    jpeg = jpeg[:len(jpeg) // 2]
+                elif kind == "pixel_bbox":  # a box in pixels, not in fractions of the sides: the training crop fails
+                    bboxes = [(2.0, 3.0, height - 2.0, width - 3.0)]
                 elif kind == "missing_image":
                     jpeg = None
                 elif kind == "label_out_of_range":

@@ -214,6 +214,54 @@ def test_first_records_that_cannot_be_used_in_every_file_are_an_error(tmp_path, 
     assert data_utils.check_tfrecord_files(paths, logged.append) == [3, 3] and logged == []
 
 
+def test_boxes_in_pixels_are_an_error_for_the_training_crop_only(tmp_path):
+    """TF's crop refuses boxes outside 0..1, so every training record would be dropped; evaluation (and DALI's
+    crop) do not read the boxes."""
+    paths = write_tfrecord_shards(str(tmp_path), "train", 2, 3, 32, NUM_CLASSES,
+                                  corrupt={(s, i): "pixel_bbox" for s in range(2) for i in range(3)})
+    with pytest.raises(UserError, match=re.escape(
+            f"(first: {paths[0]}: its bounding box (ymin 2, xmin 3, ymax 30, xmax 29) is not in fractions of the "
+            "image's height and width (0..1), which the training crop needs: pixel coordinates?)")):
+        data_utils.check_tfrecord_files(paths, boxes=True)
+    assert data_utils.check_tfrecord_files(paths) == [3, 3]
+    boxed = write_tfrecord_shards(str(tmp_path / "fractions"), "train", 1, 2, 32, NUM_CLASSES, with_bbox=True)
+    assert data_utils.check_tfrecord_files(boxed, boxes=True) == [2]
+
+
+@pytest.mark.parametrize("training, kind, reason", [
+    (True, "pixel_bbox", "All bounding box coordinates must be in [0.0, 1.0]: 2"),
+    (False, "truncated_jpeg", "jpeg::Uncompress failed. Invalid JPEG data or crop window")])
+def test_a_repeated_input_that_can_use_no_record_stops_with_the_reason(tmp_path, training, kind, reason):
+    """Without the stand-in record, the repeated stream would read failures for ever and never yield a batch."""
+    records, num_threads = 7, 2
+    paths = write_tfrecord_shards(str(tmp_path), "train", 2, records, 32, NUM_CLASSES,
+                                  corrupt={(s, i): kind for s in range(2) for i in range(records)})
+    dataset = data_utils.get_tfrecords_input_fn(paths, 2, 32, 32, training=training, num_threads=num_threads,
+                                                deterministic=True, seed=0, num_classes=NUM_CLASSES)
+    message = _first_error(dataset)
+    in_a_row = 2 * records + 4 * num_threads + 64  # a pass, and the records the parallel map may hold
+    assert message.startswith(f"none of the last {in_a_row} records read could be used (each was skipped as "
+                              f"corrupt), more than a whole pass over the files ({2 * records} records), so the input "
+                              "would never yield a batch; record "), message
+    match = re.search(r"; record (\d+) of (\S+): (.*)\. Re-create the dataset", message)
+    assert match and match.group(2) in paths and 0 <= int(match.group(1)) < records, message
+    assert match.group(3) == reason
+
+
+def test_a_few_usable_records_among_failures_keep_a_repeated_input_going(tmp_path, capfd):
+    """One usable record per file is enough: no pass is all failures, so the stream never stops (the stand-in
+    record is never used); the failures are skipped and counted."""
+    records = 30
+    corrupt = {(s, i): "truncated_jpeg" for s in range(2) for i in range(records) if i != 17}
+    paths = write_tfrecord_shards(str(tmp_path), "train", 2, records, 32, NUM_CLASSES, corrupt=corrupt)
+    dataset = data_utils.get_tfrecords_input_fn(paths, 2, 32, 32, training=True, num_threads=1,
+                                                deterministic=True, seed=0, num_classes=NUM_CLASSES)
+    labels = _labels(dataset, 12)  # 24 images: twelve passes over the 60 records
+    assert sorted(set(labels.tolist())) == sorted({label_of(17, NUM_CLASSES) - 1,
+                                                   label_of(records + 17, NUM_CLASSES) - 1})
+    assert skipped_total(capfd.readouterr().err) >= 11 * 58
+
+
 def test_a_first_record_failing_its_data_checksum_is_named_and_all_of_them_are_an_error(tmp_path):
     paths = write_tfrecord_shards(str(tmp_path), "train", 3, 2, 32, NUM_CLASSES)
     zero_data_checksums(paths[1])

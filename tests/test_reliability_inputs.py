@@ -77,6 +77,13 @@ def cases(corrupt_training, tmp_path_factory):
     write_tfrecord_shards(str(undecodable), "train", 2, 4, 40, num_classes=NUM_CLASSES,
                           corrupt={(shard, i): "bad_jpeg" for shard in range(2) for i in range(4)})
 
+    pixel_boxes = base / "pixel_boxes"  # boxes in pixels: the training crop refuses every record
+    write_tfrecord_shards(str(pixel_boxes), "train", 2, 4, 40, num_classes=NUM_CLASSES,
+                          corrupt={(shard, i): "pixel_bbox" for shard in range(2) for i in range(4)})
+    truncated_images = base / "truncated_images"  # headers read, no image decodes: past the first-record check
+    write_tfrecord_shards(str(truncated_images), "train", 2, 4, 40, num_classes=NUM_CLASSES,
+                          corrupt={(shard, i): "truncated_jpeg" for shard in range(2) for i in range(4)})
+
     tf1 = str(base / "tf1" / "model.ckpt-100")  # the original's names, but only two of them
     os.makedirs(os.path.dirname(tf1))
     tf.raw_ops.SaveV2(prefix=tf1, tensor_names=["resnet50/conv2d/kernel", "global_step"], shape_and_slices=["", ""],
@@ -120,6 +127,13 @@ def cases(corrupt_training, tmp_path_factory):
         "no_decodable_image": (train + ["--data_dir", undecodable, "--results_dir", base / "r10", "--model_dir",
                                         base / "m10"], "the first record of each of the 2 TFRecord files cannot be used "
                                                        "(first: "),
+        "pixel_boxes": (train + ["--data_dir", pixel_boxes, "--results_dir", base / "r11", "--model_dir",
+                                 base / "m11"], "its bounding box (ymin 2, xmin 3, ymax 38, xmax 37) is not in "
+                                                "fractions of the image's height and width"),
+        "no_usable_record": (train + ["--data_dir", truncated_images, "--results_dir", base / "r12", "--model_dir",
+                                      base / "m12"], "none of the last 112 records read could be used (each was "
+                                                     "skipped as corrupt), more than a whole pass over the files "
+                                                     "(8 records)"),
         "wrong_num_classes": (evaluate + ["--results_dir", base / "r4", "--model_dir", trained, "--num_classes",
                                           7], "--num_classes 7 contradicts checkpoint"),
         "wrong_arch": (evaluate + ["--results_dir", base / "r5", "--model_dir", trained, "--arch",
@@ -145,7 +159,7 @@ def cases(corrupt_training, tmp_path_factory):
 
 
 ERROR_CASES = ["truncated_shard", "wrong_prefix", "empty_data_dir", "no_data_checksums", "no_decodable_image",
-               "wrong_num_classes", "wrong_arch",
+               "pixel_boxes", "no_usable_record", "wrong_num_classes", "wrong_arch",
                "tf1_missing_names", "truncated_checkpoint_eval", "truncated_checkpoint_train", "not_an_image",
                "zero_bytes", "huge_image"]
 
@@ -161,7 +175,8 @@ def test_bad_input_is_one_error_line_and_status_2(cases, name):
 
 def test_bad_inputs_write_no_checkpoint_and_leave_model_dirs_untouched(cases):
     assert cases["before"] == cases["after"]
-    for model_dir in ("m1", "m2", "m3", "m6", "m9", "m10"):
+    # m12's error comes from the input stream, after the run's step-0 checkpoint, as a label's would.
+    for model_dir in ("m1", "m2", "m3", "m6", "m9", "m10", "m11"):
         assert not checkpoint_steps(cases["base"] / model_dir)
 
 

@@ -16,7 +16,11 @@ the ring buffer and one integer comparison: no Python, no py_function.
 A shard whose framing is broken (truncated copy, wrong file) is not a "bad record": `check_tfrecord_files`
 scans the framing of every file before training and raises UserError naming the file. It also reads each file's
 first record: when none of them can be used (no data checksums, other feature keys, an image format the decoder
-refuses) every record would be dropped and the repeated stream would never yield, so that is a UserError too.
+refuses, for the training crop boxes outside 0..1) every record would be dropped and the repeated stream would
+never yield, so that is a UserError too. What that check cannot see (every image truncated after a valid header)
+a repeated stream catches itself: when more than a pass of records in a row has been dropped, `remember` swaps
+the next record for a stand-in that survives, and `check_gap` stops the stream at it with an error naming the
+record it replaced; `no_usable_record_error` re-reads that record for the reason.
 
 Labels (design)
 ---------------
@@ -51,6 +55,7 @@ minute, and the end of a training run (its iterator dropped before the evaluatio
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import io
 import os
@@ -86,10 +91,11 @@ as_written = tf.autograph.experimental.do_not_convert
 _read_records_in_cpp = inspect.unwrap(tf.compat.v1.io.tf_record_iterator)
 
 
-def _first_record_problem(filename):
+def _first_record_problem(filename, boxes):
     """None when the first record of `filename` reads, parses and decodes as training needs, else (checksum, why):
     `checksum` True when TensorFlow's reader rejects the record itself, then stops there, so the file yields none
-    of its records; False when the record reads but is not an Example with a decodable image/encoded."""
+    of its records; False when the record reads but is not an Example with a decodable image/encoded, or (`boxes`:
+    the tf.data training crop reads them) its bounding boxes are not fractions of the image's sides."""
     try:
         record = next(iter(_read_records_in_cpp(filename)))
     except tf.errors.OpError as error:
@@ -98,7 +104,8 @@ def _first_record_problem(filename):
         example = tf.train.Example.FromString(record)
     except DecodeError:
         return False, "it is not a tf.train.Example"
-    images = example.features.feature["image/encoded"].bytes_list.value
+    feature = example.features.feature
+    images = feature["image/encoded"].bytes_list.value
     if not images or not images[0]:
         return False, "it has no image/encoded feature"
     try:
@@ -109,12 +116,20 @@ def _first_record_problem(filename):
             image_processing.decode_image(images[0])
     except tf.errors.OpError as error:
         return False, "its image/encoded does not decode: " + _op_error_text(error)
+    if boxes:
+        values = {key: list(feature["image/object/bbox/" + key].float_list.value)
+                  for key in ("ymin", "xmin", "ymax", "xmax")}
+        if any(not 0.0 <= value <= 1.0 for value in sum(values.values(), [])):
+            box = ", ".join("{} {:g}".format(key, values[key][0]) for key in values if values[key])
+            return False, (f"its bounding box ({box}) is not in fractions of the image's height and width (0..1), "
+                           "which the training crop needs: pixel coordinates?")
     return None
 
 
-def check_tfrecord_files(filenames, log=print) -> list[int]:
+def check_tfrecord_files(filenames, log=print, *, boxes=False) -> list[int]:
     """Checks the framing (record lengths and their checksums) of every file and that each file's first record
-    reads, parses and decodes; returns the record counts.
+    reads, parses and decodes (and, with `boxes`, for the tf.data training input, that its bounding boxes are in
+    0..1); returns the record counts.
 
     Raises UserError naming the file for a missing, truncated or non-TFRecord file, for an empty list or a set of
     files without any record (an endless `repeat()` over nothing would hang), and when the first record of every
@@ -139,7 +154,7 @@ def check_tfrecord_files(filenames, log=print) -> list[int]:
     if sum(counts) == 0:
         raise UserError(f"the {len(filenames)} TFRecord files hold no record (first: {filenames[0]})")
     problems = [(name, count, problem) for name, count in zip(filenames, counts) if count
-                for problem in [_first_record_problem(name)] if problem]
+                for problem in [_first_record_problem(name, boxes)] if problem]
     if problems and len(problems) == sum(1 for count in counts if count):
         name, _, (_, why) = problems[0]
         if all(problem[0] for _, _, problem in problems):
@@ -148,7 +163,8 @@ def check_tfrecord_files(filenames, log=print) -> list[int]:
                             "not compute TFRecord's checksums? Re-create them (python -m dataprep.build_tfrecords)")
         raise UserError(f"the first record of each of the {len(filenames)} TFRecord files cannot be used (first: "
                         f"{name}: {why}); are they ImageNet-style TFRecords (a tf.train.Example with a JPEG or PNG "
-                        "image/encoded and image/class/label)? Make them with python -m dataprep.build_tfrecords")
+                        "image/encoded, image/class/label and, if any, bounding boxes in 0..1)? Make them with "
+                        "python -m dataprep.build_tfrecords")
     for name, count, (checksum, why) in problems:
         if checksum:
             log(f"WARNING: the first record of {name} fails its data checksum ({why}): the reader stops there, so "
@@ -237,6 +253,50 @@ def label_range_error(error, classes_from="--num_classes"):
     return UserError(label_error_text(int(label), int(num_classes), where, classes_from))
 
 
+# Marks the Assert of a repeated input that read more than a pass of records without one it could use; its message
+# is `[NO_USABLE_RECORD_MARKER] [records skipped in a row] [records of a pass] [file] [record index] [training 0/1]
+# [NO_USABLE_RECORD_END]`, the file and record being the one the stand-in replaced.
+NO_USABLE_RECORD_MARKER = "rn50-no-usable-record"
+NO_USABLE_RECORD_END = "end-rn50-no-usable-record"
+_NO_USABLE_RECORD_MESSAGE = re.compile(r"\[{}\] \[(\d+)\] \[(\d+)\] \[(.*?)\] \[(-?\d+)\] \[([01])\] \[{}\]".format(
+    re.escape(NO_USABLE_RECORD_MARKER), re.escape(NO_USABLE_RECORD_END)), re.DOTALL)
+
+
+def no_usable_record_error(error):
+    """The UserError of an InvalidArgumentError raised by a repeated TFRecord input that read more than a pass of
+    records without one it could use (`_corrupt_record_guard`), with the reason one of them fails; None for any
+    other error."""
+    match = _NO_USABLE_RECORD_MESSAGE.search(str(getattr(error, "message", error)))
+    if match is None:
+        return None
+    in_a_row, per_pass, filename, record_index, training = match.groups()
+    why = _record_failure(filename, int(record_index), training == "1") or "it does not fail when read again"
+    return UserError(f"none of the last {int(in_a_row) - 1:,} records read could be used (each was skipped as "
+                     f"corrupt), more than a whole pass over the files ({int(per_pass):,} records), so the input "
+                     f"would never yield a batch; record {record_index} of {filename}: {why.rstrip('.')}. "
+                     "Re-create the dataset (python -m dataprep.build_tfrecords)")
+
+
+def _record_failure(filename, record_index, training):
+    """Why record `record_index` of `filename` fails the input's parse, decode and (`training`) crop, or None."""
+    try:
+        for index, record in enumerate(_read_records_in_cpp(filename)):
+            if index == record_index:
+                image_bytes, _, bbox, _ = image_processing.parse_example_proto(record)
+                image = image_processing.decode_image(image_bytes)
+                if training:
+                    image_processing.distorted_crop_window(tf.shape(image), bbox)
+                return None
+    except tf.errors.OpError as error:
+        return _op_error_text(error)
+    return None
+
+
+def input_error(error, classes_from="--num_classes"):
+    """label_range_error or no_usable_record_error of an error that reached `next(iterator)`, or None."""
+    return label_range_error(error, classes_from) or no_usable_record_error(error)
+
+
 class SkippedRecords:
     """How many records a TFRecord pipeline dropped as corrupt: pass one to `get_tfrecords_input_fn(skipped=...)`
     and read `count` after iterating (a running total over every iterator of that dataset)."""
@@ -252,12 +312,29 @@ class SkippedRecords:
         return 0 if self._variable is None else int(self._variable.numpy())
 
 
-def _corrupt_record_guard(filenames_t, num_classes):
+@functools.lru_cache(maxsize=None)
+def _stand_in_record():
+    """A serialized Example that parses, decodes and crops (an 8x8 JPEG): it passes `ignore_errors`."""
+    with tf.init_scope():  # eager, also while a dataset function is traced
+        jpeg = tf.io.encode_jpeg(tf.zeros([8, 8, 3], tf.uint8)).numpy()
+    return tf.train.Example(features=tf.train.Features(feature={
+        "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[jpeg]))})).SerializeToString()
+
+
+def _corrupt_record_guard(filenames_t, num_classes, first_position, training, stop_after=None):
     """(remember, check_gap, check_label, end_marker, counter): the cheap sequential stages around `ignore_errors`
     (see the module docstring). The warning they print carries the running total of skipped records (`counter`);
     `end_marker(shape)` is the element that closes a finite stream (file index -1, filtered out after the scan);
-    check_label checks each label and makes it 0-based."""
+    check_label checks each label and makes it 0-based.
+
+    stop_after: (records of a pass, slack) of a repeated stream, or None. When more than a pass plus the slack
+    (the records in flight in the parallel map, which `remember` cannot know the fate of) have been read since the
+    last one that survived, a pass's worth in a row failed: no dataset to train on, and with none usable the
+    stream would never yield. `remember` then swaps the record for `_stand_in_record()`, which survives, with its
+    record index stored as -2 - index, and `check_gap` stops the stream at it with an error naming the record it
+    replaced (`no_usable_record_error`)."""
     counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_records")
+    last_kept = tf.Variable(first_position - 1, dtype=tf.int64, trainable=False, name="last_kept_position")
     # Row p % size: (p, file index, record index). A row not holding p means the element failed upstream of
     # `remember` (a read error of the TFRecord stream itself), so there is no file to name.
     ring = tf.Variable(tf.fill([_POSITION_RING, 3], tf.constant(-1, tf.int64)), trainable=False,
@@ -268,8 +345,12 @@ def _corrupt_record_guard(filenames_t, num_classes):
     def remember(position, element):
         record, file_index, record_index = element
         slot = tf.reshape(position % _POSITION_RING, [1, 1])
-        with tf.control_dependencies([ring.scatter_nd_update(slot, [[position, file_index, record_index]]),
-                                      end.assign(position + 1)]):
+        updates = [ring.scatter_nd_update(slot, [[position, file_index, record_index]]), end.assign(position + 1)]
+        if stop_after is not None:
+            starved = position - last_kept.read_value() > sum(stop_after)
+            record = tf.where(starved, _stand_in_record(), record)
+            record_index = tf.where(starved, -2 - record_index, record_index)
+        with tf.control_dependencies(updates):
             return tf.identity(position), record, file_index, record_index
 
     def report(expected, position):
@@ -286,8 +367,16 @@ def _corrupt_record_guard(filenames_t, num_classes):
 
     def check_gap(expected, element):
         position, image, label, file_index, record_index = element
-        tf.cond(position > expected, lambda: report(expected, position), lambda: tf.constant(False))
-        return position + 1, (image, label, file_index, record_index)
+        # Before the report: a pass's worth of skipped records is not worth listing.
+        usable = tf.debugging.Assert(record_index >= -1, [  # -1: the end marker's
+            NO_USABLE_RECORD_MARKER, position - last_kept, tf.constant(stop_after[0] if stop_after else 0, tf.int64),
+            tf.gather(filenames_t, file_index), -2 - record_index, tf.constant(int(training), tf.int64),
+            NO_USABLE_RECORD_END], summarize=-1)
+        with tf.control_dependencies([usable]):
+            reported = tf.cond(position > expected, lambda: report(expected, position), lambda: tf.constant(False))
+            kept = last_kept.assign(position)
+        with tf.control_dependencies([reported, kept]):
+            return position + 1, (tf.identity(image), label, file_index, record_index)
 
     def check_label(image, label, file_index, record_index):
         # A map of its own after the scan: a failure inside the scan would leave its position behind, and the
@@ -334,7 +423,13 @@ def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_t
         records = records.skip(first_position)
     records = records.enumerate(start=first_position)
 
-    remember, check_gap, check_label, end_marker, counter = _corrupt_record_guard(filenames_t, num_classes)
+    stop_after = None
+    if num_epochs is None:  # a repeated stream: the records of this worker's pass, and those in flight
+        from utils.tfrecord_framing import count_records
+        shard = filenames[shard_index::num_shards] if training and num_shards > 1 else filenames
+        stop_after = (sum(count_records(name) for name in shard), 4 * num_threads + 64)
+    remember, check_gap, check_label, end_marker, counter = _corrupt_record_guard(
+        filenames_t, num_classes, first_position, training, stop_after)
     if skipped is not None:
         skipped.attach(counter)
     dataset = records.map(as_written(remember))
@@ -514,6 +609,7 @@ def _op_error_text(error):
     """The one-line core of a TensorFlow op error, without the `{{function_node ...}}` and `[Op:...]` wrapping."""
     text = " ".join(str(error.message).split())
     text = re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:[^\]]*\]", "", text)
+    text = re.sub(r"\s+name:\s*$", "", text)  # eager errors end with the op's (empty) name
     return text[:200] or type(error).__name__
 
 
