@@ -84,7 +84,7 @@ def process_bounding_boxes(xml_dir: str, synsets: set[str] | None = None) -> tup
 
 
 def read_bounding_box_csv(csv_path: str) -> dict[str, list[tuple[float, float, float, float]]]:
-    """`filename,xmin,ymin,xmax,ymax` lines -> {basename: [(xmin, ymin, xmax, ymax), ...]}."""
+    """`filename,xmin,ymin,xmax,ymax` lines, coordinates in 0..1 -> {basename: [(xmin, ymin, xmax, ymax), ...]}."""
     boxes: dict[str, list[tuple[float, float, float, float]]] = {}
     try:
         with open(csv_path, encoding="utf-8") as f:
@@ -101,6 +101,12 @@ def read_bounding_box_csv(csv_path: str) -> dict[str, list[tuple[float, float, f
                     if line_number == 1:  # header line
                         continue
                     raise UserError(f"{csv_path}:{line_number}: non-numeric coordinate") from None
+                outside = [value for value in coords if not 0.0 <= value <= 1.0]
+                if outside:
+                    # The training crop refuses such a box, so every record carrying one would be skipped.
+                    raise UserError(f"{csv_path}:{line_number}: coordinate {outside[0]:g} is outside 0..1: boxes are "
+                                    "fractions of the image's width and height (pixel coordinates divided by them), "
+                                    "as dataprep.process_bounding_boxes writes them")
                 boxes.setdefault(os.path.basename(parts[0].strip()), []).append(coords)
     except OSError as exc:
         raise UserError(f"cannot read bounding-box file {csv_path}: {exc.strerror or exc}") from None

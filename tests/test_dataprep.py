@@ -220,6 +220,19 @@ def test_bbox_csv_is_honoured(tree, tmp_path):
     assert all(r["image/object/bbox/xmin"] == [] for n, r in by_name.items() if n != "rgb_a.JPEG")
 
 
+def test_a_bbox_csv_in_pixels_is_refused_naming_the_line(tree, tmp_path, capsys):
+    """The training crop refuses boxes outside 0..1: writing them would make every such record a skipped one."""
+    root, _ = tree
+    csv = tmp_path / "boxes.csv"
+    csv.write_text("filename,xmin,ymin,xmax,ymax\nrgb_a.JPEG,0.1,0.2,0.5,0.6\nrgb_b.JPEG,12,30,200,180\n")
+    out = tmp_path / "out"
+    assert build(["--train_dir", f"{root}/train", "--output_dir", str(out), "--bounding_box_file", str(csv)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"ERROR: {csv}:3: coordinate 12 is outside 0..1: boxes are fractions of the image's width and height (pixel "
+        "coordinates divided by them), as dataprep.process_bounding_boxes writes them")
+    assert not out.exists() or not os.listdir(out)
+
+
 def _xml(path, width, height, boxes):
     objects = "".join(f"<object><name>{name}</name><bndbox><xmin>{x0}</xmin><ymin>{y0}</ymin><xmax>{x1}</xmax>"
                       f"<ymax>{y1}</ymax></bndbox></object>" for name, x0, y0, x1, y1 in boxes)
