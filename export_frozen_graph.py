@@ -86,11 +86,12 @@ CHECKPOINT_FLAGS = {"arch": "--model_name", "num_classes": "--num_classes", "ima
 def resolve_settings(args, info, log=print):
     """The export's settings from the checkpoint (runtime/settings.reconcile): a flag left at its default takes the
     checkpoint's value, a given one must agree. --quantize stays a choice (a QAT checkpoint also exports as float),
-    but the quantised graph takes the checkpoint's --symmetric."""
+    but the quantised graph takes the checkpoint's --symmetric and --use_qdq: the ranges were trained on that grid
+    (FakeQuant and QuantizeAndDequantize round to different ones)."""
     given = {{"model_name": "arch"}.get(dest, dest) for dest in getattr(args, "given", ())}
     current = {"arch": args.model_name, "num_classes": args.num_classes, "image_size": args.image_size,
-               "use_final_conv": args.use_final_conv, "symmetric": args.symmetric}
-    flags = dict(CHECKPOINT_FLAGS, **({"symmetric": "--symmetric"} if args.quantize else {}))
+               "use_final_conv": args.use_final_conv, "symmetric": args.symmetric, "use_qdq": args.use_qdq}
+    flags = dict(CHECKPOINT_FLAGS, **({"symmetric": "--symmetric", "use_qdq": "--use_qdq"} if args.quantize else {}))
     source = f"checkpoint {info.path}"
     changes = reconcile(current, info.recorded_settings(), given, flags, source, log,
                         compatible=lambda name, *_: name == "use_final_conv")

@@ -273,7 +273,8 @@ def test_log_records_are_valid_json_lines(trained):
 @pytest.mark.slow
 def test_qat_workflow_end_to_end(trained, data_dir, tmp_path):
     """The original's QAT workflow through the CLIs: QAT fine-tune of an FP32 checkpoint -> postprocess_ckpt.py ->
-    export_frozen_graph.py --quantize --use_final_conv --use_qdq --symmetric -> a runnable Q/DQ graph."""
+    export_frozen_graph.py --quantize -> a runnable Q/DQ graph. The export takes --symmetric and --use_qdq from the
+    checkpoint (the recipe also passes them): FakeQuant ops would round to another grid than the one trained."""
     import tensorflow as tf
     qat = str(tmp_path / "qat")
     run_main("--mode", "train", "--data_dir", data_dir, "--batch_size", 8, "--num_iter", 2, "--iter_unit", "batch",
@@ -296,9 +297,12 @@ def test_qat_workflow_end_to_end(trained, data_dir, tmp_path):
     final_conv = str(tmp_path / "final_conv")
     graph_path = str(tmp_path / "qat.pb")
     tool_in_process("postprocess_ckpt", "--input", qat, "--output", final_conv)
-    tool_in_process("export_frozen_graph", "--model_name", "resnet50", "--num_classes", NUM_CLASSES, "--image_size",
-                    32, "--input_format", "NHWC", "--compute_format", "NHWC", "--checkpoint", final_conv,
-                    "--output_file", graph_path, "--quantize", "--use_final_conv", "--use_qdq", "--symmetric")
+    export = tool_in_process("export_frozen_graph", "--model_name", "resnet50", "--num_classes", NUM_CLASSES,
+                             "--image_size", 32, "--input_format", "NHWC", "--compute_format", "NHWC", "--checkpoint",
+                             final_conv, "--output_file", graph_path, "--quantize", "--use_final_conv")
+    checkpoint_path = tf.train.latest_checkpoint(final_conv)
+    for flag in ("--symmetric", "--use_qdq"):
+        assert f"Using {flag} from checkpoint {checkpoint_path}" in export.stdout.splitlines()
     graph_def = tf.compat.v1.GraphDef()
     with open(graph_path, "rb") as handle:
         graph_def.ParseFromString(handle.read())
