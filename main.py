@@ -65,8 +65,8 @@ def run(argv=None, runner_class=None, own_process=False):
             # The run owns model_dir from before it reads the checkpoint to after its last write (docs/RELIABILITY.md).
             from utils.run_lock import RunLock
             stack.enter_context(RunLock(config.model_dir))
-        return run_mode(run_settings.resolve(config, given, replicas=distribution.num_replicas), distribution,
-                        platform, precision, runner_class)
+        resolved = run_settings.resolve(config, given, replicas=distribution.num_replicas, workers=distribution.size)
+        return run_mode(resolved, distribution, platform, precision, runner_class)
 
 
 def run_mode(resolved, distribution, platform, precision, runner_class=None):

@@ -256,9 +256,10 @@ def data_splits(config):
     return ("validation",)
 
 
-def check_data(config, log=print):
-    """{split: SplitFacts} of the splits the run reads, each complete, with labels the classifier can hold and, with
-    --dali, the index files of its shards."""
+def check_data(config, log=print, workers=1):
+    """{split: SplitFacts} of the splits the run reads, each complete, with labels the classifier can hold, with
+    --dali the index files of its shards, and (the tf.data input, whose workers read whole files) at least as many
+    train files as `workers`."""
     facts = {}
     splits = data_splits(config)
     if not splits:
@@ -271,6 +272,14 @@ def check_data(config, log=print):
         if config.uses_dali:  # each index file present and describing its shard
             from runtime.runner_utils import list_index_files
             list_index_files(config.data_idx_dir, split_facts.files)
+        elif split == "train" and workers > len(split_facts.files):
+            # A worker without a file would stop at its first batch while the others wait for it in a collective.
+            files = len(split_facts.files)
+            raise UserError("--data_dir {} has {} train-* file{} but this job runs {} workers, and each worker reads "
+                            "whole files (worker k: files k, k + {}, ...): use at most {} worker{}, or write more "
+                            "shards (python -m dataprep.build_tfrecords --train_shards N)".format(
+                                config.data_dir, files, "s" * (files > 1), workers, workers, files,
+                                "s" * (files > 1)))
         if split_facts.num_classes is not None:
             log("Dataset {} {}: {} images in {} shards, labels {}..{} ({} classes; the classifier has {} "
                 "outputs)".format(config.data_dir, split, split_facts.num_images, split_facts.present_shards,
@@ -279,10 +288,11 @@ def check_data(config, log=print):
     return facts
 
 
-def resolve(config, given, log=print, replicas=1):
+def resolve(config, given, log=print, replicas=1, workers=1):
     """The RunSettings of a main.py run: `config` (from `parse`) reconciled with the checkpoint it reads (resume or
     inference) or fine-tunes from, then checked against the dataset. `replicas`: the run's model replicas, over
-    every worker (utils/distributed.Distribution.num_replicas)."""
+    every worker (utils/distributed.Distribution.num_replicas); `workers`: its processes, each reading its own
+    shard of the train files (Distribution.size)."""
     given = frozenset(given)
     sized = _synthetic_size_changes(config, given, log)
     if sized:  # the size follows a given flag, which a checkpoint's size does not override
@@ -306,5 +316,5 @@ def resolve(config, given, log=print, replicas=1):
     elif config.finetune_checkpoint and config.mode in TRAINING_MODES:
         finetune, changes = _finetune_changes(config, given, log)
     resolved = dataclasses.replace(config, **changes) if changes else config
-    data = check_data(resolved, log)
+    data = check_data(resolved, log, workers)
     return RunSettings(resolved, info, finetune, data, changes)

@@ -1,6 +1,7 @@
 """runtime/settings.py: one resolution of a run's settings from the flags given, the checkpoint's metadata and the
 dataset's manifest. In-process, on checkpoints that hold only what `inspect` reads (metadata and key names)."""
 import os
+import re
 
 import numpy as np
 import pytest
@@ -226,7 +227,7 @@ def test_a_resume_at_another_number_of_images_per_step_says_so_and_goes_on(tmp_p
 
 def test_a_seeded_resume_on_dali_says_it_is_not_exact(tmp_path, monkeypatch):
     fake_checkpoint(tmp_path, step=3)
-    monkeypatch.setattr(settings, "check_data", lambda config, log: {})  # the dataset's checks are not this test's
+    monkeypatch.setattr(settings, "check_data", lambda *_: {})  # the dataset's checks are not this test's
     model = {"mode": "train", "num_classes": 10, "image_size": 32, "data_dir": str(tmp_path),
              "data_idx_dir": str(tmp_path), "dali": True}
     note = ("Note: DALI's input cannot skip to step 3: this resume reads its data stream from the start, so it is "
@@ -303,3 +304,22 @@ def test_parse_needs_no_tensorflow_and_rejects_abbreviations(capsys):
     assert errors[0] == "ERROR: Unknown command line arg: --model (did you mean --model_dir?)"
     assert "ERROR: Unknown command line arg: --batch (did you mean --batch_size?)" in errors
     assert "ERROR: Unknown command line arg: --num_class (did you mean --num_classes?)" in errors
+
+
+def test_a_job_of_more_workers_than_train_files_is_refused_but_dali_shards_records(tmp_path):
+    """A tf.data worker reads whole files: one without any would stop at its first batch while the others wait
+    for it in a collective. DALI shards the records, so any number of workers has some."""
+    from dataprep import make_dali_index
+    from tests._data_helpers import write_tfrecord_shards
+    data, index = tmp_path / "data", tmp_path / "index"
+    write_tfrecord_shards(str(data), "train", 2, 2, 32)
+    config = RunConfig(mode="train", data_dir=str(data), num_classes=11, batch_size=2, model_dir=str(tmp_path))
+    with pytest.raises(UserError, match=re.escape(
+            f"--data_dir {data} has 2 train-* files but this job runs 3 workers, and each worker reads whole files "
+            "(worker k: files k, k + 3, ...): use at most 2 workers, or write more shards")):
+        settings.check_data(config, workers=3)
+    assert len(settings.check_data(config, workers=2)["train"].files) == 2
+    assert make_dali_index.main([str(data), str(index), "--no_progress"]) == 0
+    dali = RunConfig(mode="train", data_dir=str(data), num_classes=11, batch_size=2, model_dir=str(tmp_path),
+                     dali=True, data_idx_dir=str(index))
+    assert len(settings.check_data(dali, workers=3)["train"].files) == 2
