@@ -82,7 +82,8 @@ def train_dataset(config, platform, rank, num_shards, start_step=0, log=print):
         log("Using Synthetic Data ...")
         return data_utils.get_synth_input_fn(batch_size, size, size, config.num_classes, seed=seed)
     filenames = runner_utils.list_filenames_in_dataset(config.data_dir, "train")
-    data_utils.check_tfrecord_files(filenames, log, boxes=not config.uses_dali)  # DALI's crop ignores the boxes
+    # DALI's crop ignores the boxes.
+    data_utils.check_tfrecord_files(filenames, log, boxes=not config.uses_dali, image_size=size)
     if config.uses_dali:
         return _dali(config, filenames, batch_size, log, training=True, deterministic=config.seed is not None,
                      seed=seed, num_shards=num_shards, shard_index=rank, min_crop_area=config.min_crop_area,

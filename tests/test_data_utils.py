@@ -262,6 +262,19 @@ def test_a_few_usable_records_among_failures_keep_a_repeated_input_going(tmp_pat
     assert skipped_total(capfd.readouterr().err) >= 11 * 58
 
 
+def test_an_image_size_more_than_twice_the_first_images_side_is_noted(tmp_path):
+    paths = write_tfrecord_shards(str(tmp_path), "train", 2, 2, (24, 30), NUM_CLASSES)
+    logged = []
+    data_utils.check_tfrecord_files(paths, logged.append, image_size=61)
+    assert logged == ["Note: the first image of each of the 2 files is at most 30 px a side, and --image_size 61 "
+                      "enlarges such images 2.0 times; --image_size 30 would train at their size, at a fraction of "
+                      "the cost"]
+    for image_size in (60, 32, None):  # up to twice their side: nothing to say
+        logged = []
+        data_utils.check_tfrecord_files(paths, logged.append, image_size=image_size)
+        assert logged == []
+
+
 def test_a_first_record_failing_its_data_checksum_is_named_and_all_of_them_are_an_error(tmp_path):
     paths = write_tfrecord_shards(str(tmp_path), "train", 3, 2, 32, NUM_CLASSES)
     zero_data_checksums(paths[1])

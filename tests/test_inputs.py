@@ -67,6 +67,21 @@ def test_next_batch_turns_a_label_above_num_classes_into_the_user_error_naming_i
             inputs.next_batch(iterator)
 
 
+def test_the_training_input_notes_images_it_enlarges_more_than_twice(tmp_path):
+    """The note is the training input's: there the user picks --image_size (an evaluation takes the model's)."""
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "train", 1, 2, 32, num_classes=5)
+    write_tfrecord_shards(str(data), "validation", 1, 2, 32, num_classes=5)
+    config = RunConfig(data_dir=str(data), num_classes=5, image_size=224, batch_size=2, no_progress=True)
+    logged = []
+    inputs.train_dataset(config, CPU, rank=0, num_shards=1, log=logged.append)
+    assert [line for line in logged if line.startswith("Note: the first image of the file is at most 32 px a side, "
+                                                       "and --image_size 224 enlarges")]
+    logged = []
+    inputs.eval_dataset(config, CPU, 2, log=logged.append)
+    assert not [line for line in logged if line.startswith("Note: the first image")]
+
+
 class _Failing:
     def __init__(self, error):
         self.error = error

@@ -91,45 +91,48 @@ as_written = tf.autograph.experimental.do_not_convert
 _read_records_in_cpp = inspect.unwrap(tf.compat.v1.io.tf_record_iterator)
 
 
-def _first_record_problem(filename, boxes):
-    """None when the first record of `filename` reads, parses and decodes as training needs, else (checksum, why):
-    `checksum` True when TensorFlow's reader rejects the record itself, then stops there, so the file yields none
-    of its records; False when the record reads but is not an Example with a decodable image/encoded, or (`boxes`:
-    the tf.data training crop reads them) its bounding boxes are not fractions of the image's sides."""
+def _first_record(filename, boxes):
+    """(problem, shape) of the first record of `filename`: shape [height, width, channels] of its image; problem
+    None when the record reads, parses and decodes as training needs, else (checksum, why): `checksum` True when
+    TensorFlow's reader rejects the record itself, then stops there, so the file yields none of its records; False
+    when the record reads but is not an Example with a decodable image/encoded, or (`boxes`: the tf.data training
+    crop reads them) its bounding boxes are not fractions of the image's sides."""
     try:
         record = next(iter(_read_records_in_cpp(filename)))
     except tf.errors.OpError as error:
-        return True, _op_error_text(error)
+        return (True, _op_error_text(error)), None
     try:
         example = tf.train.Example.FromString(record)
     except DecodeError:
-        return False, "it is not a tf.train.Example"
+        return (False, "it is not a tf.train.Example"), None
     feature = example.features.feature
     images = feature["image/encoded"].bytes_list.value
     if not images or not images[0]:
-        return False, "it has no image/encoded feature"
+        return (False, "it has no image/encoded feature"), None
     try:
         # A JPEG's header is read, not the whole image: decoding an ImageNet photo would cost ~5 ms per file.
         if images[0].startswith(b"\xff\xd8"):
-            tf.image.extract_jpeg_shape(images[0])
+            shape = tf.image.extract_jpeg_shape(images[0]).numpy().tolist()
         else:
-            image_processing.decode_image(images[0])
+            shape = image_processing.decode_image(images[0]).shape.as_list()
     except tf.errors.OpError as error:
-        return False, "its image/encoded does not decode: " + _op_error_text(error)
+        return (False, "its image/encoded does not decode: " + _op_error_text(error)), None
     if boxes:
         values = {key: list(feature["image/object/bbox/" + key].float_list.value)
                   for key in ("ymin", "xmin", "ymax", "xmax")}
         if any(not 0.0 <= value <= 1.0 for value in sum(values.values(), [])):
             box = ", ".join("{} {:g}".format(key, values[key][0]) for key in values if values[key])
-            return False, (f"its bounding box ({box}) is not in fractions of the image's height and width (0..1), "
-                           "which the training crop needs: pixel coordinates?")
-    return None
+            return (False, (f"its bounding box ({box}) is not in fractions of the image's height and width (0..1), "
+                            "which the training crop needs: pixel coordinates?")), shape
+    return None, shape
 
 
-def check_tfrecord_files(filenames, log=print, *, boxes=False) -> list[int]:
+def check_tfrecord_files(filenames, log=print, *, boxes=False, image_size=None) -> list[int]:
     """Checks the framing (record lengths and their checksums) of every file and that each file's first record
     reads, parses and decodes (and, with `boxes`, for the tf.data training input, that its bounding boxes are in
-    0..1); returns the record counts.
+    0..1); returns the record counts. With `image_size` (the side the input resizes to), logs a note when that is
+    more than twice the longest side of every first image: the run enlarges small images, at a cost of
+    `image_size` squared per image.
 
     Raises UserError naming the file for a missing, truncated or non-TFRecord file, for an empty list or a set of
     files without any record (an endless `repeat()` over nothing would hang), and when the first record of every
@@ -153,8 +156,8 @@ def check_tfrecord_files(filenames, log=print, *, boxes=False) -> list[int]:
             raise UserError(f"cannot read TFRecord file {name}: {e}") from e
     if sum(counts) == 0:
         raise UserError(f"the {len(filenames)} TFRecord files hold no record (first: {filenames[0]})")
-    problems = [(name, count, problem) for name, count in zip(filenames, counts) if count
-                for problem in [_first_record_problem(name, boxes)] if problem]
+    firsts = [(name, count, *_first_record(name, boxes)) for name, count in zip(filenames, counts) if count]
+    problems = [(name, count, problem) for name, count, problem, _ in firsts if problem]
     if problems and len(problems) == sum(1 for count in counts if count):
         name, _, (_, why) = problems[0]
         if all(problem[0] for _, _, problem in problems):
@@ -169,6 +172,13 @@ def check_tfrecord_files(filenames, log=print, *, boxes=False) -> list[int]:
         if checksum:
             log(f"WARNING: the first record of {name} fails its data checksum ({why}): the reader stops there, so "
                 f"none of its {count} records will be read; re-create that file")
+    shapes = [shape[:2] for *_, shape in firsts if shape]
+    side = max((max(shape) for shape in shapes), default=None)
+    if image_size is not None and side is not None and image_size > 2 * side:
+        files = "the file" if len(filenames) == 1 else f"each of the {len(filenames)} files"
+        log(f"Note: the first image of {files} is at most {side} px a side, and "
+            f"--image_size {image_size} enlarges such images {image_size / side:.1f} times; --image_size {side} "
+            "would train at their size, at a fraction of the cost")
     return counts
 
 
