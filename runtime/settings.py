@@ -272,7 +272,7 @@ def check_data(config, log=print, workers=1):
         if config.uses_dali:  # each index file present and describing its shard
             from runtime.runner_utils import list_index_files
             list_index_files(config.data_idx_dir, split_facts.files)
-        elif split == "train" and workers > len(split_facts.files):
+        elif split == "train" and 0 < len(split_facts.files) < workers:
             # A worker without a file would stop at its first batch while the others wait for it in a collective.
             files = len(split_facts.files)
             raise UserError("--data_dir {} has {} train-* file{} but this job runs {} workers, and each worker reads "
