@@ -17,6 +17,7 @@ class TrainingLength:
     num_epochs: int
     num_decay_steps: int
     steps_per_epoch: float
+    num_samples: int | None = None  # the train split's records (None: synthetic data)
 
 
 def training_length(config, global_batch_size, log=print):
@@ -27,7 +28,7 @@ def training_length(config, global_batch_size, log=print):
     num_samples = runner_utils.count_samples(filenames, "Training", log)
     num_steps, num_epochs, num_decay_steps = runner_utils.count_steps(
         config.iter_unit, num_samples, config.num_iter, global_batch_size)
-    return TrainingLength(num_steps, num_epochs, num_decay_steps, num_steps / num_epochs)
+    return TrainingLength(num_steps, num_epochs, num_decay_steps, num_steps / num_epochs, num_samples)
 
 
 def _dali(config, filenames, batch_size, log, **options):

@@ -56,11 +56,15 @@ class RunSettings:
         return record
 
 
-def training_state(config, replicas=1):
+def training_state(config, replicas=1, train_images=None):
     """{name: value} of the training state a checkpoint records (model/checkpoint.metadata), so a resume
-    continues it: the TRAINING_STATE fields, and the images of one optimizer step."""
-    return dict({name: getattr(config, name) for name in TRAINING_STATE},
-                images_per_step=images_per_step(config, replicas))
+    continues it: the TRAINING_STATE fields, the images of one optimizer step and (`train_images`, None on
+    synthetic data) the records of the train split, which count the run's epochs."""
+    state = dict({name: getattr(config, name) for name in TRAINING_STATE},
+                 images_per_step=images_per_step(config, replicas))
+    if train_images is not None:
+        state["train_images"] = int(train_images)
+    return state
 
 
 def images_per_step(config, replicas=1):
@@ -233,6 +237,23 @@ def _training_state_changes(config, info, given, log, replicas):
     return changes
 
 
+def _note_another_train_set(config, info, train, log):
+    """A resume whose train split holds another number of records than the checkpoint's run read: its epochs, and
+    the schedule counted in them, change from this step on. Said, not refused (more data is a legitimate change);
+    a moved copy of the same data says nothing."""
+    from utils.tfrecord_framing import count_records  # pure Python, cached: training_length counts them again
+    recorded = info.recorded_settings().get("train_images")
+    if recorded is None:
+        return
+    count = sum(count_records(name) for name in train.files)
+    if count != recorded:
+        log("Note: checkpoint {} was trained on {:,} train images; the train-* files of --data_dir {} hold {:,}: "
+            "this run's epochs, and the learning-rate schedule counted in them, follow from {:,} from step {} on{}"
+            .format(info.path, recorded, config.data_dir, count, count, info.step,
+                    "; --seed's data stream does not continue where the checkpoint's stopped"
+                    if config.seed is not None else ""))
+
+
 def _finetune_changes(config, given, log):
     """--finetune_checkpoint: its architecture unless --arch is given (any class count: a new classifier)."""
     from model import checkpoint
@@ -317,4 +338,6 @@ def resolve(config, given, log=print, replicas=1, workers=1):
         finetune, changes = _finetune_changes(config, given, log)
     resolved = dataclasses.replace(config, **changes) if changes else config
     data = check_data(resolved, log, workers)
+    if resumes and "train" in data:
+        _note_another_train_set(resolved, info, data["train"], log)
     return RunSettings(resolved, info, finetune, data, changes)

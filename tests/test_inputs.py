@@ -33,12 +33,13 @@ def test_training_length_counts_the_train_records_in_whole_global_batches(tmp_pa
     write_tfrecord_shards(data, "validation", 1, 5, 32, num_classes=5)
     logged = []
     epochs = inputs.training_length(RunConfig(data_dir=data, num_iter=3, iter_unit="epoch"), 4, logged.append)
-    assert epochs == inputs.TrainingLength(num_steps=3 * 4, num_epochs=3, num_decay_steps=3 * 4, steps_per_epoch=4.0)
+    assert epochs == inputs.TrainingLength(num_steps=3 * 4, num_epochs=3, num_decay_steps=3 * 4, steps_per_epoch=4.0,
+                                           num_samples=18)
     assert logged == ["Training samples: 18 (from 2 files)"]
     # --iter_unit batch: 10 steps are ceil(10 / 4) = 3 epochs; the step schedule decays over 90 epochs of records.
     batches = inputs.training_length(RunConfig(data_dir=data, num_iter=10, iter_unit="batch"), 4, logged.append)
     assert batches == inputs.TrainingLength(num_steps=10, num_epochs=math.ceil(10 / 4), num_decay_steps=90 * 18 // 4,
-                                            steps_per_epoch=10 / 3)
+                                            steps_per_epoch=10 / 3, num_samples=18)
     with pytest.raises(UserError, match=r"^the dataset has 18 samples, fewer than one global batch of 32$"):
         inputs.training_length(RunConfig(data_dir=data, num_iter=1), 32, logged.append)
 

@@ -267,12 +267,32 @@ def test_a_finetune_takes_the_architecture_of_its_checkpoint_not_its_classes(tmp
 def test_the_recorded_training_state_round_trips_through_the_metadata(tmp_path):
     config = RunConfig(batch_size=2, mode="train", quantize=True, symmetric=True, quant_delay=7,
                        moving_average_decay=0.5, amp=True)
-    path = fake_checkpoint(tmp_path, training=settings.training_state(config, replicas=4), ranges=True,
-                           averages=True)
+    path = fake_checkpoint(tmp_path, training=settings.training_state(config, replicas=4, train_images=12),
+                           ranges=True, averages=True)
     recorded = checkpoint.inspect(path).recorded_settings()
-    assert {name: recorded[name] for name in settings.TRAINING_STATE + ("images_per_step",)} == \
-        settings.training_state(config, replicas=4)
-    assert recorded["images_per_step"] == 8
+    assert {name: recorded[name] for name in settings.TRAINING_STATE + ("images_per_step", "train_images")} == \
+        settings.training_state(config, replicas=4, train_images=12)
+    assert (recorded["images_per_step"], recorded["train_images"]) == (8, 12)
+    assert "train_images" not in settings.training_state(config)  # synthetic data: no train split
+
+
+def test_a_resume_on_a_train_split_of_another_size_says_its_epochs_change(tmp_path):
+    """More (or other) data is a legitimate resume, but its epochs, and the schedule counted in them, change."""
+    from tests._data_helpers import write_tfrecord_shards
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "train", 2, 3, 32)  # 6 records
+    flags = {"mode": "train", "num_classes": 10, "image_size": 32, "data_dir": str(data)}
+    trained_on = {}
+    for count in (5, 6):
+        config = RunConfig(batch_size=2, **flags)
+        path = fake_checkpoint(tmp_path / f"run{count}", step=3,
+                               training=settings.training_state(config, train_images=count))
+        trained_on[count] = (path, resolve(tmp_path / f"run{count}", **flags)[1])
+    path, lines = trained_on[5]
+    assert lines == [f"Note: checkpoint {path} was trained on 5 train images; the train-* files of --data_dir {data} "
+                     "hold 6: this run's epochs, and the learning-rate schedule counted in them, follow from 6 from "
+                     "step 3 on"]
+    assert trained_on[6][1] == []  # the same count (a moved copy of the data, say): nothing to say
 
 
 # ---------------------------------------------------------------- helpers every tool uses
