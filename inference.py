@@ -149,6 +149,21 @@ def cuda_device_count():
     return count.value if runtime.cudaGetDeviceCount(ctypes.byref(count)) == 0 else 0
 
 
+def onnx_input_layout(shape):
+    """("NHWC" or "NCHW", side or None) of an ONNX model's `input` shape (ints, or names for dynamic dims):
+    export_frozen_graph.py writes NCHW graphs by default (TensorRT's layout), main.py's SavedModels take NHWC.
+    (None, None) when the shape is not an image batch with 3 channels on either side."""
+    def side(a, b):
+        return a if isinstance(a, int) and a > 0 and a == b else None
+    if len(shape) != 4:
+        return None, None
+    if shape[3] == 3:
+        return "NHWC", side(shape[1], shape[2])
+    if shape[1] == 3:
+        return "NCHW", side(shape[2], shape[3])
+    return None, None
+
+
 class ONNXRuntimeRunner:
     def __init__(self, onnx_path):
         import onnxruntime
@@ -170,11 +185,7 @@ class ONNXRuntimeRunner:
         if "CUDAExecutionProvider" in providers and "CUDAExecutionProvider" not in self.providers:
             self.cuda_note = ("ONNX Runtime's CUDA provider did not start (its CUDA 12 / cuDNN 9 libraries did not "
                               "load): running on the CPU")
-
-    @property
-    def input_size(self):
-        shape = self.session.get_inputs()[0].shape
-        return shape[1] if len(shape) == 4 and isinstance(shape[1], int) and shape[1] == shape[2] else None
+        self.layout, self.input_size = onnx_input_layout(self.session.get_inputs()[0].shape)
 
     @property
     def num_classes(self):
@@ -183,13 +194,15 @@ class ONNXRuntimeRunner:
         return shape[-1] if len(shape) == 2 and isinstance(shape[-1], int) else None
 
     def __call__(self, images):
+        if self.layout == "NCHW":  # the batches are NHWC, as every input of this tool
+            images = np.ascontiguousarray(images.transpose(0, 3, 1, 2))
         return self.session.run(["probabilities"], {"input": images})[0]
 
 
 class TensorRTRunner:
     """TensorRT engine from an ONNX model (TensorRT 8.6/10 Python API; not exercised on the CPU-only machine)."""
 
-    def __init__(self, onnx_path, batch_size, image_size, amp):
+    def __init__(self, onnx_path, batch_size, image_size, amp, layout="NHWC"):
         try:
             import tensorrt as trt
         except ImportError:
@@ -214,7 +227,8 @@ class TensorRTRunner:
         if any(network.get_layer(i).type == trt.LayerType.QUANTIZE for i in range(network.num_layers)):
             config.set_flag(trt.BuilderFlag.INT8)  # explicit quantisation: scales come from the Q/DQ nodes
         profile = builder.create_optimization_profile()
-        shape = (batch_size, image_size, image_size, 3)
+        self.layout = layout
+        shape = (batch_size, 3, image_size, image_size) if layout == "NCHW" else (batch_size, image_size, image_size, 3)
         profile.set_shape("input", shape, shape, shape)
         config.add_optimization_profile(profile)
         serialized = builder.build_serialized_network(network, config)
@@ -233,6 +247,8 @@ class TensorRTRunner:
         self.stream = cuda.Stream()
 
     def __call__(self, images):
+        if self.layout == "NCHW":
+            images = images.transpose(0, 3, 1, 2)
         self.cuda.memcpy_htod_async(self.device_input, np.ascontiguousarray(images, np.float32), self.stream)
         self.context.execute_async_v3(self.stream.handle)
         self.cuda.memcpy_dtoh_async(self.output, self.device_output, self.stream)
@@ -253,7 +269,7 @@ def make_runner(args, saved_model_dir, onnx_path, workdir):
         export.to_onnx(saved_model_dir, onnx_path)
     if args.backend == "onnxruntime":
         try:
-            return ONNXRuntimeRunner(onnx_path)
+            runner = ONNXRuntimeRunner(onnx_path)
         except Exception as error:  # noqa: BLE001 - onnxruntime raises its own Fail/InvalidGraph types
             import onnx
             from model import export
@@ -263,11 +279,16 @@ def make_runner(args, saved_model_dir, onnx_path, workdir):
                                 "for; use a model exported without --amp, or --backend tf") from None
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UserError(f"ONNX Runtime cannot load {onnx_path}: {first[:200]}") from None
-    if args.image_size is None:
-        import onnx
-        dims = onnx.load(onnx_path, load_external_data=False).graph.input[0].type.tensor_type.shape.dim
-        args.image_size = dims[1].dim_value or None if len(dims) == 4 else None
-    return TensorRTRunner(onnx_path, args.batch_size, args.image_size, args.amp)
+        if runner.layout is None:
+            raise UserError(f"{onnx_path}: its input is not an image batch with 3 channels first or last")
+        return runner
+    import onnx
+    dims = onnx.load(onnx_path, load_external_data=False).graph.input[0].type.tensor_type.shape.dim
+    layout, size = onnx_input_layout([dim.dim_value or dim.dim_param for dim in dims])
+    if layout is None:
+        raise UserError(f"{onnx_path}: its input is not an image batch with 3 channels first or last")
+    args.image_size = args.image_size or size
+    return TensorRTRunner(onnx_path, args.batch_size, args.image_size, args.amp, layout)
 
 
 # ------------------------------------------------------------------ data

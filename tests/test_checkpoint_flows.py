@@ -271,6 +271,20 @@ def test_every_tool_reads_a_32px_10_class_checkpoint_as_trained(tmp_path, capsys
                                                   "--data-dir", str(data), "--batch-size", "4", "--warmup-steps",
                                                   "0", "--log-path", str(tmp_path / "onnx.json")]))
     assert results["accuracy"] == top1
+    # The exporter's default layout (NCHW, TensorRT's) through ONNX: inference.py reads the size from dims 2-3 and
+    # feeds its NHWC batches transposed.
+    nchw, nchw_onnx = tmp_path / "nchw.pb", tmp_path / "nchw.onnx"
+    export_frozen_graph.export(export_frozen_graph.parse_args(["--checkpoint", str(checkpoint), "--output_file",
+                                                               str(nchw)]), log=lambda *_: None)
+    export.to_onnx(str(nchw), str(nchw_onnx))
+    results = inference.run(inference.parse_args(["--model", str(nchw_onnx), "--backend", "onnxruntime",
+                                                  "--data-dir", str(data), "--batch-size", "4", "--warmup-steps",
+                                                  "0", "--log-path", str(tmp_path / "nchw.json")]))
+    assert results["accuracy"] == top1
+    assert inference.onnx_input_layout(["n", 3, SIZE, SIZE]) == ("NCHW", SIZE)
+    assert inference.onnx_input_layout(["n", SIZE, SIZE, 3]) == ("NHWC", SIZE)
+    assert inference.onnx_input_layout(["n", 3, "h", "w"]) == ("NCHW", None)
+    assert inference.onnx_input_layout(["n", 5, SIZE, SIZE]) == (None, None)
 
 
 @pytest.mark.slow
