@@ -202,7 +202,7 @@ class ONNXRuntimeRunner:
 class TensorRTRunner:
     """TensorRT engine from an ONNX model (TensorRT 8.6/10 Python API; not exercised on the CPU-only machine)."""
 
-    def __init__(self, onnx_path, batch_size, image_size, amp, layout="NHWC"):
+    def __init__(self, onnx_path, batch_size, image_size, amp):
         try:
             import tensorrt as trt
         except ImportError:
@@ -221,14 +221,20 @@ class TensorRTRunner:
             if not parser.parse(handle.read()):
                 errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
                 raise UserError(f"TensorRT cannot parse {onnx_path}: {errors[:300]}")
+        self.layout, self.input_size = onnx_input_layout(list(network.get_input(0).shape))
+        if self.layout is None:
+            raise UserError(f"{onnx_path}: its input is not an image batch with 3 channels first or last")
+        image_size = image_size or self.input_size
+        if image_size is None:
+            raise UserError("cannot read the input size from --model; pass --image-size")
         config = builder.create_builder_config()
         if amp:
             config.set_flag(trt.BuilderFlag.FP16)
         if any(network.get_layer(i).type == trt.LayerType.QUANTIZE for i in range(network.num_layers)):
             config.set_flag(trt.BuilderFlag.INT8)  # explicit quantisation: scales come from the Q/DQ nodes
         profile = builder.create_optimization_profile()
-        self.layout = layout
-        shape = (batch_size, 3, image_size, image_size) if layout == "NCHW" else (batch_size, image_size, image_size, 3)
+        shape = ((batch_size, 3, image_size, image_size) if self.layout == "NCHW"
+                 else (batch_size, image_size, image_size, 3))
         profile.set_shape("input", shape, shape, shape)
         config.add_optimization_profile(profile)
         serialized = builder.build_serialized_network(network, config)
@@ -282,13 +288,7 @@ def make_runner(args, saved_model_dir, onnx_path, workdir):
         if runner.layout is None:
             raise UserError(f"{onnx_path}: its input is not an image batch with 3 channels first or last")
         return runner
-    import onnx
-    dims = onnx.load(onnx_path, load_external_data=False).graph.input[0].type.tensor_type.shape.dim
-    layout, size = onnx_input_layout([dim.dim_value or dim.dim_param for dim in dims])
-    if layout is None:
-        raise UserError(f"{onnx_path}: its input is not an image batch with 3 channels first or last")
-    args.image_size = args.image_size or size
-    return TensorRTRunner(onnx_path, args.batch_size, args.image_size, args.amp, layout)
+    return TensorRTRunner(onnx_path, args.batch_size, args.image_size, args.amp)
 
 
 # ------------------------------------------------------------------ data
