@@ -302,9 +302,10 @@ def check_data(config, log=print, workers=1):
                                 config.data_dir, files, "s" * (files > 1), workers, workers, files,
                                 "s" * (files > 1)))
         if split_facts.num_classes is not None:
-            log("Dataset {} {}: {} images in {} shards, labels {}..{} ({} classes; the classifier has {} "
+            log("Dataset {} {}: {} images in {} shard{}, labels {}..{} ({} classes; the classifier has {} "
                 "outputs)".format(config.data_dir, split, split_facts.num_images, split_facts.present_shards,
-                                  *split_facts.label_range, split_facts.num_classes, config.num_classes))
+                                  "s" * (split_facts.present_shards != 1), *split_facts.label_range,
+                                  split_facts.num_classes, config.num_classes))
         facts[split] = split_facts
     return facts
 
