@@ -164,6 +164,10 @@ def onnx_input_layout(shape):
     return None, None
 
 
+def _not_an_image_batch(onnx_path):
+    return UserError(f"{onnx_path}: its input is not an image batch with 3 channels first or last")
+
+
 class ONNXRuntimeRunner:
     def __init__(self, onnx_path):
         import onnxruntime
@@ -223,7 +227,7 @@ class TensorRTRunner:
                 raise UserError(f"TensorRT cannot parse {onnx_path}: {errors[:300]}")
         self.layout, self.input_size = onnx_input_layout(list(network.get_input(0).shape))
         if self.layout is None:
-            raise UserError(f"{onnx_path}: its input is not an image batch with 3 channels first or last")
+            raise _not_an_image_batch(onnx_path)
         image_size = image_size or self.input_size
         if image_size is None:
             raise UserError("cannot read the input size from --model; pass --image-size")
@@ -286,7 +290,7 @@ def make_runner(args, saved_model_dir, onnx_path, workdir):
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UserError(f"ONNX Runtime cannot load {onnx_path}: {first[:200]}") from None
         if runner.layout is None:
-            raise UserError(f"{onnx_path}: its input is not an image batch with 3 channels first or last")
+            raise _not_an_image_batch(onnx_path)
         return runner
     return TensorRTRunner(onnx_path, args.batch_size, args.image_size, args.amp)
 

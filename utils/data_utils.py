@@ -377,15 +377,18 @@ def _corrupt_record_guard(filenames_t, num_classes, first_position, training, st
 
     def check_gap(expected, element):
         position, image, label, file_index, record_index = element
-        # Before the report: a pass's worth of skipped records is not worth listing.
-        usable = tf.debugging.Assert(record_index >= -1, [  # -1: the end marker's
-            NO_USABLE_RECORD_MARKER, position - last_kept, tf.constant(stop_after[0] if stop_after else 0, tf.int64),
-            tf.gather(filenames_t, file_index), -2 - record_index, tf.constant(int(training), tf.int64),
-            NO_USABLE_RECORD_END], summarize=-1)
-        with tf.control_dependencies([usable]):
-            reported = tf.cond(position > expected, lambda: report(expected, position), lambda: tf.constant(False))
-            kept = last_kept.assign(position)
-        with tf.control_dependencies([reported, kept]):
+        usable = []
+        if stop_after is not None:  # a repeated stream (no end marker): only the stand-in has a negative index
+            # Before the report: a pass's worth of skipped records is not worth listing.
+            usable.append(tf.debugging.Assert(record_index >= 0, [
+                NO_USABLE_RECORD_MARKER, position - last_kept, tf.constant(stop_after[0], tf.int64),
+                tf.gather(filenames_t, file_index), -2 - record_index, tf.constant(int(training), tf.int64),
+                NO_USABLE_RECORD_END], summarize=-1))
+        with tf.control_dependencies(usable):
+            done = [tf.cond(position > expected, lambda: report(expected, position), lambda: tf.constant(False))]
+            if stop_after is not None:
+                done.append(last_kept.assign(position))
+        with tf.control_dependencies(done):
             return position + 1, (tf.identity(image), label, file_index, record_index)
 
     def check_label(image, label, file_index, record_index):
