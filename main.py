@@ -128,8 +128,7 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None):
     if interrupted is not None:
         print(str(interrupted), flush=True)
         if interrupted.by_user:
-            print(interrupt_line("main.py", signal.SIGINT, "checkpoint written at step {}; run the same command "
-                                 "again to resume".format(interrupted.step)), file=sys.stderr, flush=True)
+            print(interrupt_line("main.py", signal.SIGINT, interrupted.outcome), file=sys.stderr, flush=True)
             return INTERRUPT_STATUS[signal.SIGINT]
     return 1 if predict_failed else 0
 

@@ -191,7 +191,7 @@ class Runner:
                 log.log(step=(), data={"skipped_steps": stats.skipped_total})
         log.print("Ending Model Training ...")
         if stopped_by_signal:
-            raise TrainingInterrupted(final_step, stop.signum)
+            raise TrainingInterrupted(final_step, stop.signum, checkpointed=saver is not None)
         return state
 
     def _log_training_parameters(self, length, is_benchmark=False):
@@ -412,13 +412,23 @@ class Runner:
 
 
 class TrainingInterrupted(Exception):
-    """Training stopped on a signal after writing a checkpoint at `step`. `signum`: the signal this process
-    received (None when a peer worker's stop ended the loop)."""
+    """Training stopped on a signal at `step`, after writing a checkpoint there unless it was a benchmark
+    (`checkpointed` False). `signum`: the signal this process received (None when a peer worker's stop ended the
+    loop)."""
 
-    def __init__(self, step, signum=None):
-        super().__init__("training stopped by a signal at step {}; checkpoint written".format(step))
+    def __init__(self, step, signum=None, checkpointed=True):
+        super().__init__("training stopped by a signal at step {}; {}".format(
+            step, "checkpoint written" if checkpointed else "a benchmark writes no checkpoint"))
         self.step = step
         self.signum = signum
+        self.checkpointed = checkpointed
+
+    @property
+    def outcome(self):
+        """What the interrupt line says is kept."""
+        if self.checkpointed:
+            return "checkpoint written at step {}; run the same command again to resume".format(self.step)
+        return "benchmark stopped at step {}; its throughput line covers the steps it ran".format(self.step)
 
     @property
     def by_user(self):

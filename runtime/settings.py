@@ -164,8 +164,6 @@ def _synthetic_size_changes(config, given, log):
 def _checkpoint_read_by(config, log):
     """(CheckpointInfo of model_dir's newest complete checkpoint, or None; whether this run resumes it)."""
     from model import checkpoint
-    if config.mode == "training_benchmark":  # trains from scratch and writes nothing
-        return None, False
     path = checkpoint.latest_checkpoint(config.model_dir, warn=log)
     if path is None:
         return None, False
@@ -176,7 +174,7 @@ def _model_changes(config, info, given, log):
     source = "checkpoint {}".format(info.path)
     recorded = info.recorded_settings()
     flags = {name: "--" + name for name in MODEL_SETTINGS + ("use_final_conv",)}
-    synthetic = config.data_dir is None and config.mode == "inference_benchmark"
+    synthetic = config.data_dir is None and config.mode in BENCHMARK_MODES
     if synthetic and "image_size" in recorded:
         # Synthetic images are --synthetic_data_size: the checkpoint's size unless that flag asks for another.
         recorded = dict(recorded, synthetic_data_size=recorded["image_size"])
@@ -321,9 +319,16 @@ def resolve(config, given, log=print, replicas=1, workers=1):
         config, given = dataclasses.replace(config, **sized), given | {"synthetic_data_size"}
     info, resumes = _checkpoint_read_by(config, log)
     changes, finetune = {}, None
-    if info is not None and (resumes or config.mode in INFERENCE_MODES):
+    if info is not None and (resumes or config.mode in INFERENCE_MODES + ("training_benchmark",)):
         changes.update(_model_changes(config, info, given, log))
-        if resumes:
+        if config.mode == "training_benchmark":
+            # It times the checkpoint's model (as the original, whose Estimator restored model_dir's checkpoint), but
+            # from fresh weights, and writes nothing: a benchmark must not continue or extend a run.
+            log("Note: training_benchmark times the model of checkpoint {} from fresh weights; it restores no "
+                "checkpoint and writes none{}".format(
+                    info.path, " (the checkpoint's quantisation-aware training needs --quantize here)"
+                    if info.has_quantization_ranges and not config.quantize else ""))
+        elif resumes:
             if config.finetune_checkpoint:
                 log("WARNING: --finetune_checkpoint {} is ignored: model_dir {} already has checkpoint {}, and "
                     "training resumes from it (use a new --model_dir to fine-tune)".format(

@@ -102,6 +102,24 @@ def test_ctrl_c_checkpoints_and_exits_130_so_a_calling_script_stops(tmp_path, da
         "to resume")
 
 
+def test_ctrl_c_in_a_training_benchmark_says_it_wrote_no_checkpoint(tmp_path):
+    """A benchmark neither restores nor writes checkpoints: its interrupt line must not promise one to resume."""
+    results = tmp_path / "results"
+    process = Process(["--mode", "training_benchmark", "--batch_size", 2, "--num_iter", 100000, "--iter_unit",
+                       "batch", "--warmup_steps", 1, "--results_dir", results, *SMALL],
+                      tmp_path, "benchmark")
+    process.wait_for(lambda: "- (0, 2) total_ips" in process.stdout(), what="benchmark step 2")
+    process.signal(signal.SIGINT)
+    assert process.finish() == 130, process.stderr()[-3000:]
+    stopped = int(process.stdout().split("training stopped by a signal at step ")[1].split(";")[0])
+    assert "a benchmark writes no checkpoint" in process.stdout()
+    assert "train_throughput" in process.stdout()
+    assert process.stderr().strip().splitlines()[-1] == (
+        f"INTERRUPTED: main.py stopped by SIGINT; benchmark stopped at step {stopped}; its throughput line covers "
+        "the steps it ran")
+    assert checkpoint_steps(results) == [] and not glob.glob(str(results / "model.ckpt-*"))
+
+
 @pytest.mark.slow
 def test_kill_9_mid_checkpoint_then_double_sigint_then_resume_is_bit_identical(tmp_path, data_dir, reference):
     """kill -9 while checkpoint 2 is being written; then a resumed run gets SIGINT twice (the second one exits at

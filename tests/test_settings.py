@@ -112,10 +112,23 @@ def test_a_dense_checkpoint_serves_a_final_conv_run(tmp_path):
     assert resolve(tmp_path, mode="evaluate", use_final_conv=True)[0].config.use_final_conv
 
 
-def test_training_benchmark_reads_no_checkpoint(tmp_path):
-    fake_checkpoint(tmp_path, num_classes=10)
+def test_training_benchmark_times_the_checkpoints_model_and_says_it_restores_nothing(tmp_path):
+    path = fake_checkpoint(tmp_path, arch="resnext101-32x4d", num_classes=10, image_size=40, ranges=True)
     resolved, lines = resolve(tmp_path, mode="training_benchmark")
-    assert resolved.checkpoint is None and resolved.config.num_classes == 1001 and lines == []
+    config = resolved.config
+    assert (config.arch, config.num_classes, config.input_size, config.quantize) == (
+        "resnext101-32x4d", 10, 40, False)
+    assert lines == [f"Using --arch resnext101-32x4d from checkpoint {path}",
+                     f"Using --num_classes 10 from checkpoint {path}",
+                     f"Using --image_size 40 from checkpoint {path}",
+                     f"Using --synthetic_data_size 40 from checkpoint {path}",
+                     f"Note: training_benchmark times the model of checkpoint {path} from fresh weights; it restores "
+                     "no checkpoint and writes none (the checkpoint's quantisation-aware training needs --quantize "
+                     "here)"]
+    # Synthetic images of another size are a choice; another classifier is not.
+    assert resolve(tmp_path, mode="training_benchmark", image_size=64)[0].config.input_size == 64
+    with pytest.raises(UserError, match="--num_classes 1001 contradicts checkpoint"):
+        resolve(tmp_path, mode="training_benchmark", num_classes=1001)
 
 
 def test_training_without_a_checkpoint_keeps_the_flags(tmp_path):
