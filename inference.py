@@ -397,8 +397,6 @@ def run(args):
     from utils.logger import DLLogger
     logger = DLLogger(args.log_path)
     frozen_weights = devices.frozen_weights_parameters()
-    if frozen_weights:
-        logger.print(devices.FROZEN_WEIGHTS_NOTE)
     logger.metadata("throughput", {"unit": "images/s"})
     logger.metadata("accuracy", {"unit": None})
     for name in ("latency_avg", "latency_p90", "latency_p95", "latency_p99"):
@@ -421,6 +419,11 @@ def run(args):
                 onnx_path = args.model
             else:
                 saved_model_dir = args.model
+                if os.path.isfile(saved_model_dir) and saved_model_dir.endswith(".pb"):
+                    raise UserError(f"--model {saved_model_dir} is a file, a frozen graph (export_frozen_graph.py's "
+                                    "output?): serve a SavedModel directory, or convert the graph with python "
+                                    f"export_onnx.py --input {saved_model_dir} --output <name>.onnx and pass that with "
+                                    "--backend onnxruntime")
                 if not os.path.isdir(saved_model_dir):
                     raise UserError(f"--model {saved_model_dir} is not a directory (expected a SavedModel: the "
                                     "timestamped subdirectory of main.py's --export_dir)")
@@ -449,6 +452,8 @@ def run(args):
             # The settings the run uses: the input size and class count of the model that was loaded, where the
             # flags left them to it (--image-size unset, --num-classes only applies to --architecture).
             logger.log(step="PARAMETER", data=vars(args) | {"num_classes": num_classes} | frozen_weights)
+            if frozen_weights:
+                logger.print(devices.FROZEN_WEIGHTS_NOTE)
             where = f" on {runner.providers[0]}" if getattr(runner, "providers", None) else ""
             logger.print(f"Running {steps} steps of batch {args.batch_size} with backend {args.backend}{where}")
             return benchmark(runner, data, steps, args.batch_size, args.warmup_steps, logger)

@@ -140,6 +140,10 @@ def test_bad_inputs(tmp_path):
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
     missing = run("--model", str(tmp_path / "nope"), *SMALL)
     assert missing.returncode == 2 and "ERROR: --model" in missing.stderr
+    (tmp_path / "frozen.pb").write_bytes(b"")
+    frozen = run("--model", str(tmp_path / "frozen.pb"), *SMALL)
+    assert frozen.returncode == 2 and f"ERROR: --model {tmp_path / 'frozen.pb'} is a file, a frozen graph" in \
+        frozen.stderr and "export_onnx.py --input" in frozen.stderr
     import tensorflow as tf
     module = tf.Module()
     module.f = tf.function(lambda x: x, input_signature=[tf.TensorSpec([None], tf.float32)])
