@@ -8,7 +8,8 @@ Rules, the same for every tool:
 - Training state that a resume may add but not silently drop: `--quantize` and `--moving_average_decay` may start
   on a checkpoint without QAT ranges or EMA weights (said so); a checkpoint that has them resumes with them unless
   the flag is given to drop them (`--moving_average_decay 0`, warned). A resume in another precision than the
-  checkpoint's (`--amp` or not), or at another number of images per step, is said, not refused.
+  checkpoint's (`--amp` or not), at another number of images per step, on a train split of another size or with
+  other schedule flags is said, not refused.
 - The dataset's manifest (utils/dataset_manifest.py) must be complete and its labels must fit the classifier.
 - A benchmark on synthetic data feeds one image size: `--image_size` given alone sets it, and a
   `--synthetic_data_size` that disagrees with a given `--image_size` is refused; a run that reads `--data_dir`
@@ -56,15 +57,37 @@ class RunSettings:
         return record
 
 
-def training_state(config, replicas=1, train_images=None):
+def training_state(config, replicas=1, train_images=None, length=None):
     """{name: value} of the training state a checkpoint records (model/checkpoint.metadata), so a resume
-    continues it: the TRAINING_STATE fields, the images of one optimizer step and (`train_images`, None on
-    synthetic data) the records of the train split, which count the run's epochs."""
+    continues it: the TRAINING_STATE fields, the images of one optimizer step, (`train_images`, None on
+    synthetic data) the records of the train split, which count the run's epochs, and (`length`, the run's
+    runtime/inputs.TrainingLength) its learning-rate schedule."""
     state = dict({name: getattr(config, name) for name in TRAINING_STATE},
                  images_per_step=images_per_step(config, replicas))
     if train_images is not None:
         state["train_images"] = int(train_images)
+    if length is not None:
+        state["schedule"] = schedule_record(config, length.num_steps, length.num_decay_steps, length.steps_per_epoch)
     return state
+
+
+# The flags that shape the learning rate at each step, besides the images per step and the train split's size.
+SCHEDULE_FLAGS = ("lr_init", "lr_warmup_epochs", "cosine_lr", "num_iter", "iter_unit")
+
+
+def schedule_record(config, num_steps, decay_steps, steps_per_epoch):
+    """The learning-rate schedule of a run (utils/learning_rate.learning_rate_schedule's arguments but the batch),
+    as a checkpoint records it."""
+    return dict({name: getattr(config, name) for name in SCHEDULE_FLAGS}, num_steps=int(num_steps),
+                decay_steps=int(decay_steps), steps_per_epoch=float(steps_per_epoch))
+
+
+def learning_rate_at(schedule, images, step):
+    """The learning rate of `schedule` (a schedule_record) at `step`, `images` per step."""
+    from utils.learning_rate import learning_rate_schedule
+    return float(learning_rate_schedule(step, schedule["lr_init"], images, schedule["steps_per_epoch"],
+                                        schedule["lr_warmup_epochs"], schedule["decay_steps"],
+                                        schedule["cosine_lr"]).numpy())
 
 
 def images_per_step(config, replicas=1):
@@ -235,15 +258,49 @@ def _training_state_changes(config, info, given, log, replicas):
     return changes
 
 
-def _note_another_train_set(config, info, train, log):
-    """A resume whose train split holds another number of records than the checkpoint's run read: its epochs, and
-    the schedule counted in them, change from this step on. Said, not refused (more data is a legitimate change);
-    a moved copy of the same data says nothing."""
+def _note_another_schedule(config, info, count, replicas, log):
+    """A resume whose schedule flags (SCHEDULE_FLAGS) differ from the checkpoint's run: its learning rate from this
+    step on is another (the cosine of a longer --num_iter restarts well above the rate the checkpoint's run ended
+    at). Said, not refused: extending or retuning a run is legitimate. Another batch or train split size is said by
+    the notes on those."""
+    from runtime import runner_utils
+    recorded = info.recorded_settings().get("schedule")
+    if recorded is None:
+        return
+    changed = [name for name in SCHEDULE_FLAGS if recorded.get(name) != getattr(config, name)]
+    if not changed:
+        return
+    images = images_per_step(config, replicas)
+    num_steps, num_epochs, decay_steps = runner_utils.count_steps(config.iter_unit, count, config.num_iter, images)
+    step = info.step or 0
+    if step >= num_steps:
+        return  # nothing left to train: the run says so itself
+    schedule = schedule_record(config, num_steps, decay_steps, num_steps / num_epochs)
+    rate = learning_rate_at(schedule, images, step)
+    was = learning_rate_at(recorded, info.recorded_settings().get("images_per_step", images), step)
+    flags = ", ".join(("--{} (was off)" if getattr(config, name) else "no --{} (was on)").format(name)
+                      if isinstance(getattr(config, name), bool) else
+                      "--{} {} (was {})".format(name, _shown(getattr(config, name)), _shown(recorded[name]))
+                      for name in changed)
+    log("Note: this run's learning-rate schedule is not the one checkpoint {} was trained with: {}; at step {} the "
+        "rate is {:.6g} where that schedule had {:.6g}{}".format(
+            info.path, flags, step, rate, was,
+            ", over {} steps in all (was {})".format(num_steps, recorded["num_steps"])
+            if num_steps != recorded["num_steps"] else ""))
+
+
+def _train_records(train):
     from utils.tfrecord_framing import count_records  # pure Python, cached: training_length counts them again
+    return sum(count_records(name) for name in train.files)
+
+
+def _note_another_train_set(config, info, count, log):
+    """A resume whose train split holds another number of records (`count`) than the checkpoint's run read: its
+    epochs, and the schedule counted in them, change from this step on. Said, not refused (more data is a
+    legitimate change); a moved copy of the same data says nothing."""
     recorded = info.recorded_settings().get("train_images")
     if recorded is None:
         return
-    count = sum(count_records(name) for name in train.files)
     if count != recorded:
         log("Note: checkpoint {} was trained on {:,} train images; the train-* files of --data_dir {} hold {:,}: "
             "this run's epochs, and the learning-rate schedule counted in them, follow from {:,} from step {} on{}"
@@ -345,5 +402,7 @@ def resolve(config, given, log=print, replicas=1, workers=1):
     resolved = dataclasses.replace(config, **changes) if changes else config
     data = check_data(resolved, log, workers)
     if resumes and "train" in data:
-        _note_another_train_set(resolved, info, data["train"], log)
+        count = _train_records(data["train"])
+        _note_another_train_set(resolved, info, count, log)
+        _note_another_schedule(resolved, info, count, replicas, log)
     return RunSettings(resolved, info, finetune, data, changes)

@@ -287,6 +287,7 @@ def test_the_recorded_training_state_round_trips_through_the_metadata(tmp_path):
         settings.training_state(config, replicas=4, train_images=12)
     assert (recorded["images_per_step"], recorded["train_images"]) == (8, 12)
     assert "train_images" not in settings.training_state(config)  # synthetic data: no train split
+    assert "schedule" not in settings.training_state(config)  # no run length: no schedule
 
 
 def test_a_resume_on_a_train_split_of_another_size_says_its_epochs_change(tmp_path):
@@ -306,6 +307,34 @@ def test_a_resume_on_a_train_split_of_another_size_says_its_epochs_change(tmp_pa
                      "hold 6: this run's epochs, and the learning-rate schedule counted in them, follow from 6 from "
                      "step 3 on"]
     assert trained_on[6][1] == []  # the same count (a moved copy of the data, say): nothing to say
+
+
+def test_a_resume_with_other_schedule_flags_says_what_the_learning_rate_becomes(tmp_path):
+    """A longer --num_iter under cosine restarts the rate well above where the checkpoint's run ended: legitimate,
+    but said, with the rate at the resume step under both schedules (the cosine formula, by hand)."""
+    import math
+    from runtime.inputs import TrainingLength
+    from tests._data_helpers import write_tfrecord_shards
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "train", 2, 3, 32)  # 6 records: 3 steps of 2 per epoch
+    flags = {"mode": "train", "num_classes": 10, "image_size": 32, "data_dir": str(data), "lr_init": 0.256,
+             "lr_warmup_epochs": 0, "cosine_lr": True, "iter_unit": "epoch"}
+    trained = RunConfig(batch_size=2, num_iter=1, **flags)
+    path = fake_checkpoint(tmp_path / "run", step=3, training=settings.training_state(
+        trained, train_images=6, length=TrainingLength(3, 1, 3, 3.0, 6)))
+    assert checkpoint.inspect(path).recorded_settings()["schedule"] == {
+        "lr_init": 0.256, "lr_warmup_epochs": 0, "cosine_lr": True, "num_iter": 1, "iter_unit": "epoch",
+        "num_steps": 3, "decay_steps": 3, "steps_per_epoch": 3.0}
+    peak = 0.256 * 2 / 256
+    assert resolve(tmp_path / "run", num_iter=1, **flags)[1] == []  # the same schedule: nothing to say
+    lines = resolve(tmp_path / "run", num_iter=2, **flags)[1]
+    assert lines == [f"Note: this run's learning-rate schedule is not the one checkpoint {path} was trained with: "
+                     f"--num_iter 2 (was 1); at step 3 the rate is {peak * 0.5 * (1 + math.cos(math.pi * 3 / 6)):.6g}"
+                     f" where that schedule had {peak * 0.5 * (1 + math.cos(math.pi)):.6g}, over 6 steps in all "
+                     "(was 3)"]
+    lines = resolve(tmp_path / "run", num_iter=2, **dict(flags, cosine_lr=False, lr_init=0.512))[1]
+    assert lines[0].split("trained with: ")[1].startswith("--lr_init 0.512 (was 0.256), no --cosine_lr (was on), --num_iter 2 "
+                                                 f"(was 1); at step 3 the rate is {2 * peak:.6g} where")
 
 
 # ---------------------------------------------------------------- helpers every tool uses
