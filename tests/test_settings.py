@@ -40,6 +40,11 @@ def resolve(model_dir, given=(), **flags):
     return resolved, lines
 
 
+def using(path, *flags):
+    """The lines saying each of `flags` was taken from checkpoint `path`."""
+    return [f"Using {flag} from checkpoint {path}" for flag in flags]
+
+
 # ---------------------------------------------------------------- the model a checkpoint fixes
 
 def test_inference_takes_the_checkpoints_model_and_says_so(tmp_path):
@@ -48,10 +53,7 @@ def test_inference_takes_the_checkpoints_model_and_says_so(tmp_path):
     config = resolved.config
     assert (config.arch, config.num_classes, config.image_size, config.use_final_conv) == (
         "resnext101-32x4d", 10, 48, True)
-    assert lines == [f"Using --arch resnext101-32x4d from checkpoint {path}",
-                     f"Using --num_classes 10 from checkpoint {path}",
-                     f"Using --image_size 48 from checkpoint {path}",
-                     f"Using --use_final_conv from checkpoint {path}"]
+    assert lines == using(path, "--arch resnext101-32x4d", "--num_classes 10", "--image_size 48", "--use_final_conv")
     assert resolved.checkpoint.path == path
     assert resolved.parameters() == {"checkpoint": path, "settings_from_checkpoint": [
         "arch", "image_size", "num_classes", "use_final_conv"]}
@@ -118,13 +120,10 @@ def test_training_benchmark_times_the_checkpoints_model_and_says_it_restores_not
     config = resolved.config
     assert (config.arch, config.num_classes, config.input_size, config.quantize) == (
         "resnext101-32x4d", 10, 40, False)
-    assert lines == [f"Using --arch resnext101-32x4d from checkpoint {path}",
-                     f"Using --num_classes 10 from checkpoint {path}",
-                     f"Using --image_size 40 from checkpoint {path}",
-                     f"Using --synthetic_data_size 40 from checkpoint {path}",
-                     f"Note: training_benchmark times the model of checkpoint {path} from fresh weights; it restores "
-                     "no checkpoint and writes none (the checkpoint's quantisation-aware training needs --quantize "
-                     "here)"]
+    assert lines == using(path, "--arch resnext101-32x4d", "--num_classes 10", "--image_size 40",
+                          "--synthetic_data_size 40") + [
+        f"Note: training_benchmark times the model of checkpoint {path} from fresh weights; it restores no "
+        "checkpoint and writes none (the checkpoint's quantisation-aware training needs --quantize here)"]
     # Synthetic images of another size are a choice; another classifier is not.
     assert resolve(tmp_path, mode="training_benchmark", image_size=64)[0].config.input_size == 64
     with pytest.raises(UserError, match="--num_classes 1001 contradicts checkpoint"):
