@@ -91,9 +91,12 @@ def resolve_settings(args, info, log=print):
     given = {{"model_name": "arch"}.get(dest, dest) for dest in getattr(args, "given", ())}
     current = {"arch": args.model_name, "num_classes": args.num_classes, "image_size": args.image_size,
                "use_final_conv": args.use_final_conv, "symmetric": args.symmetric, "use_qdq": args.use_qdq}
-    flags = dict(CHECKPOINT_FLAGS, **({"symmetric": "--symmetric", "use_qdq": "--use_qdq"} if args.quantize else {}))
+    recorded = info.recorded_settings()
+    # Only ranges trained on a grid bind the export to it: a float checkpoint's (unused) QAT flags do not.
+    flags = dict(CHECKPOINT_FLAGS, **({"symmetric": "--symmetric", "use_qdq": "--use_qdq"}
+                                      if args.quantize and recorded.get("quantize") else {}))
     source = f"checkpoint {info.path}"
-    changes = reconcile(current, info.recorded_settings(), given, flags, source, log,
+    changes = reconcile(current, recorded, given, flags, source, log,
                         compatible=lambda name, *_: name == "use_final_conv")
     for name, value in changes.items():
         setattr(args, {"arch": "model_name"}.get(name, name), value)

@@ -220,7 +220,8 @@ def _training_state_changes(config, info, given, log, replicas):
     elif config.quantize and not info.has_quantization_ranges:
         log("Checkpoint {} has no quantisation ranges: quantisation-aware training starts at its step {} with fresh "
             "ranges".format(info.path, info.step))
-    if changes.get("quantize", config.quantize):
+    if changes.get("quantize", config.quantize) and recorded.get("quantize"):
+        # The grid QAT ranges were trained on binds a resume; a float checkpoint's (unused) QAT flags do not.
         changes.update(reconcile(dataclasses.asdict(config), recorded, given,
                                  {name: "--" + name for name in ("symmetric", "use_qdq", "quant_delay")}, source,
                                  log))

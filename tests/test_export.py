@@ -380,3 +380,25 @@ def test_a_path_that_is_not_a_saved_model_gets_a_hint_of_what_to_pass(tmp_path):
         export.load_serving_signature(str(training))
     with pytest.raises(UserError, match=r"pass the timestamped subdirectory of main.py's --export_dir\)$"):
         export.load_serving_signature(str(tmp_path / "missing"))
+
+
+def test_a_quantised_export_of_a_float_checkpoint_takes_the_grid_asked_for(tmp_path):
+    """A float run records its (unused) QAT flags; they do not bind `--quantize --symmetric --use_qdq` (refused
+    until 2026-12-04). A QAT checkpoint's grid still does."""
+    from runtime import settings
+    from runtime.config import RunConfig
+    prefixes = {}
+    for name, quantize in (("float", False), ("qat", True)):
+        state = settings.training_state(RunConfig(batch_size=2, mode="train", quantize=quantize))
+        prefix = str(tmp_path / name / "model.ckpt-1")
+        os.makedirs(os.path.dirname(prefix))
+        checkpoint.write(prefix, {checkpoint.GLOBAL_STEP_KEY: np.int64(1)},
+                         dict(checkpoint.metadata("resnet50", 10, 32, False, False, state), step=1))
+        prefixes[name] = prefix
+    argv = ["--output_file", str(tmp_path / "m.pb"), "--quantize", "--symmetric", "--use_qdq", "--checkpoint"]
+    args = export_frozen_graph.parse_args(argv + [prefixes["float"]])
+    export_frozen_graph.resolve_settings(args, checkpoint.inspect(prefixes["float"]), log=lambda *_: None)
+    assert (args.symmetric, args.use_qdq, args.num_classes) == (True, True, 10)
+    args = export_frozen_graph.parse_args(argv + [prefixes["qat"]])
+    with pytest.raises(UserError, match="--symmetric True contradicts checkpoint"):
+        export_frozen_graph.resolve_settings(args, checkpoint.inspect(prefixes["qat"]), log=lambda *_: None)

@@ -156,11 +156,15 @@ def test_a_checkpoint_of_an_earlier_version_with_ranges_resumes_with_quantize(tm
 
 
 def test_quantize_may_start_on_a_float_checkpoint_and_says_so(tmp_path):
-    path = fake_checkpoint(tmp_path, step=3, training={"quantize": False, "moving_average_decay": 0.0})
+    # The full record a float run writes: its QAT flags at their defaults, unused.
+    path = fake_checkpoint(tmp_path, step=3, training=settings.training_state(RunConfig(batch_size=2, mode="train")))
     resolved, lines = resolve(tmp_path, mode="train", quantize=True)
     assert resolved.config.quantize
     assert f"Checkpoint {path} has no quantisation ranges: quantisation-aware training starts at its step 3 with " \
            "fresh ranges" in lines
+    # Its own grid: the float checkpoint's unused QAT flags do not bind it (they refused it until 2026-12-04).
+    config = resolve(tmp_path, mode="train", quantize=True, symmetric=True, use_qdq=True, quant_delay=5)[0].config
+    assert (config.symmetric, config.use_qdq, config.quant_delay) == (True, True, 5)
 
 
 def test_a_resume_continues_the_ema_at_its_recorded_decay(tmp_path):
