@@ -35,9 +35,12 @@ def save_saved_model(model, image_size, export_dir):
     # variables, which compute NaN (tests/test_export.py). tf.saved_model.load and tf2onnx read either form.
     module.model_variables = [_resource_variable(variable) for variable in model.variables]
 
+    from model.resnet import on_raw_pixels
+    raw = on_raw_pixels(model)  # the signature takes raw pixels, also from a model built for DALI's input
+
     @tf.function(input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name="input")])
     def serve(input):  # noqa: A002 - the signature's input key is "input", as the original's receiver
-        logits = tf.cast(model(input, training=False), tf.float32)
+        logits = tf.cast(raw(input, training=False), tf.float32)
         return {"classes": tf.argmax(logits, axis=1, output_type=tf.int32),
                 "probabilities": tf.nn.softmax(logits)}
 

@@ -79,6 +79,16 @@ def _dtype_policy(dtype_policy):
         raise UserError(f"unknown dtype policy {dtype_policy!r}: {error}") from None
 
 
+def on_raw_pixels(model):
+    """`model` as a function of raw 0..255 RGB pixels (`f(images, training=False)`): the model itself when it
+    normalises its input, else the normalisation and then the model (one built with `input_normalized=True` for
+    DALI's normalised batches, which predict and the SavedModel export must not feed raw pixels)."""
+    if any(isinstance(layer, InputNormalization) for layer in model.layers):
+        return model
+    normalize = InputNormalization(name="input_normalization")
+    return lambda images, training=False: model(normalize(images), training=training)
+
+
 def build_model(arch, num_classes=1001, compute_format="NHWC", dtype_policy=None, weight_init="fan_out",
                 use_final_conv=False, input_normalized=False, image_size=None, seed=None, *, platform=CPU,
                 allow_nchw_on_cpu=False, purpose="train", kernels=None, quantization=None):

@@ -12,6 +12,7 @@ import dataclasses
 
 import tensorflow as tf
 
+from model import resnet
 from utils import losses
 
 
@@ -149,7 +150,9 @@ def make_eval_step(model, num_classes, jit_compile=False):
 
 
 def make_predict_step(model, image_size):
-    """A tf.function float32 [B, S, S, 3] raw pixels -> float32 softmax probabilities."""
+    """A tf.function float32 [B, S, S, 3] raw pixels -> float32 softmax probabilities (normalised first when the
+    model was built for DALI's normalised input)."""
+    model = resnet.on_raw_pixels(model)
 
     @tf.function(input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32)], autograph=False)
     def predict_step(images):

@@ -463,3 +463,20 @@ def test_mixed_precision_grouped_se_block():
     out = block(tf.cast(x, tf.bfloat16), training=True)
     assert out.dtype == tf.bfloat16
     assert {w.dtype for w in block.weights} == {"float32"}
+
+
+def test_on_raw_pixels_normalises_for_a_model_built_for_dalis_normalised_input():
+    """A model built with input_normalized=True (--dali) has no normalisation layer; predict and the SavedModel feed
+    raw pixels, so they normalise first: the same probabilities as the model that normalises itself, with the same
+    weights (until 2026-12-04 such a predict put 1.0 on one class)."""
+    from model.resnet import on_raw_pixels
+    from utils.image_processing import CHANNEL_MEANS, CHANNEL_STDS
+    raw_model = build_model("resnet50", num_classes=5, image_size=32, seed=0)
+    dali_model = build_model("resnet50", num_classes=5, image_size=32, seed=0, input_normalized=True)
+    dali_model.set_weights(raw_model.get_weights())
+    pixels = np.random.default_rng(0).uniform(0, 255, [2, 32, 32, 3]).astype(np.float32)
+    assert on_raw_pixels(raw_model) is raw_model
+    expected = raw_model(pixels, training=False).numpy()
+    np.testing.assert_allclose(on_raw_pixels(dali_model)(pixels).numpy(), expected, rtol=1e-4, atol=1e-5)
+    normalised = (pixels - np.array(CHANNEL_MEANS, np.float32)) / np.array(CHANNEL_STDS, np.float32)
+    np.testing.assert_allclose(dali_model(normalised, training=False).numpy(), expected, rtol=1e-4, atol=1e-5)
