@@ -83,7 +83,7 @@ def on_raw_pixels(model):
     """`model` as a function of raw 0..255 RGB pixels (`f(images, training=False)`): the model itself when it
     normalises its input, else the normalisation and then the model (one built with `input_normalized=True` for
     DALI's normalised batches, which predict and the SavedModel export must not feed raw pixels)."""
-    if any(isinstance(layer, InputNormalization) for layer in model.layers):
+    if not getattr(model, "input_normalized", False):  # normalises its own input (or is not one of ours)
         return model
     normalize = InputNormalization(name="input_normalization")
     return lambda images, training=False: model(normalize(images), training=training)
@@ -139,7 +139,9 @@ def build_model(arch, num_classes=1001, compute_format="NHWC", dtype_policy=None
     head, head_kwargs = (Classifier, {}) if qat is None else (QuantizedClassifier, {"state": qat})
     logits = head(num_classes, use_final_conv=use_final_conv, data_format=data_format,
                   kernel_initializer=init.classifier(num_classes), name="output", dtype=policy, **head_kwargs)(x)
-    return keras.Model(images, logits, name=arch)
+    model = keras.Model(images, logits, name=arch)
+    model.input_normalized = input_normalized  # on_raw_pixels: what its callers must feed it
+    return model
 
 
 def _all_layers(model):
