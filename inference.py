@@ -73,6 +73,8 @@ def parse_args(argv=None):
         parser.error("--num-classes must be at least 2")
     if args.tf_trt and args.backend != "tf":
         parser.error("--tf-trt applies to --backend tf only")
+    from runtime.config import given_options
+    args.given = given_options(parser, argv)
     return args
 
 
@@ -392,10 +394,27 @@ def resolve_image_size(args, model_size, log):
                         "(omit --image-size to use the model's)")
 
 
+def resolve_num_classes(args, model_classes, log):
+    """The class count of --model: a given --num-classes (which sizes --architecture's model) must agree with it."""
+    if "num_classes" not in getattr(args, "given", ()):
+        return
+    if model_classes is None:
+        log(f"Note: --num-classes {args.num_classes} is not used: it sizes the model of --architecture, and this "
+            "--model does not say its class count")
+    elif model_classes != args.num_classes:
+        raise UserError(f"--num-classes {args.num_classes} but --model {args.model} has {model_classes} outputs "
+                        "(omit --num-classes: it sizes the model of --architecture)")
+
+
 def run(args):
     from utils import devices
     from utils.logger import DLLogger
-    logger = DLLogger(args.log_path)
+    from utils.output_paths import check_output_file
+    check_output_file("--log-path", args.log_path)
+    try:
+        logger = DLLogger(args.log_path)
+    except OSError as error:
+        raise UserError(f"cannot write --log-path {args.log_path}: {error.strerror or error}") from None
     frozen_weights = devices.frozen_weights_parameters()
     logger.metadata("throughput", {"unit": "images/s"})
     logger.metadata("accuracy", {"unit": None})
@@ -432,6 +451,7 @@ def run(args):
                 # The SavedModel's signature is checked against the flags and the data before its (slow) conversion.
                 signature = TFRunner(saved_model_dir)
                 resolve_image_size(args, signature.input_size, logger.print)
+                resolve_num_classes(args, signature.num_classes, logger.print)
                 if args.data_dir:
                     check_dataset(args, signature.num_classes)
                     data_checked = True
@@ -442,16 +462,22 @@ def run(args):
                 if args.amp or precision != "float32":
                     logger.print(f"The SavedModel computes in {precision}, the precision it was exported in" +
                                  (" (--amp does not change a given SavedModel)" if args.amp else ""))
+            elif args.amp and args.model and args.backend == "onnxruntime":
+                logger.print(f"Note: --amp is not used: --backend onnxruntime runs --model {args.model} in the "
+                             "precision it was exported in")
             if getattr(runner, "cuda_note", None):
                 logger.print(runner.cuda_note)
             resolve_image_size(args, getattr(runner, "input_size", None), logger.print)
             num_classes = args.num_classes if args.architecture else getattr(runner, "num_classes", None)
+            if not args.architecture and not (saved_model_dir is not None and args.backend != "tf"):
+                resolve_num_classes(args, num_classes, logger.print)
             if args.data_dir and not data_checked:
                 check_dataset(args, num_classes)
             data, steps = batches(args, num_classes)
             # The settings the run uses: the input size and class count of the model that was loaded, where the
             # flags left them to it (--image-size unset, --num-classes only applies to --architecture).
-            logger.log(step="PARAMETER", data=vars(args) | {"num_classes": num_classes} | frozen_weights)
+            flags = {name: value for name, value in vars(args).items() if name != "given"}
+            logger.log(step="PARAMETER", data=flags | {"num_classes": num_classes} | frozen_weights)
             if frozen_weights:
                 logger.print(devices.FROZEN_WEIGHTS_NOTE)
             where = f" on {runner.providers[0]}" if getattr(runner, "providers", None) else ""

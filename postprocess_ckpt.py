@@ -25,7 +25,7 @@ import shutil
 import sys
 
 from utils import quiet
-from utils.errors import UserError, command
+from utils.errors import UserError, command, first_line
 
 
 def parse_args(argv=None):
@@ -43,37 +43,42 @@ def parse_args(argv=None):
     return args
 
 
-def _prepare_output(output, overwrite):
+def _check_output(output, overwrite):
+    from utils.output_paths import check_output_dir
     if os.path.exists(output) and not overwrite:
         raise UserError(f"--output {output} already exists; choose another directory or pass --overwrite")
-    os.makedirs(output, exist_ok=True)
+    check_output_dir("--output", output)
 
 
 # ---------------------------------------------------------------- name-based checkpoints (ours and the original's)
 
-def convert_named(info, dense_layer, output, given_dense_layer=True):
+def convert_named(info, dense_layer, output, given_dense_layer=True, log=print):
     """Copy every tensor, the --dense_layer kernel (and its EMA) reshaped to [1, 1, C, N]; our metadata says final
     conv."""
     import numpy as np
-    import tensorflow as tf
     from model import checkpoint
     from utils.ema import EMA_SUFFIX
-    reader = tf.train.load_checkpoint(info.path)
+    reader = checkpoint.open_reader(info.path)
     shapes = reader.get_variable_to_shape_map()
     if info.arch and (info.format == "named" or not given_dense_layer):
-        dense_layer = f"{info.arch}/output/dense/kernel"  # the checkpoint's architecture decides its name
+        named = f"{info.arch}/output/dense/kernel"  # the checkpoint's architecture decides its name
+        if given_dense_layer and dense_layer != named:
+            log(f"Note: --dense_layer {dense_layer} is not used: {info.path} records its architecture, {info.arch}, "
+                f"whose classifier kernel is {named}")
+        dense_layer = named
     if dense_layer not in shapes:
         candidates = sorted(name for name in shapes if name.endswith("output/dense/kernel"))
         raise UserError(f"--dense_layer {dense_layer} is not in {info.path}"
                         + (f" (it has {', '.join(candidates)})" if candidates else ""))
     if len(shapes[dense_layer]) != 2:
         raise UserError(f"{dense_layer} has shape {shapes[dense_layer]}, not [C, N]: already converted?")
-    tensors = {name: reader.get_tensor(name) for name in shapes if name != checkpoint.METADATA_KEY}
+    tensors = {name: checkpoint.read_tensor(reader, name, info.path) for name in shapes
+               if name != checkpoint.METADATA_KEY}
     for key in (dense_layer, dense_layer + EMA_SUFFIX):  # the kernel and its EMA (--moving_average_decay)
         if key in tensors:
             tensors[key] = np.reshape(tensors[key], [1, 1, *shapes[dense_layer]])
     if info.format == "named":
-        meta = json.loads(reader.get_tensor(checkpoint.METADATA_KEY).decode("utf-8"))
+        meta = json.loads(checkpoint.read_tensor(reader, checkpoint.METADATA_KEY, info.path).decode("utf-8"))
         name = f"{checkpoint.CHECKPOINT_PREFIX}-{info.step or 0}"
         meta["use_final_conv"] = True
     else:  # the original's output name, and no metadata: the result stays in the original's format
@@ -120,12 +125,21 @@ def convert(args):
     from model import checkpoint
     info = checkpoint.inspect(checkpoint.find_checkpoint(args.input, "--input"))
     print(f"Read {info.path} ({info.describe()})")
-    _prepare_output(args.output, args.overwrite)
-    if info.format == "object":
-        written = convert_object(info, args.output)
-    else:
-        written = convert_named(info, args.dense_layer, args.output, "dense_layer" in getattr(args, "given", ()))
-    return written, copy_class_names(info, args.output)
+    _check_output(args.output, args.overwrite)
+    created = not os.path.exists(args.output)
+    try:
+        os.makedirs(args.output, exist_ok=True)
+        if info.format == "object":
+            written = convert_object(info, args.output)
+        else:
+            written = convert_named(info, args.dense_layer, args.output, "dense_layer" in getattr(args, "given", ()))
+        return written, copy_class_names(info, args.output)
+    except BaseException as error:
+        if created:  # nothing half-written is left under the name asked for (a retry needs no --overwrite)
+            shutil.rmtree(args.output, ignore_errors=True)
+        if isinstance(error, OSError):  # a full disk: the state file, the class names
+            raise UserError(f"cannot write --output {args.output}: {first_line(error)}") from None
+        raise
 
 
 @command

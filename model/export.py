@@ -17,7 +17,7 @@ import shutil
 import time
 import uuid
 
-from utils.errors import UserError, on_interrupt
+from utils.errors import UserError, first_line, on_interrupt
 
 DEFAULT_OPSET = 17
 
@@ -45,7 +45,6 @@ def save_saved_model(model, image_size, export_dir):
                 "probabilities": tf.nn.softmax(logits)}
 
     module.serve = serve
-    os.makedirs(export_dir, exist_ok=True)
     stamp = str(int(time.time()))
     final = os.path.join(export_dir, stamp)
     while os.path.exists(final):
@@ -55,12 +54,12 @@ def save_saved_model(model, image_size, export_dir):
     shutil.rmtree(temporary, ignore_errors=True)
     try:
         with on_interrupt("no SavedModel written (its temporary directory is removed)"):
+            os.makedirs(export_dir, exist_ok=True)
             tf.saved_model.save(module, temporary, signatures={"serving_default": serve, "predict": serve})
             os.replace(temporary, final)
     except (OSError, tf.errors.OpError) as error:
         shutil.rmtree(temporary, ignore_errors=True)
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise UserError("cannot write the SavedModel under {}: {}".format(export_dir, first[:300])) from None
+        raise UserError("cannot write the SavedModel under {}: {}".format(export_dir, first_line(error))) from None
     except BaseException:  # an interrupt, or a bug: no half-written directory is left either way
         shutil.rmtree(temporary, ignore_errors=True)
         raise
@@ -168,20 +167,22 @@ def _write_atomically(path, write):
     (KeyboardInterrupt, utils.errors.Terminated) included, the temporary file is removed and the exception goes
     on; an interrupt's line then says that no output was written. Only `kill -9` or a power loss can leave a
     `*.tmp-*` file behind."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
+    import tensorflow as tf
     temporary = "{}.tmp-{}".format(os.path.abspath(path), uuid.uuid4().hex)
     try:
         with on_interrupt("no output written to {}".format(path)):
+            os.makedirs(os.path.dirname(temporary), exist_ok=True)
             write(temporary)
             os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         # The temporary file, and the one tf.io.write_graph writes first itself (`<temporary>.tmp<hex>`).
         for leftover in [temporary, *glob.glob(glob.escape(temporary) + ".tmp*")]:
             try:
                 os.remove(leftover)
             except OSError:  # never created, or already renamed
                 pass
+        if isinstance(error, (OSError, tf.errors.OpError)):  # a full disk, a read-only or vanished directory
+            raise UserError("cannot write {}: {}".format(path, first_line(error))) from None
         raise
 
 
@@ -244,7 +245,7 @@ def frozen_graph_to_onnx(graph_def_path, output_path, opset=DEFAULT_OPSET):
             model_proto, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=input_names,
                                                             output_names=output_names, opset=opset)
     except Exception as error:  # noqa: BLE001 - tf2onnx raises plain exceptions for unsupported ops
-        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        message = first_line(error)
         if "narrow_range" in message:
             message += " (symmetric FakeQuant weights: export the frozen graph with --use_qdq)"
         raise UserError(f"tf2onnx cannot convert {graph_def_path}: {message[:300]}") from None

@@ -284,7 +284,7 @@ _COMBINATION_CHECKS: tuple[tuple[Callable[[RunConfig], bool], str], ...] = (
     (lambda c: not (c.is_set("mixup_switch_prob") and not (c.mixup > 0 and c.cutmix > 0)),
      "--mixup_switch_prob only takes effect with both --mixup and --cutmix"),
     (lambda c: not ((c.symmetric or c.use_qdq or c.quant_delay) and not c.quantize
-                    and c.mode in ("train", "train_and_evaluate")),
+                    and c.mode in ("train", "train_and_evaluate", "training_benchmark")),
      "--symmetric, --use_qdq and --quant_delay only take effect with --quantize"),
 )
 

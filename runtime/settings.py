@@ -8,8 +8,11 @@ Rules, the same for every tool:
 - Training state that a resume may add but not silently drop: `--quantize` and `--moving_average_decay` may start
   on a checkpoint without QAT ranges or EMA weights (said so); a checkpoint that has them resumes with them unless
   the flag is given to drop them (`--moving_average_decay 0`, warned). A resume in another precision than the
-  checkpoint's (`--amp` or not), at another number of images per step, on a train split of another size or with
-  other schedule flags is said, not refused.
+  checkpoint's (`--amp` or not), at another number of images per step, on a train split of another size, with
+  other schedule flags or other recipe flags (RECIPE_FLAGS) is said, not refused.
+- A flag given that the mode leaves unused (`--export_dir` in `train`, the QAT flags in `evaluate`, ...) is said.
+- Where the run writes (`--results_dir`, a training run's `--model_dir`, an exporting run's `--export_dir`) must
+  be a directory it can create or write, checked before any work (utils/output_paths.py).
 - The dataset's manifest (utils/dataset_manifest.py) must be complete and its labels must fit the classifier.
 - A benchmark on synthetic data feeds one image size: `--image_size` given alone sets it, and a
   `--synthetic_data_size` that disagrees with a given `--image_size` is refused; a run that reads `--data_dir`
@@ -30,12 +33,15 @@ from utils.errors import UserError
 INFERENCE_MODES = ("evaluate", "predict", "inference_benchmark")
 TRAINING_MODES = ("train", "train_and_evaluate")
 BENCHMARK_MODES = ("training_benchmark", "inference_benchmark")
+# The modes that write --export_dir's SavedModel, after their evaluation.
+EXPORT_MODES = ("train_and_evaluate", "evaluate", "inference_benchmark")
 
 # Settings a checkpoint fixes for every run that reads it: a given flag must agree.
 MODEL_SETTINGS = ("arch", "num_classes", "image_size")
 # Settings of the training a checkpoint records (metadata version 2): a resume continues the QAT and EMA ones, and
 # says when it runs in another precision than `amp` records.
-TRAINING_STATE = ("quantize", "symmetric", "use_qdq", "quant_delay", "moving_average_decay", "amp")
+QAT_FLAGS = ("quantize", "symmetric", "use_qdq", "quant_delay")
+TRAINING_STATE = QAT_FLAGS + ("moving_average_decay", "amp")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,13 +63,20 @@ class RunSettings:
         return record
 
 
+# The other flags of the training recipe a checkpoint records, so a resume that changes one says so.
+RECIPE_FLAGS = ("weight_decay", "momentum", "label_smoothing", "mixup", "cutmix", "mixup_switch_prob",
+                "augmenter_name", "raug_num_layers", "raug_magnitude", "min_crop_area", "amp_dtype",
+                "static_loss_scale")
+
+
 def training_state(config, replicas=1, train_images=None, length=None):
     """{name: value} of the training state a checkpoint records (model/checkpoint.metadata), so a resume
-    continues it: the TRAINING_STATE fields, the images of one optimizer step, (`train_images`, None on
-    synthetic data) the records of the train split, which count the run's epochs, and (`length`, the run's
+    continues it: the TRAINING_STATE fields, the images of one optimizer step, the RECIPE_FLAGS, (`train_images`,
+    None on synthetic data) the records of the train split, which count the run's epochs, and (`length`, the run's
     runtime/inputs.TrainingLength) its learning-rate schedule."""
     state = dict({name: getattr(config, name) for name in TRAINING_STATE},
-                 images_per_step=images_per_step(config, replicas))
+                 images_per_step=images_per_step(config, replicas),
+                 recipe={name: getattr(config, name) for name in RECIPE_FLAGS})
     if train_images is not None:
         state["train_images"] = int(train_images)
     if length is not None:
@@ -112,9 +125,14 @@ def check_mode_arguments(config):
         require_data_dir(config.data_dir, "validation")
     if config.data_dir is not None and not os.path.isdir(config.data_dir):
         raise UserError("--data_dir {} does not exist or is not a directory".format(config.data_dir))
-    for flag, path in (("--results_dir", config.results_dir), ("--model_dir", config.model_dir)):
-        if path and os.path.exists(path) and not os.path.isdir(path):
-            raise UserError("{} {} exists and is not a directory".format(flag, path))
+    from utils.output_paths import check_output_dir
+    check_output_dir("--results_dir", config.results_dir)  # the log
+    if config.mode in TRAINING_MODES:
+        check_output_dir("--model_dir", config.model_dir)
+    elif config.model_dir and os.path.exists(config.model_dir) and not os.path.isdir(config.model_dir):
+        raise UserError("--model_dir {} exists and is not a directory".format(config.model_dir))
+    if config.export_dir and config.mode in EXPORT_MODES:
+        check_output_dir("--export_dir", config.export_dir)
     if config.finetune_checkpoint and not (os.path.exists(config.finetune_checkpoint)
                                            or os.path.exists(config.finetune_checkpoint + ".index")):
         raise UserError("--finetune_checkpoint {} does not exist".format(config.finetune_checkpoint))
@@ -184,6 +202,40 @@ def _synthetic_size_changes(config, given, log):
     return {}
 
 
+# Flags that only some modes use: (names, whether this run uses them, why not). A run given one it leaves unused
+# says so, where the original ignored them without a word.
+_MODE_FLAGS = (
+    (("export_dir",), lambda c: c.mode in EXPORT_MODES,
+     lambda c: "--mode {} exports nothing (--mode {}, {} and {} write the SavedModel after their evaluation)".format(
+         c.mode, *EXPORT_MODES)),
+    (("use_ema_weights",), lambda c: c.mode in ("predict", "inference_benchmark") or
+     (c.mode in EXPORT_MODES and bool(c.export_dir)),
+     lambda c: "it picks the weights of predict, inference_benchmark and an --export_dir export, and this run has "
+               "none of them{}".format(" (an evaluation reports both the raw and the EMA weights' accuracy)"
+                                       if c.mode in EXPORT_MODES else "")),
+    (("to_predict",), lambda c: c.mode == "predict", lambda c: "only --mode predict reads it"),
+    (("labels_file",), lambda c: c.mode == "predict", lambda c: "only --mode predict names classes"),
+    (("finetune_checkpoint",), lambda c: c.mode in TRAINING_MODES, lambda c: "only a training mode fine-tunes"),
+    (QAT_FLAGS, lambda c: c.mode not in INFERENCE_MODES,
+     lambda c: "--mode {} runs the float model, as the original (export_frozen_graph.py --quantize exports the "
+               "quantised graph)".format(c.mode)),
+)
+
+
+def _note_unused_flags(config, given, log, info=None):
+    """One `Note:` line for each flag given that this run's mode leaves unused (_MODE_FLAGS)."""
+    for names, used, why in _MODE_FLAGS:
+        if used(config):
+            continue
+        if names == QAT_FLAGS and info is not None and info.has_quantization_ranges:
+            continue  # resolve's line on the checkpoint's quantisation ranges says it
+        unused = ["--" + name for name in names
+                  if name in given and getattr(config, name) not in (None, False, 0)]
+        if unused:
+            listed = " and ".join([", ".join(unused[:-1]), unused[-1]] if len(unused) > 1 else unused)
+            log("Note: {} {} not used: {}".format(listed, "is" if len(unused) == 1 else "are", why(config)))
+
+
 def _checkpoint_read_by(config, log):
     """(CheckpointInfo of model_dir's newest complete checkpoint, or None; whether this run resumes it)."""
     from model import checkpoint
@@ -223,7 +275,7 @@ def _training_state_changes(config, info, given, log, replicas):
     if changes.get("quantize", config.quantize) and recorded.get("quantize"):
         # The grid QAT ranges were trained on binds a resume; a float checkpoint's (unused) QAT flags do not.
         changes.update(reconcile(dataclasses.asdict(config), recorded, given,
-                                 {name: "--" + name for name in ("symmetric", "use_qdq", "quant_delay")}, source,
+                                 {name: "--" + name for name in QAT_FLAGS[1:]}, source,
                                  log))
     decay, recorded_decay = config.moving_average_decay, recorded.get("moving_average_decay")
     if info.has_weight_averages and decay == 0:
@@ -288,6 +340,37 @@ def _note_another_schedule(config, info, count, replicas, log):
             info.path, flags, step, rate, was,
             ", over {} steps in all (was {})".format(num_steps, recorded["num_steps"])
             if num_steps != recorded["num_steps"] else ""))
+
+
+def _recipe_in_effect(recipe, amp):
+    """The RECIPE_FLAGS of `recipe` that shape the training: RandAugment's only with it, the switch between mixup
+    and CutMix only with both, the loss scale and the --amp dtype only with --amp."""
+    unused = set()
+    if recipe.get("augmenter_name") != "randaugment":
+        unused |= {"raug_num_layers", "raug_magnitude"}
+    if not (recipe.get("mixup") and recipe.get("cutmix")):
+        unused.add("mixup_switch_prob")
+    if not amp:
+        unused |= {"amp_dtype", "static_loss_scale"}
+    if recipe.get("amp_dtype") is None:  # the platform's default dtype, said by the precision line
+        unused.add("amp_dtype")
+    return {name: value for name, value in recipe.items() if name not in unused}
+
+
+def _note_another_recipe(config, info, log):
+    """A resume with other RECIPE_FLAGS than the checkpoint's run: said, not refused (retuning a run is
+    legitimate), so that a run's log says what its steps were trained with."""
+    recorded_settings = info.recorded_settings()
+    recorded = recorded_settings.get("recipe")
+    if recorded is None:
+        return
+    was = _recipe_in_effect(recorded, recorded_settings.get("amp"))
+    now = _recipe_in_effect({name: getattr(config, name) for name in RECIPE_FLAGS}, config.amp)
+    changed = [name for name in RECIPE_FLAGS if name in was and name in now and was[name] != now[name]]
+    if changed:
+        log("Note: this run continues checkpoint {} with other training flags than it was trained with: {}".format(
+            info.path, ", ".join("--{} {} (was {})".format(name, _shown(now[name]), _shown(was[name]))
+                                 for name in changed)))
 
 
 def _train_records(train):
@@ -392,6 +475,7 @@ def resolve(config, given, log=print, replicas=1, workers=1):
                     "training resumes from it (use a new --model_dir to fine-tune)".format(
                         config.finetune_checkpoint, config.model_dir, info.path))
             changes.update(_training_state_changes(config, info, given, log, replicas))
+            _note_another_recipe(dataclasses.replace(config, **changes), info, log)
             if config.uses_dali and config.seed is not None:
                 log("Note: DALI's input cannot skip to step {}: this resume reads its data stream from the start, "
                     "so it is not the exact continuation --seed gives on the TFRecord input".format(info.step))
@@ -400,6 +484,7 @@ def resolve(config, given, log=print, replicas=1, workers=1):
                 "(export_frozen_graph.py --quantize exports the quantised graph)".format(info.path, config.mode))
     elif config.finetune_checkpoint and config.mode in TRAINING_MODES:
         finetune, changes = _finetune_changes(config, given, log)
+    _note_unused_flags(config, given, log, info)
     resolved = dataclasses.replace(config, **changes) if changes else config
     data = check_data(resolved, log, workers)
     if resumes and "train" in data:

@@ -2,6 +2,8 @@
 import json
 import os
 
+import numpy as np
+import pytest
 import tensorflow as tf
 
 from model import checkpoint
@@ -39,3 +41,23 @@ def test_retention_keeps_the_newest_and_a_killed_save_leaves_the_previous_one(tr
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-4")
     assert not os.path.exists(str(tmp_path / "model.ckpt-2.index"))
     assert not tf.io.gfile.glob(str(tmp_path / "*_temp"))
+
+
+def test_a_write_that_fails_is_one_line_and_leaves_no_temporary_shards(tmp_path, monkeypatch):
+    """A full disk while SaveV2 writes (its shards under `<prefix>_temp/`): the UserError names the checkpoint, and
+    nothing of it is left (postprocess_ckpt.py and CheckpointWriter.save both rely on it)."""
+    from utils.errors import UserError
+
+    def full_disk(prefix, **_):
+        os.makedirs(os.path.dirname(prefix), exist_ok=True)
+        with open(prefix + ".data-00000-of-00001", "wb") as handle:
+            handle.write(b"half")
+        raise tf.errors.ResourceExhaustedError(None, None, f"{prefix}.data-00000-of-00001; No space left on device")
+
+    monkeypatch.setattr(tf.raw_ops, "SaveV2", full_disk)
+    prefix = str(tmp_path / "model.ckpt-3")
+    with pytest.raises(UserError) as error:
+        checkpoint.write(prefix, {"x": np.zeros([2], np.float32)})
+    assert str(error.value) == (f"cannot write checkpoint {prefix} ({prefix}_temp/part.data-00000-of-00001; No space "
+                                "left on device)")
+    assert os.listdir(tmp_path) == []

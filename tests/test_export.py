@@ -347,6 +347,48 @@ def test_an_interrupted_onnx_write_leaves_neither_the_file_nor_a_temporary(tmp_p
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"),
+                                   tf.errors.ResourceExhaustedError(None, None, "graph.pb.tmp; No space left")])
+def test_a_failed_graph_def_or_onnx_write_is_one_line_and_keeps_the_previous_file(tmp_path, monkeypatch, error):
+    import onnx
+
+    def full_disk(path):
+        with open(path, "wb") as handle:
+            handle.write(b"half written")
+        raise error
+
+    # tf.io.write_graph writes `<name>.tmp<hex>` first, onnx.save the file it is given.
+    monkeypatch.setattr(tf.io, "write_graph", lambda graph_def, directory, name, as_text: full_disk(
+        os.path.join(directory, name + ".tmp0123abcd")))
+    monkeypatch.setattr(onnx, "save", lambda model_proto, path: full_disk(path))
+    output = tmp_path / "graph.pb"
+    output.write_bytes(b"the previous export")
+    with pytest.raises(UserError, match=r"^cannot write {}: .*No space left".format(output)):
+        export.write_graph_def(tiny_graph_def(), str(output), as_text=False)
+    with pytest.raises(UserError, match=r"^cannot write {}: ".format(tmp_path / "model.onnx")):
+        export._save_onnx(onnx.ModelProto(), str(tmp_path / "model.onnx"))
+    assert sorted(os.listdir(tmp_path)) == ["graph.pb"] and output.read_bytes() == b"the previous export"
+
+
+def test_an_output_that_cannot_be_created_is_refused_before_the_export(tmp_path):
+    """Each export tool checks where it writes before it builds, converts or trains anything."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    for script, flags, expected in (
+            ("export_frozen_graph.py", ["--output_file", str(blocker / "rn50.pb")],
+             f"ERROR: --output_file {blocker / 'rn50.pb'} cannot be created: {blocker} is not a directory"),
+            ("export_onnx.py", ["--input", str(tmp_path), "--output", str(blocker / "rn50.onnx")],
+             f"ERROR: --output {blocker / 'rn50.onnx'} cannot be created: {blocker} is not a directory"),
+            ("export_onnx.py", ["--input", str(tmp_path), "--output", str(tmp_path)],
+             f"ERROR: --output {tmp_path} is a directory (give the name of the file to write)")):
+        result = run_cli(script, *flags)
+        assert (result.returncode, result.stderr.strip()) == (2, expected)
+    model = tf.keras.Sequential([tf.keras.Input((SIZE, SIZE, 3)), tf.keras.layers.GlobalAveragePooling2D(),
+                                 tf.keras.layers.Dense(NUM_CLASSES)])
+    with pytest.raises(UserError, match=r"^cannot write the SavedModel under {}: ".format(blocker / "export")):
+        export.save_saved_model(model, SIZE, str(blocker / "export"))
+
+
 def test_an_interrupted_saved_model_export_leaves_no_temporary_directory(tmp_path, monkeypatch):
     def interrupted(module, path, signatures=None):
         os.makedirs(os.path.join(path, "variables"))

@@ -197,6 +197,29 @@ def test_input_size_is_read_from_the_model(saved_model, backend, tmp_path):
     assert wrong.returncode == 2
     assert wrong.stderr.strip().splitlines()[-1] == (
         "ERROR: --image-size 224 but the model takes 32x32 inputs (omit --image-size to use the model's)")
+    other_classes = run(*args, "--num-classes", "5")
+    assert (other_classes.returncode, other_classes.stderr.strip().splitlines()[-1]) == (
+        2, f"ERROR: --num-classes 5 but --model {saved_model} has 11 outputs (omit --num-classes: it sizes the model "
+           "of --architecture)")
+
+
+def test_a_log_path_that_cannot_be_written_is_one_line_before_any_work(tmp_path):
+    (tmp_path / "a_file").write_text("x")
+    for path, expected in ((tmp_path, f"ERROR: --log-path {tmp_path} is a directory (give the name of the file to "
+                                      "write)"),
+                           (tmp_path / "a_file" / "log.json", f"ERROR: --log-path {tmp_path / 'a_file' / 'log.json'} "
+                                                              f"cannot be created: {tmp_path / 'a_file'} is not a "
+                                                              "directory")):
+        result = run("--architecture", "resnet50", "--log-path", str(path), *SMALL)
+        assert (result.returncode, result.stderr.strip()) == (2, expected)
+
+
+def test_amp_with_a_given_model_on_onnxruntime_is_said_unused(saved_model, tmp_path):
+    result = run("--model", saved_model, "--backend", "onnxruntime", "--amp", "--num-iter", "2", "--log-path",
+                 str(tmp_path / "log.json"), *SMALL)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"Note: --amp is not used: --backend onnxruntime runs --model {saved_model} in the precision it was " \
+           "exported in" in result.stdout.splitlines()
 
 
 @pytest.mark.parametrize("flag,value", [("--image-size", "16"), ("--num-classes", "1")])

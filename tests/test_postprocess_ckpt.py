@@ -131,3 +131,66 @@ def test_named_round_trip_keeps_everything_and_records_the_final_conv(tmp_path):
     assert checkpoint.restore_model(conv, info, "resnet50", "conv").restored == len(conv.variables)
     np.testing.assert_allclose(conv(images(), training=False), model(images(), training=False), rtol=1e-4,
                                atol=1e-4)
+
+
+def small_named_checkpoint(directory, step=3):
+    """A named checkpoint with metadata, a dense classifier and one large tensor (what convert_named reads)."""
+    import os
+    os.makedirs(directory, exist_ok=True)
+    entries = {checkpoint.GLOBAL_STEP_KEY: np.int64(step),
+               "resnet50/output/dense/kernel": np.ones([8, NUM_CLASSES], np.float32),
+               "resnet50/conv2d/conv2d/kernel": np.ones([100_000], np.float32)}
+    prefix = checkpoint.write(str(directory / f"model.ckpt-{step}"), entries,
+                              dict(checkpoint.metadata("resnet50", NUM_CLASSES, 32, False, False), step=step))
+    checkpoint.write_state_file(str(directory), [f"model.ckpt-{step}"])
+    return prefix
+
+
+def single_error(result):
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("ERROR: "), result.stderr
+    return lines[0]
+
+
+def test_an_output_that_cannot_be_created_is_one_line(tmp_path):
+    small_named_checkpoint(tmp_path / "in")
+    (tmp_path / "a_file").write_text("x")
+    assert single_error(run("--input", str(tmp_path / "in"), "--output", str(tmp_path / "a_file" / "out"))) == \
+        f"ERROR: --output {tmp_path / 'a_file' / 'out'} cannot be created: {tmp_path / 'a_file'} is not a directory"
+
+
+def test_a_corrupt_tensor_is_one_line_and_leaves_no_output(tmp_path):
+    prefix = small_named_checkpoint(tmp_path / "in")
+    with open(prefix + ".data-00000-of-00001", "r+b") as handle:
+        handle.seek(1000)  # inside the large kernel; the metadata, written last, stays readable
+        handle.write(bytes(1000))
+    error = single_error(run("--input", prefix, "--output", str(tmp_path / "out")))
+    assert error.startswith(f"ERROR: checkpoint {prefix} is corrupt or truncated (resnet50/")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_write_removes_the_output_it_created_but_not_one_it_was_given(tmp_path, monkeypatch):
+    from utils.errors import UserError
+    small_named_checkpoint(tmp_path / "in")
+
+    def full_disk(prefix, *_):
+        raise UserError(f"cannot write checkpoint {prefix} (No space left on device)")
+
+    monkeypatch.setattr(checkpoint, "write", full_disk)
+    error = single_error(run("--input", str(tmp_path / "in"), "--output", str(tmp_path / "out")))
+    assert error == f"ERROR: cannot write checkpoint {tmp_path / 'out' / 'model.ckpt-3'} (No space left on device)"
+    assert not (tmp_path / "out").exists()  # a retry needs no --overwrite
+    (tmp_path / "given").mkdir()
+    (tmp_path / "given" / "notes.txt").write_text("mine")
+    single_error(run("--input", str(tmp_path / "in"), "--output", str(tmp_path / "given"), "--overwrite"))
+    assert (tmp_path / "given" / "notes.txt").read_text() == "mine"
+
+
+def test_dense_layer_on_our_checkpoint_is_said_unused(tmp_path):
+    prefix = small_named_checkpoint(tmp_path / "in")
+    result = run("--input", prefix, "--output", str(tmp_path / "out"), "--dense_layer", "resnet50/fc/kernel")
+    assert result.returncode == 0, result.stderr
+    assert f"Note: --dense_layer resnet50/fc/kernel is not used: {prefix} records its architecture, resnet50, whose " \
+           "classifier kernel is resnet50/output/dense/kernel" in result.stdout
+    assert tf.train.load_checkpoint(str(tmp_path / "out" / "model.ckpt-3")).get_variable_to_shape_map()[
+        "resnet50/output/dense/kernel"] == [1, 1, 8, NUM_CLASSES]

@@ -286,8 +286,8 @@ def test_the_recorded_training_state_round_trips_through_the_metadata(tmp_path):
     path = fake_checkpoint(tmp_path, training=settings.training_state(config, replicas=4, train_images=12),
                            ranges=True, averages=True)
     recorded = checkpoint.inspect(path).recorded_settings()
-    assert {name: recorded[name] for name in settings.TRAINING_STATE + ("images_per_step", "train_images")} == \
-        settings.training_state(config, replicas=4, train_images=12)
+    assert {name: recorded[name] for name in settings.TRAINING_STATE + ("images_per_step", "train_images", "recipe")} \
+        == settings.training_state(config, replicas=4, train_images=12)
     assert (recorded["images_per_step"], recorded["train_images"]) == (8, 12)
     assert "train_images" not in settings.training_state(config)  # synthetic data: no train split
     assert "schedule" not in settings.training_state(config)  # no run length: no schedule
@@ -338,6 +338,75 @@ def test_a_resume_with_other_schedule_flags_says_what_the_learning_rate_becomes(
     lines = resolve(tmp_path / "run", num_iter=2, **dict(flags, cosine_lr=False, lr_init=0.512))[1]
     assert lines[0].split("trained with: ")[1].startswith("--lr_init 0.512 (was 0.256), no --cosine_lr (was on), --num_iter 2 "
                                                  f"(was 1); at step 3 the rate is {2 * peak:.6g} where")
+
+
+def test_a_resume_with_other_recipe_flags_says_which_of_those_in_effect_changed(tmp_path):
+    trained = RunConfig(batch_size=2, mode="train", label_smoothing=0.1, augmenter_name="randaugment")
+    path = fake_checkpoint(tmp_path, training=settings.training_state(trained))
+    common = dict(mode="train", label_smoothing=0.1, augmenter_name="randaugment")
+
+    def notes(**flags):
+        return [line for line in resolve(tmp_path, **common, **flags)[1] if "other training flags" in line]
+
+    assert notes(weight_decay=5e-4, raug_magnitude=5.0, static_loss_scale=128.0) == [
+        f"Note: this run continues checkpoint {path} with other training flags than it was trained with: "
+        "--weight_decay 0.0005 (was 0.0001), --raug_magnitude 5 (was 9)"]  # no --amp: the loss scale is unused
+    assert notes() == []
+    assert notes(mixup=0.2, cutmix=1.0, mixup_switch_prob=0.9)[0].endswith(": --mixup 0.2 (was 0), --cutmix 1 (was 0)")
+
+
+def test_flags_the_mode_leaves_unused_are_said_once_each(tmp_path):
+    _, lines = resolve(tmp_path / "new", mode="train", export_dir=str(tmp_path / "export"), to_predict="x.jpg",
+                       use_ema_weights=True, moving_average_decay=0.5)
+    assert [line for line in lines if line.startswith("Note: --")] == [
+        "Note: --export_dir is not used: --mode train exports nothing (--mode train_and_evaluate, evaluate and "
+        "inference_benchmark write the SavedModel after their evaluation)",
+        "Note: --use_ema_weights is not used: it picks the weights of predict, inference_benchmark and an "
+        "--export_dir export, and this run has none of them",
+        "Note: --to_predict is not used: only --mode predict reads it"]
+    fake_checkpoint(tmp_path / "float")
+    _, lines = resolve(tmp_path / "float", mode="evaluate", quantize=True, symmetric=True, use_ema_weights=True,
+                       finetune_checkpoint="x")
+    assert [line for line in lines if line.startswith("Note: --")] == [
+        "Note: --use_ema_weights is not used: it picks the weights of predict, inference_benchmark and an "
+        "--export_dir export, and this run has none of them (an evaluation reports both the raw and the EMA "
+        "weights' accuracy)",
+        "Note: --finetune_checkpoint is not used: only a training mode fine-tunes",
+        "Note: --quantize and --symmetric are not used: --mode evaluate runs the float model, as the original "
+        "(export_frozen_graph.py --quantize exports the quantised graph)"]
+    # Used, or left at their defaults: nothing said. A QAT checkpoint's own line covers --quantize.
+    for flags in (dict(mode="evaluate", export_dir=str(tmp_path / "export"), use_ema_weights=True),
+                  dict(mode="predict", to_predict="x.jpg", labels_file="labels.txt", use_ema_weights=True),
+                  dict(mode="training_benchmark", quantize=True), dict(mode="evaluate")):
+        assert not [line for line in resolve(tmp_path / "float", **flags)[1] if line.startswith("Note: --")], flags
+    fake_checkpoint(tmp_path / "qat", ranges=True, training={"quantize": True})
+    assert not [line for line in resolve(tmp_path / "qat", mode="evaluate", quantize=True)[1]
+                if line.startswith("Note: --")]
+
+
+def test_qat_flags_without_quantize_are_refused_where_they_would_train(tmp_path):
+    for mode in ("train", "train_and_evaluate", "training_benchmark"):
+        with pytest.raises(UserError, match="only take effect with --quantize"):
+            RunConfig(batch_size=2, mode=mode, symmetric=True)
+    RunConfig(batch_size=2, mode="evaluate", symmetric=True)  # said, not refused (the test above)
+
+
+def test_an_output_directory_that_cannot_be_written_is_refused_before_any_work(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    for flags, expected in (
+            (["--mode", "evaluate", "--export_dir", str(blocker)], f"--export_dir {blocker} exists and is not a "
+                                                                   "directory"),
+            (["--mode", "train", "--model_dir", str(blocker / "m")], f"--model_dir {blocker / 'm'} cannot be "
+                                                                     f"created: {blocker} is not a directory"),
+            (["--mode", "predict", "--to_predict", str(tmp_path), "--results_dir", str(blocker / "r")],
+             f"--results_dir {blocker / 'r'} cannot be created: {blocker} is not a directory")):
+        with pytest.raises(UserError) as error:
+            settings.parse(["--batch_size", "2", "--data_dir", str(tmp_path), *flags])
+        assert str(error.value) == expected
+    # --export_dir in a mode that exports nothing is not checked (it is said unused instead).
+    settings.parse(["--batch_size", "2", "--mode", "predict", "--to_predict", str(tmp_path), "--export_dir",
+                    str(blocker), "--results_dir", str(tmp_path)])
 
 
 # ---------------------------------------------------------------- helpers every tool uses

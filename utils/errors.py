@@ -20,6 +20,11 @@ class UserError(Exception):
     """Raised for bad input; the CLI prints `ERROR: <message>` on one line and exits non-zero."""
 
 
+def first_line(error):
+    """The first line of an exception's message (at most 300 characters), for one-line UserErrors."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+
+
 class Terminated(BaseException):
     """Raised in the main thread by SIGTERM while a `command` runs: the SIGTERM counterpart of KeyboardInterrupt
     (a BaseException for the same reason: `except Exception` clean-up code must not swallow it)."""

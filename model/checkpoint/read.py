@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from model.resnet import ARCHITECTURES
 from utils.ema import EMA_SUFFIX
-from utils.errors import UserError
+from utils.errors import UserError, first_line
 
 METADATA_KEY = "checkpoint_metadata"
 GLOBAL_STEP_KEY = "global_step"
@@ -80,11 +80,6 @@ class ObjectModel:
     input_normalized: bool
     quantized: bool
     variables: int                    # model variables in the checkpoint
-
-
-def first_line(error):
-    """The first line of an exception's message (at most 300 characters), for one-line UserErrors."""
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
 
 
 # ---------------------------------------------------------------- finding a checkpoint

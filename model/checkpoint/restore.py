@@ -11,12 +11,12 @@ import numpy as np
 import tensorflow as tf
 
 from model import checkpoint_names
-from model.checkpoint.read import (GLOBAL_STEP_KEY, SLOT_SUFFIX, CheckpointInfo, find_checkpoint, first_line,
+from model.checkpoint.read import (GLOBAL_STEP_KEY, SLOT_SUFFIX, CheckpointInfo, find_checkpoint,
                                    inspect, object_model, open_reader, read_tensor)
 from model.layers.quantization import QuantizationConfig, is_quantization_variable
 from model.resnet import averaged_variables, build_model
 from utils.ema import EMA_SUFFIX
-from utils.errors import UserError
+from utils.errors import UserError, first_line
 
 LOSS_SCALE_KEYS = {"dynamic_scale": "loss_scale/current_loss_scale", "step_counter": "loss_scale/good_steps"}
 OPTIMIZER_ITERATIONS_KEY = "Momentum/iterations"

@@ -8,8 +8,8 @@ import time
 
 import tensorflow as tf
 
-from model.checkpoint.read import METADATA_KEY, first_line
-from utils.errors import UserError
+from model.checkpoint.read import METADATA_KEY
+from utils.errors import UserError, first_line
 
 CHECKPOINT_PREFIX = "model.ckpt"
 # 2 adds `training`, the training flags of the run that wrote it (QAT, EMA); version 1 is read the same way, with
@@ -31,25 +31,30 @@ def metadata(arch, num_classes, image_size, use_final_conv, input_normalized, tr
 def write(prefix, entries, meta=None):
     """Write {key: variable or array} and the metadata (if any) as a checkpoint at `prefix`, atomically: the shards
     are written under `<prefix>_temp/`, then renamed into place data first and index last, so a killed save never
-    leaves a complete-looking checkpoint. The state file is not touched (CheckpointWriter does that)."""
+    leaves a complete-looking checkpoint. The state file is not touched (CheckpointWriter does that). A write that
+    fails (a full disk, a directory that cannot be written) is a UserError; the temporary shards are removed."""
     temporary = prefix + "_temp"
-    shutil.rmtree(temporary, ignore_errors=True)
-    os.makedirs(temporary)
-    keys = sorted(entries)
-    with tf.device("/cpu:0"):
-        tensors = [tf.convert_to_tensor(entries[key]) for key in keys]
-        if meta is not None:
-            keys.append(METADATA_KEY)
-            tensors.append(tf.constant(json.dumps(meta, sort_keys=True)))
-        tf.raw_ops.SaveV2(prefix=os.path.join(temporary, "part"), tensor_names=keys,
-                          shape_and_slices=[""] * len(keys), tensors=tensors)
-    written = os.listdir(temporary)
-    for name in sorted(written, key=lambda n: n.endswith(".index")):
-        source = os.path.join(temporary, name)
-        with open(source, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(source, prefix + name[len("part"):])
-    shutil.rmtree(temporary, ignore_errors=True)
+    try:
+        shutil.rmtree(temporary, ignore_errors=True)
+        os.makedirs(temporary)
+        keys = sorted(entries)
+        with tf.device("/cpu:0"):
+            tensors = [tf.convert_to_tensor(entries[key]) for key in keys]
+            if meta is not None:
+                keys.append(METADATA_KEY)
+                tensors.append(tf.constant(json.dumps(meta, sort_keys=True)))
+            tf.raw_ops.SaveV2(prefix=os.path.join(temporary, "part"), tensor_names=keys,
+                              shape_and_slices=[""] * len(keys), tensors=tensors)
+        written = os.listdir(temporary)
+        for name in sorted(written, key=lambda n: n.endswith(".index")):
+            source = os.path.join(temporary, name)
+            with open(source, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.replace(source, prefix + name[len("part"):])
+    except (OSError, tf.errors.OpError) as error:
+        raise UserError(f"cannot write checkpoint {prefix} ({first_line(error)})") from None
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
     return prefix
 
 
@@ -105,13 +110,14 @@ class CheckpointWriter:
         try:
             os.makedirs(self.directory, exist_ok=True)
             write(prefix, self.entries, dict(self.meta, step=int(step)))
-        except (OSError, tf.errors.OpError) as error:
+        except (OSError, tf.errors.OpError, UserError) as error:
             shutil.rmtree(prefix + "_temp", ignore_errors=True)
             if not any(kept == name for kept, _ in self._kept):
                 for path in glob.glob(glob.escape(prefix) + ".*"):
                     os.remove(path)
-            raise UserError(f"cannot write checkpoint {prefix} ({first_line(error)}); the last complete "
-                            f"checkpoint is kept: {self.latest_checkpoint}") from None
+            reason = (error if isinstance(error, UserError) else
+                      f"cannot write checkpoint {prefix} ({first_line(error)})")
+            raise UserError(f"{reason}; the last complete checkpoint is kept: {self.latest_checkpoint}") from None
         self._kept = [(kept, stamp) for kept, stamp in self._kept if kept != name] + [(name, time.time())]
         while len(self._kept) > self.max_to_keep:
             old, stamp = self._kept.pop(0)

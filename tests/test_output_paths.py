@@ -1,0 +1,61 @@
+"""utils/output_paths.py: where a tool will write, checked before its work, each problem one line naming the flag."""
+import os
+
+import pytest
+
+from utils import output_paths
+from utils.errors import UserError
+
+
+@pytest.fixture
+def blocker(tmp_path):
+    """A file where a directory would have to be."""
+    path = tmp_path / "a_file"
+    path.write_text("x")
+    return path
+
+
+def error(check, flag, path):
+    with pytest.raises(UserError) as raised:
+        check(flag, str(path))
+    return str(raised.value)
+
+
+def test_a_directory_that_exists_or_can_be_created_passes(tmp_path):
+    output_paths.check_output_dir("--export_dir", str(tmp_path))
+    output_paths.check_output_dir("--export_dir", str(tmp_path / "new" / "deeper"))
+    output_paths.check_output_file("--output", str(tmp_path / "new" / "model.onnx"))
+    (tmp_path / "log.json").write_text("")
+    output_paths.check_output_file("--log-path", str(tmp_path / "log.json"))  # appended to
+    assert sorted(os.listdir(tmp_path)) == ["log.json"]  # the checks create nothing
+
+
+def test_a_file_in_the_way_is_named(tmp_path, blocker):
+    assert error(output_paths.check_output_dir, "--export_dir", blocker) == \
+        f"--export_dir {blocker} exists and is not a directory"
+    assert error(output_paths.check_output_dir, "--export_dir", blocker / "sub" / "dir") == \
+        f"--export_dir {blocker / 'sub' / 'dir'} cannot be created: {blocker} is not a directory"
+    assert error(output_paths.check_output_file, "--output", blocker / "model.onnx") == \
+        f"--output {blocker / 'model.onnx'} cannot be created: {blocker} is not a directory"
+
+
+def test_a_directory_given_for_a_file_is_named(tmp_path):
+    assert error(output_paths.check_output_file, "--log-path", tmp_path) == \
+        f"--log-path {tmp_path} is a directory (give the name of the file to write)"
+
+
+def test_a_directory_the_process_may_not_write_is_named(tmp_path, monkeypatch):
+    """The operating system's answer (os.access) decides; root passes permission bits, so it is simulated."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    monkeypatch.setattr(output_paths.os, "access", lambda path, mode: os.path.abspath(path) != str(locked))
+    assert error(output_paths.check_output_dir, "--results_dir", locked) == f"--results_dir {locked} is not writable"
+    assert error(output_paths.check_output_dir, "--results_dir", locked / "run") == \
+        f"--results_dir {locked / 'run'} cannot be created: directory {locked} is not writable"
+    assert error(output_paths.check_output_file, "--output_file", locked / "rn50.pb") == \
+        f"--output_file {locked / 'rn50.pb'} cannot be created: directory {locked} is not writable"
+    readonly_file = tmp_path / "log.json"
+    readonly_file.write_text("")
+    monkeypatch.setattr(output_paths.os, "access", lambda path, mode: os.path.abspath(path) != str(readonly_file))
+    assert error(output_paths.check_output_file, "--log-path", readonly_file) == \
+        f"--log-path {readonly_file} is not writable"

@@ -1,0 +1,49 @@
+"""Where a tool will write, checked before it starts its work: a directory or file it cannot create is one error
+line at once, not a traceback after an hour of training (docs/RELIABILITY.md#bad-input).
+
+The checks find the nearest existing ancestor of the path and ask the operating system whether it is a directory
+this process may write into. They cannot foresee a full disk or a path taken by another process in the meantime:
+the writers turn those into one line of their own (model/export.py, model/checkpoint/write.py)."""
+
+import os
+
+from utils.errors import UserError
+
+
+def _existing_ancestor(path):
+    """The nearest existing path at or above `path` (absolute)."""
+    path = os.path.abspath(path)
+    while not os.path.lexists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def _check_can_create_in(flag, path, parent):
+    """UserError unless `parent` (where `path` or its first missing ancestor would be created) is a writable
+    directory."""
+    ancestor = _existing_ancestor(parent)
+    if not os.path.isdir(ancestor):
+        raise UserError("{} {} cannot be created: {} is not a directory".format(flag, path, ancestor))
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UserError("{} {} cannot be created: directory {} is not writable".format(flag, path, ancestor))
+
+
+def check_output_dir(flag, path):
+    """UserError unless directory `path` exists and is writable, or can be created."""
+    if os.path.lexists(path) or os.path.isdir(path):
+        if not os.path.isdir(path):
+            raise UserError("{} {} exists and is not a directory".format(flag, path))
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise UserError("{} {} is not writable".format(flag, path))
+        return
+    _check_can_create_in(flag, path, os.path.dirname(os.path.abspath(path)))
+
+
+def check_output_file(flag, path):
+    """UserError unless file `path` can be written: appended to if it exists, or created (also under a temporary
+    name beside it, as the atomic writers do)."""
+    if os.path.isdir(path):
+        raise UserError("{} {} is a directory (give the name of the file to write)".format(flag, path))
+    if os.path.lexists(path) and not os.access(path, os.W_OK):
+        raise UserError("{} {} is not writable".format(flag, path))
+    _check_can_create_in(flag, path, os.path.dirname(os.path.abspath(path)))
