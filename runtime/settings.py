@@ -79,6 +79,9 @@ def training_state(config, replicas=1, train_images=None, length=None):
                  recipe={name: getattr(config, name) for name in RECIPE_FLAGS})
     if train_images is not None:
         state["train_images"] = int(train_images)
+        if config.data_dir is not None:
+            from runtime.runner_utils import list_filenames_in_dataset
+            state["train_files"] = files_fingerprint(list_filenames_in_dataset(config.data_dir, "train"))
     if length is not None:
         state["schedule"] = schedule_record(config, length.num_steps, length.num_decay_steps, length.steps_per_epoch)
     return state
@@ -373,18 +376,31 @@ def _note_another_recipe(config, info, log):
                                  for name in changed)))
 
 
+def files_fingerprint(files):
+    """A short digest of the names (without their directory) and sizes of `files`: the same for a moved copy of a
+    dataset, another for other shards of it. Sizes, not contents, so it costs a stat per file on ImageNet too."""
+    import hashlib
+    listing = "\n".join("{} {}".format(os.path.basename(name), os.path.getsize(name)) for name in sorted(files))
+    return hashlib.sha256(listing.encode("utf-8")).hexdigest()[:16]
+
+
 def _train_records(train):
     from utils.tfrecord_framing import count_records  # pure Python, cached: training_length counts them again
     return sum(count_records(name) for name in train.files)
 
 
-def _note_another_train_set(config, info, count, log):
-    """A resume whose train split holds another number of records (`count`) than the checkpoint's run read: its
-    epochs, and the schedule counted in them, change from this step on. Said, not refused (more data is a
-    legitimate change); a moved copy of the same data says nothing."""
+def _note_another_train_set(config, info, train, count, log):
+    """A resume whose train split (`train`, a SplitFacts of `count` records) holds another number of records than
+    the checkpoint's run read: its epochs, and the schedule counted in them, change from this step on; or as many
+    in other files: the run goes on on other data. Said, not refused (more data is a legitimate change); a moved
+    copy of the same data says nothing."""
     recorded = info.recorded_settings().get("train_images")
     if recorded is None:
         return
+    recorded_files = info.recorded_settings().get("train_files")
+    if count == recorded and recorded_files is not None and recorded_files != files_fingerprint(train.files):
+        log("Note: the train-* files of --data_dir {} are not the ones checkpoint {} was trained on (other names or "
+            "sizes, {:,} records as before): this run goes on on other data".format(config.data_dir, info.path, count))
     if count != recorded:
         log("Note: checkpoint {} was trained on {:,} train images; the train-* files of --data_dir {} hold {:,}: "
             "this run's epochs, and the learning-rate schedule counted in them, follow from {:,} from step {} on{}"
@@ -489,6 +505,6 @@ def resolve(config, given, log=print, replicas=1, workers=1):
     data = check_data(resolved, log, workers)
     if resumes and "train" in data:
         count = _train_records(data["train"])
-        _note_another_train_set(resolved, info, count, log)
+        _note_another_train_set(resolved, info, data["train"], count, log)
         _note_another_schedule(resolved, info, count, replicas, log)
     return RunSettings(resolved, info, finetune, data, changes)

@@ -312,6 +312,22 @@ def test_a_resume_on_a_train_split_of_another_size_says_its_epochs_change(tmp_pa
     assert trained_on[6][1] == []  # the same count (a moved copy of the data, say): nothing to say
 
 
+def test_a_resume_on_other_train_files_of_the_same_size_says_so_and_a_moved_copy_does_not(tmp_path):
+    import shutil
+    from tests._data_helpers import write_tfrecord_shards
+    data, moved, other = tmp_path / "data", tmp_path / "moved", tmp_path / "other"
+    write_tfrecord_shards(str(data), "train", 2, 3, 32, seed=0)
+    shutil.copytree(data, moved)
+    write_tfrecord_shards(str(other), "train", 2, 3, 32, seed=1)  # 6 records too, other images
+    flags = {"mode": "train", "num_classes": 10, "image_size": 32}
+    path = fake_checkpoint(tmp_path / "run", step=3, training=settings.training_state(
+        RunConfig(batch_size=2, data_dir=str(data), **flags), train_images=6))
+    assert resolve(tmp_path / "run", data_dir=str(moved), **flags)[1] == []
+    assert resolve(tmp_path / "run", data_dir=str(other), **flags)[1] == [
+        f"Note: the train-* files of --data_dir {other} are not the ones checkpoint {path} was trained on (other "
+        "names or sizes, 6 records as before): this run goes on on other data"]
+
+
 def test_a_resume_with_other_schedule_flags_says_what_the_learning_rate_becomes(tmp_path):
     """A longer --num_iter under cosine restarts the rate well above where the checkpoint's run ended: legitimate,
     but said, with the rate at the resume step under both schedules (the cosine formula, by hand)."""
