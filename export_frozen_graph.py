@@ -24,6 +24,7 @@ from runtime.config import given_options
 from runtime.settings import reconcile
 from utils import quiet
 from utils.errors import command
+from utils.output_paths import check_output_file
 
 FORMATS = ("NCHW", "NHWC")
 
@@ -110,7 +111,6 @@ def export(args, log=print):
     from model import checkpoint, export as model_export
     from runtime import checkpoints
     from utils import devices
-    from utils.output_paths import check_output_file
     check_output_file("--output_file", args.output_file)  # before the (slow) build and freeze
     platform = devices.setup_devices()
     from model.layers.quantization import QuantizationConfig

@@ -15,6 +15,7 @@ import sys
 from model import export
 from utils import quiet
 from utils.errors import command
+from utils.output_paths import check_output_file
 
 
 @command
@@ -25,7 +26,6 @@ def main(argv=None):
     parser.add_argument("--opset", type=int, default=export.DEFAULT_OPSET)
     quiet.add_verbose_flag(parser)
     args = parser.parse_args(argv)
-    from utils.output_paths import check_output_file
     check_output_file("--output", args.output)  # before the (slow) conversion
     model_proto = export.to_onnx(args.input, args.output, args.opset)
     quantize_nodes = sum(node.op_type == "QuantizeLinear" for node in model_proto.graph.node)

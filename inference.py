@@ -35,6 +35,7 @@ import numpy as np
 from model.arch_names import ARCH_NAMES
 from utils import quiet
 from utils.errors import UserError, command
+from utils.output_paths import check_output_file
 
 BACKENDS = ("tf", "onnxruntime", "tensorrt")
 LOG_EVERY = 100
@@ -409,7 +410,6 @@ def resolve_num_classes(args, model_classes, log):
 def run(args):
     from utils import devices
     from utils.logger import DLLogger
-    from utils.output_paths import check_output_file
     check_output_file("--log-path", args.log_path)
     try:
         logger = DLLogger(args.log_path)

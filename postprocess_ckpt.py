@@ -26,6 +26,7 @@ import sys
 
 from utils import quiet
 from utils.errors import UserError, command, first_line
+from utils.output_paths import check_output_dir
 
 
 def parse_args(argv=None):
@@ -44,7 +45,6 @@ def parse_args(argv=None):
 
 
 def _check_output(output, overwrite):
-    from utils.output_paths import check_output_dir
     if os.path.exists(output) and not overwrite:
         raise UserError(f"--output {output} already exists; choose another directory or pass --overwrite")
     check_output_dir("--output", output)

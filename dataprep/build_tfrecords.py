@@ -25,6 +25,7 @@ import sys
 from dataprep import records
 from dataprep.process_bounding_boxes import process_bounding_boxes, read_bounding_box_csv, read_synsets
 from utils.errors import UserError, command
+from utils.output_paths import check_output_dir
 
 SHUFFLE_SEED = 12345  # the original's random.seed(12345) before sharding
 IMAGENET_SHARDS = {"train": 1024, "validation": 128}  # the original's counts, for the full ILSVRC-2012 splits
@@ -307,6 +308,7 @@ def discover(args) -> tuple[ClassList, dict[str, SplitInput], bool]:
 
 
 def build(args) -> dict[str, list[records.ShardResult]]:
+    check_output_dir("--output_directory", args.output_directory)  # before the (long) scan of the images
     classes, splits, imagenet = discover(args)
     shards = {"train": args.train_shards, "validation": args.validation_shards}
     for split in splits:  # refuse before writing anything

@@ -24,6 +24,7 @@ import numpy as np
 from dataprep import records
 from dataprep.build_tfrecords import choose_shards, shuffled
 from utils.errors import UserError, command
+from utils.output_paths import check_output_dir
 
 CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
@@ -192,6 +193,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 @command
 def main(argv=None):
     args = parse_args(argv)
+    check_output_dir("--out", args.out)
     convert(args.out, args.source, args.image_size, args.train_count, args.val_count, args.train_shards,
             args.validation_shards, args.num_workers, args.resume, args.overwrite,
             records.progress_enabled(args.no_progress))

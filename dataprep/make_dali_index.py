@@ -13,6 +13,7 @@ import sys
 from dataprep.dali_index import write_dali_index
 from dataprep.records import progress_enabled
 from utils.errors import UserError, command
+from utils.output_paths import check_output_dir
 
 SPLIT_PREFIXES = ("train-", "validation-")
 
@@ -30,6 +31,7 @@ def list_shards(tfrecord_dir: str) -> list[str]:
 def make_dali_indexes(tfrecord_dir: str, idx_dir: str, progress: bool = False) -> dict[str, int]:
     """Indexes every shard of tfrecord_dir into idx_dir; returns {shard name: record count}."""
     names = list_shards(tfrecord_dir)
+    check_output_dir("idx_dir", idx_dir)
     os.makedirs(idx_dir, exist_ok=True)
     if progress:
         from tqdm import tqdm

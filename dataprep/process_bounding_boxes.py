@@ -16,6 +16,7 @@ import sys
 import xml.etree.ElementTree as ElementTree
 
 from utils.errors import UserError, command
+from utils.output_paths import check_output_file
 
 
 def _text(node, path: str) -> str:
@@ -134,12 +135,17 @@ def main(argv=None):
     parser.add_argument("synsets_file", nargs="?", help="optional WNID list; boxes of other synsets are dropped")
     parser.add_argument("--output", help="CSV file to write (default: stdout)")
     args = parser.parse_args(argv)
+    if args.output:
+        check_output_file("--output", args.output)  # before the (long) parse of the XML files
     synsets = set(read_synsets(args.synsets_file)) if args.synsets_file else None
     lines, stats = process_bounding_boxes(args.xml_dir, synsets)
     text = "".join(line + "\n" for line in lines)
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(text)
+        try:
+            with open(args.output, "w") as f:
+                f.write(text)
+        except OSError as error:
+            raise UserError(f"cannot write --output {args.output}: {error.strerror or error}") from None
     else:
         sys.stdout.write(text)
     print(f"{stats['boxes']} boxes from {stats['files']} files; skipped {stats['skipped_boxes']} boxes and "

@@ -30,7 +30,7 @@ import signal
 import sys
 from typing import Callable, Sequence
 
-from utils.errors import UserError, on_interrupt
+from utils.errors import UserError, first_line, on_interrupt
 from utils.logger import progress_enabled  # noqa: F401 - the dataprep tools' progress check
 from utils.tfrecord_framing import count_records
 
@@ -189,11 +189,14 @@ def write_shard(output_dir: str, split: str, shard_index: int, num_shards: int, 
                 if tick is not None:
                     tick(1)
         os.replace(tmp_path, final_path)
-    except BaseException:  # an interrupt, a write error: the incomplete shard is not left behind
+    except BaseException as error:  # an interrupt, a write error: the incomplete shard is not left behind
         try:
             os.remove(tmp_path)
         except OSError:
             pass
+        if isinstance(error, (OSError, tf.errors.OpError)):  # a full disk, a directory removed meanwhile
+            raise UserError(f"cannot write {final_path}: {first_line(error)}; the complete shards are kept: run the "
+                            "same command with --resume once it can be written") from None
         raise
     return ShardResult(shard_index, written, skipped)
 

@@ -452,6 +452,52 @@ def test_clear_one_line_errors(tmp_path, capsys, case, message):
     assert err.startswith("ERROR: ") and message in err and err.count("\n") == 1
 
 
+def test_an_output_that_cannot_be_created_is_one_line_in_every_dataprep_tool(tree, built, tmp_path, capsys):
+    root, _ = tree
+    out, _ = built
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    target = blocker / "out"
+    for call, flag in ((lambda: build(["--train_directory", f"{root}/train", "--output_directory", str(target)]),
+                        "--output_directory"),
+                       (lambda: make_dali_index.main([str(out), str(target), "--no_progress"]), "idx_dir"),
+                       (lambda: fashion_mnist.main(["--out", str(target), "--no_progress"]), "--out"),
+                       (lambda: process_bounding_boxes.main([str(tmp_path), "--output", str(target)]), "--output")):
+        assert call() == 2
+        assert capsys.readouterr().err == f"ERROR: {flag} {target} cannot be created: {blocker} is not a directory\n"
+
+
+def test_a_shard_write_that_fails_is_one_line_and_leaves_no_temporary(tree, tmp_path, monkeypatch, capsys):
+    import tensorflow as tf
+    root, _ = tree
+
+    class FullDisk:
+        """A TFRecordWriter whose first write finds the disk full, after creating its file."""
+
+        def __init__(self, path):
+            self.path = path
+            with open(path, "wb") as handle:
+                handle.write(b"half")
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *_):
+            return False
+
+        def write(self, _record):
+            raise tf.errors.ResourceExhaustedError(None, None, f"{self.path}; No space left on device")
+
+    monkeypatch.setattr(tf.io, "TFRecordWriter", FullDisk)
+    out = tmp_path / "out"
+    capsys.readouterr()
+    assert build(["--train_directory", f"{root}/train", "--output_directory", str(out), "--train_shards", "3"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"ERROR: cannot write {out / 'train-00000-of-00003'}: ") and "No space left" in error
+    assert error.endswith("the complete shards are kept: run the same command with --resume once it can be written")
+    assert not [name for name in os.listdir(out) if name.startswith((".tmp", "train-"))]
+
+
 def test_to_rgb_jpeg_reasons():
     with pytest.raises(records.UnreadableImage, match="empty file"):
         records.to_rgb_jpeg(b"")
