@@ -343,6 +343,9 @@ class Runner:
         if export_dir:
             self.exported_path = export.save_saved_model(model, config.input_size, export_dir)
             log.log(step=(), data={"export_dir": self.exported_path})
+            if info is None:  # a benchmark without a checkpoint: said, so the export is not taken for a model
+                log.print("Note: SavedModel {} holds freshly initialised weights: model_dir {} has no "
+                          "checkpoint".format(self.exported_path, config.model_dir))
         return results
 
     def _evaluation_pass(self, eval_step, iterator, num_steps, meter, is_benchmark):

@@ -217,6 +217,15 @@ def test_export_round_trip_matches_in_memory_model(trained, data_dir, tmp_path):
     assert np.array_equal(out["classes"].numpy(), expected.argmax(1))
 
 
+def test_an_inference_benchmark_export_without_a_checkpoint_says_its_weights_are_fresh(tmp_path):
+    result = run_main("--mode", "inference_benchmark", "--batch_size", 2, "--num_iter", 1, "--iter_unit", "batch",
+                      "--warmup_steps", 0, "--results_dir", tmp_path / "run", "--export_dir", tmp_path / "export",
+                      *SMALL)
+    (exported,) = glob.glob(str(tmp_path / "export" / "*"))
+    assert f"Note: SavedModel {exported} holds freshly initialised weights: model_dir {tmp_path / 'run'} has no " \
+           "checkpoint" in result.stdout.splitlines()
+
+
 @pytest.mark.parametrize("args,message", [
     (["--mode", "train", "--batch_size", "4"], "`data_dir` must be specified for training!"),
     (["--mode", "evaluate", "--batch_size", "4"], "`data_dir` must be specified for evaluation!"),
