@@ -293,6 +293,16 @@ def onnx_reduced_precision(model_proto):
     return sorted(reduced[kind] for kind in types if kind in reduced)
 
 
+def onnx_signature(model_proto):
+    """"'input' [-1, 40, 40, 3] -> 'classes' [-1], 'probabilities' [-1, 10]": an ONNX graph's inputs and outputs
+    with their shapes (-1 for a dynamic dimension), so a conversion's log says what model it wrote."""
+    def described(values):
+        return ", ".join("'{}' [{}]".format(value.name, ", ".join(
+            str(dim.dim_value) if dim.HasField("dim_value") else "-1" for dim in value.type.tensor_type.shape.dim))
+            for value in values)
+    return "{} -> {}".format(described(model_proto.graph.input), described(model_proto.graph.output))
+
+
 def _rename_io(model_proto, old_inputs, new_inputs, old_outputs, new_outputs):
     renames = dict(zip(old_inputs, new_inputs))
     renames.update(zip(old_outputs, new_outputs))

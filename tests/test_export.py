@@ -206,11 +206,13 @@ def test_a_bfloat16_saved_model_converts_and_says_onnx_runtime_cannot_load_it(tm
         result = run_cli("export_onnx.py", "--input", saved, "--output", onnx_path)
         assert result.returncode == 0, result.stderr
         lines = result.stdout.strip().splitlines()
+        model_line = f"Model: 'input' [-1, {SIZE}, {SIZE}, 3] -> 'classes' [-1], 'probabilities' [-1, {NUM_CLASSES}]"
         if policy:
             assert lines[0].endswith("QuantizeLinear, computes in bfloat16 and float16)"), lines
-            assert lines[1].startswith("Note: ONNX Runtime has no bfloat16 kernels and will not load this model")
+            assert lines[1] == model_line
+            assert lines[2].startswith("Note: ONNX Runtime has no bfloat16 kernels and will not load this model")
         else:
-            assert lines == [f"Wrote {onnx_path} (opset 17, {lines[0].split(', ')[1]}, 0 QuantizeLinear)"]
+            assert lines == [f"Wrote {onnx_path} (opset 17, {lines[0].split(', ')[1]}, 0 QuantizeLinear)", model_line]
 
 
 def tflite_probabilities(blob, inputs):
