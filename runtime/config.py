@@ -393,8 +393,9 @@ REFERENCE_NOTES: dict[str, str] = {
     "results_dir": "The log file, and model_dir when --model_dir is not given.",
     "log_filename": "dllogger's JSON format (`DLLL {json}` lines).",
     "seed": "Per rank: seed*2+rank. Makes CPU runs bit-identical.",
-    "finetune_checkpoint": "Used when model_dir has no checkpoint; from a checkpoint with another class count the "
-                           "classifier starts fresh (a different --arch is refused).",
+    "finetune_checkpoint": "Used when model_dir has no checkpoint; --arch, --num_classes and --image_size left out "
+                           "are its own; to another --num_classes the classifier starts fresh (a different --arch "
+                           "is refused).",
     "use_final_conv": "A 1x1 conv classifier instead of dense (for TensorRT / QAT export).",
     "data_dir": "Without it only the benchmarks run, on synthetic data.",
     "data_idx_dir": "Made by `python -m dataprep.make_dali_index`.",

@@ -410,15 +410,15 @@ def _note_another_train_set(config, info, train, count, log):
 
 
 def _finetune_changes(config, given, log):
-    """--finetune_checkpoint: its architecture unless --arch is given (any class count: a new classifier)."""
+    """--finetune_checkpoint: its architecture, class count and image size where the flags leave them out. A given
+    class count or size is a choice (a new classifier; another resolution); another --arch is refused when the
+    weights are restored."""
     from model import checkpoint
     info = checkpoint.inspect(checkpoint.find_checkpoint(config.finetune_checkpoint, "--finetune_checkpoint",
                                                          warn=log))
-    changes = {}
-    if info.arch is not None and "arch" not in given and info.arch != config.arch:
-        changes["arch"] = info.arch
-        log("Using --arch {} from checkpoint {}".format(info.arch, info.path))
-    return info, changes
+    recorded = {name: value for name, value in info.recorded_settings().items() if name in MODEL_SETTINGS}
+    return info, reconcile(dataclasses.asdict(config), recorded, given, {name: "--" + name for name in MODEL_SETTINGS},
+                           "checkpoint {}".format(info.path), log, compatible=lambda *_: True)
 
 
 def data_splits(config):

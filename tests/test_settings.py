@@ -271,13 +271,19 @@ def test_a_resume_ignores_the_finetune_checkpoint_and_says_so(tmp_path):
                                 "already has checkpoint")
 
 
-def test_a_finetune_takes_the_architecture_of_its_checkpoint_not_its_classes(tmp_path):
+def test_a_finetune_takes_the_architecture_of_its_checkpoint_and_the_classes_and_size_not_given(tmp_path):
     source = fake_checkpoint(tmp_path / "imagenet", arch="resnext101-32x4d", num_classes=1001, image_size=224)
     resolved, lines = resolve(tmp_path / "new", mode="train", finetune_checkpoint=source, num_classes=10,
                               image_size=32)
     assert (resolved.config.arch, resolved.config.num_classes, resolved.config.image_size) == (
         "resnext101-32x4d", 10, 32)
-    assert resolved.finetune.path == source and lines == [f"Using --arch resnext101-32x4d from checkpoint {source}"]
+    assert resolved.finetune.path == source and lines == using(source, "--arch resnext101-32x4d")
+    # A fine-tune of a 10-class 40 px model (a QAT fine-tune of the quick start's, say) without those flags
+    # continues that model, classifier included, rather than building the defaults' 1001 classes at 224 px.
+    small = fake_checkpoint(tmp_path / "small", num_classes=10, image_size=40)
+    resolved, lines = resolve(tmp_path / "qat", mode="train", finetune_checkpoint=small, quantize=True)
+    assert (resolved.config.num_classes, resolved.config.image_size) == (10, 40)
+    assert lines == using(small, "--num_classes 10", "--image_size 40")
 
 
 def test_the_recorded_training_state_round_trips_through_the_metadata(tmp_path):
