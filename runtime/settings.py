@@ -58,6 +58,8 @@ class RunSettings:
         record = {}
         if self.checkpoint is not None:
             record["checkpoint"] = self.checkpoint.path
+        if self.finetune is not None:  # the settings below then come from it
+            record["finetune_from"] = self.finetune.path
         if self.adopted:
             record["settings_from_checkpoint"] = sorted(self.adopted)
         return record

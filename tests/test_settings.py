@@ -284,6 +284,7 @@ def test_a_finetune_takes_the_architecture_of_its_checkpoint_and_the_classes_and
     resolved, lines = resolve(tmp_path / "qat", mode="train", finetune_checkpoint=small, quantize=True)
     assert (resolved.config.num_classes, resolved.config.image_size) == (10, 40)
     assert lines == using(small, "--num_classes 10", "--image_size 40")
+    assert resolved.parameters() == {"finetune_from": small, "settings_from_checkpoint": ["image_size", "num_classes"]}
 
 
 def test_the_recorded_training_state_round_trips_through_the_metadata(tmp_path):
