@@ -130,10 +130,11 @@ class Runner:
                                        start_step=current_step if config.seed is not None else 0, log=log.print)
         dataset = inputs.prefetch_to_accelerator(distribution.distribute_dataset(dataset), self.platform,
                                                  config.uses_dali)
+        started = None  # the checkpoint a new run writes at its start, before its first step
         if saver is not None and distribution.is_chief:
             checkpoint.remove_save_debris(config.model_dir)
             if saver.latest_checkpoint is None:
-                saver.save(current_step)
+                started = saver.save(current_step)
                 self._copy_labels_file()
         writer = None
         if distribution.is_chief and not is_benchmark:
@@ -146,12 +147,14 @@ class Runner:
         iterator = iter(dataset)
         progress = _progress(run_iter, "train", config.no_progress or not distribution.is_chief)
         stopped_by_signal = False
+        stepped = False
         try:
             with StopRequest() as stop:
                 for index in range(run_iter):
                     start = time.perf_counter()
                     images, labels = inputs.next_training_batch(iterator, config, current_step + index)
                     values = {key: value.numpy() for key, value in state.train_step(images, labels).items()}
+                    stepped = True
                     meter.add(time.perf_counter() - start)
                     step = int(global_step.numpy())
                     stats.check(values, step)
@@ -169,6 +172,15 @@ class Runner:
                     if distribution.any_worker_flag(stop.requested):
                         stopped_by_signal = True
                         break
+        except Exception:
+            if started is not None and not stepped:
+                # A run that failed before its first step (a label the classifier cannot hold, unreadable data)
+                # trained nothing: its start checkpoint would only bind the corrected command to the failed one's
+                # settings.
+                saver.discard_only(started)
+                log.print("Removed {}: this run stopped before its first step, so the next starts afresh".format(
+                    started))
+            raise
         finally:
             # An exception leaves this frame in its traceback, and a traceback caught by a context manager can sit
             # in a reference cycle until the process ends: the input's threads would then still run while the

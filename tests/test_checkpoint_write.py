@@ -61,3 +61,15 @@ def test_a_write_that_fails_is_one_line_and_leaves_no_temporary_shards(tmp_path,
     assert str(error.value) == (f"cannot write checkpoint {prefix} ({prefix}_temp/part.data-00000-of-00001; No space "
                                 "left on device)")
     assert os.listdir(tmp_path) == []
+
+
+def test_discard_only_removes_a_runs_only_checkpoint_and_nothing_else(tmp_path):
+    writer = checkpoint.CheckpointWriter(str(tmp_path), {"x": tf.Variable([1.0, 2.0])}, {})
+    first = writer.save(0)
+    (tmp_path / "labels.txt").write_text("a\n")
+    writer.discard_only(first)
+    assert sorted(os.listdir(tmp_path)) == ["labels.txt"] and writer.latest_checkpoint is None
+    first, second = writer.save(0), writer.save(1)
+    with pytest.raises(ValueError, match="is not the only checkpoint"):
+        writer.discard_only(first)  # a run with two checkpoints trained something: nothing is removed
+    assert checkpoint.latest_checkpoint(str(tmp_path)) == second

@@ -217,6 +217,21 @@ def test_export_round_trip_matches_in_memory_model(trained, data_dir, tmp_path):
     assert np.array_equal(out["classes"].numpy(), expected.argmax(1))
 
 
+def test_a_run_that_fails_before_its_first_step_leaves_no_checkpoint_to_bind_the_next(data_dir, tmp_path):
+    """The shards have no manifest, so a label above --num_classes is found at the first batch: the start
+    checkpoint the run wrote is removed, and the corrected command starts afresh instead of being refused as a
+    resume that contradicts it."""
+    flags = ["--mode", "train", "--data_dir", data_dir, "--batch_size", 4, "--num_iter", 1, "--iter_unit", "batch",
+             "--results_dir", tmp_path, "--image_size", "32", "--no_progress"]
+    failed = run_main(*flags, "--num_classes", 5, check=False)
+    assert failed.returncode == 2 and "is outside 1..5" in failed.stderr.strip().splitlines()[-1]
+    assert f"Removed {tmp_path / 'model.ckpt-0'}: this run stopped before its first step, so the next starts " \
+           "afresh" in failed.stdout.splitlines()
+    assert checkpoint_steps(tmp_path) == [] and not (tmp_path / "checkpoint").exists()
+    run_main(*flags, "--num_classes", NUM_CLASSES)
+    assert checkpoint_steps(tmp_path) == [0, 1]
+
+
 def test_an_inference_benchmark_export_without_a_checkpoint_says_its_weights_are_fresh(tmp_path):
     result = run_main("--mode", "inference_benchmark", "--batch_size", 2, "--num_iter", 1, "--iter_unit", "batch",
                       "--warmup_steps", 0, "--results_dir", tmp_path / "run", "--export_dir", tmp_path / "export",

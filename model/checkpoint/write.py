@@ -129,3 +129,13 @@ class CheckpointWriter:
         write_state_file(self.directory, [kept for kept, _ in self._kept], [stamp for _, stamp in self._kept],
                          self._last_preserved)
         return prefix
+
+    def discard_only(self, prefix):
+        """Deletes checkpoint `prefix`, the only one this writer keeps (a run's start that no step followed), and
+        the state file that names it, so the directory holds no checkpoint again."""
+        if [os.path.join(self.directory, kept) for kept, _ in self._kept] != [prefix]:
+            raise ValueError(f"{prefix} is not the only checkpoint of {self.directory}")
+        os.remove(os.path.join(self.directory, "checkpoint"))
+        for path in glob.glob(glob.escape(prefix) + ".*"):
+            os.remove(path)
+        self._kept = []
