@@ -213,7 +213,9 @@ _MODE_FLAGS = (
     (("export_dir",), lambda c: c.mode in EXPORT_MODES,
      lambda c: "--mode {} exports nothing (--mode {}, {} and {} write the SavedModel after their evaluation)".format(
          c.mode, *EXPORT_MODES)),
-    (("use_ema_weights",), lambda c: c.mode in ("predict", "inference_benchmark") or
+    # (evaluate uses it without an export too: it refuses a checkpoint without EMA weights, whose accuracy is
+    # reported beside the raw weights')
+    (("use_ema_weights",), lambda c: c.mode in ("predict", "inference_benchmark", "evaluate") or
      (c.mode in EXPORT_MODES and bool(c.export_dir)),
      lambda c: "it picks the weights of predict, inference_benchmark and an --export_dir export, and this run has "
                "none of them{}".format(" (an evaluation reports both the raw and the EMA weights' accuracy)"

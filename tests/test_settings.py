@@ -388,17 +388,20 @@ def test_flags_the_mode_leaves_unused_are_said_once_each(tmp_path):
         "--export_dir export, and this run has none of them",
         "Note: --to_predict is not used: only --mode predict reads it"]
     fake_checkpoint(tmp_path / "float")
-    _, lines = resolve(tmp_path / "float", mode="evaluate", quantize=True, symmetric=True, use_ema_weights=True,
-                       finetune_checkpoint="x")
+    _, lines = resolve(tmp_path / "new_ema", mode="train_and_evaluate", use_ema_weights=True,
+                       moving_average_decay=0.5)
     assert [line for line in lines if line.startswith("Note: --")] == [
         "Note: --use_ema_weights is not used: it picks the weights of predict, inference_benchmark and an "
         "--export_dir export, and this run has none of them (an evaluation reports both the raw and the EMA "
-        "weights' accuracy)",
+        "weights' accuracy)"]
+    _, lines = resolve(tmp_path / "float", mode="evaluate", quantize=True, symmetric=True, finetune_checkpoint="x")
+    assert [line for line in lines if line.startswith("Note: --")] == [
         "Note: --finetune_checkpoint is not used: only a training mode fine-tunes",
         "Note: --quantize and --symmetric are not used: --mode evaluate runs the float model, as the original "
         "(export_frozen_graph.py --quantize exports the quantised graph)"]
     # Used, or left at their defaults: nothing said. A QAT checkpoint's own line covers --quantize.
     for flags in (dict(mode="evaluate", export_dir=str(tmp_path / "export"), use_ema_weights=True),
+                  dict(mode="evaluate", use_ema_weights=True),  # it refuses a checkpoint without EMA weights
                   dict(mode="predict", to_predict="x.jpg", labels_file="labels.txt", use_ema_weights=True),
                   dict(mode="training_benchmark", quantize=True), dict(mode="evaluate")):
         assert not [line for line in resolve(tmp_path / "float", **flags)[1] if line.startswith("Note: --")], flags
