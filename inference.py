@@ -192,7 +192,10 @@ class ONNXRuntimeRunner:
         if "CUDAExecutionProvider" in providers and "CUDAExecutionProvider" not in self.providers:
             self.cuda_note = ("ONNX Runtime's CUDA provider did not start (its CUDA 12 / cuDNN 9 libraries did not "
                               "load): running on the CPU")
-        self.layout, self.input_size = onnx_input_layout(self.session.get_inputs()[0].shape)
+        shape = self.session.get_inputs()[0].shape
+        self.layout, self.input_size = onnx_input_layout(shape)
+        # A fixed batch dimension (export_frozen_graph.py --batch_size N), else None.
+        self.fixed_batch = shape[0] if shape and isinstance(shape[0], int) and shape[0] > 0 else None
 
     @property
     def num_classes(self):
@@ -371,8 +374,11 @@ def benchmark(run, data, steps, batch_size, warmup_steps, logger):
             logger.log(step=(0, index), data={"throughput": LOG_EVERY * batch_size / window})
         if index % LOG_EVERY == 0:
             last_log = now
-    from runtime.metrics import latency_percentiles
+    from runtime.metrics import latency_percentiles, warmup_warning
     measured = times[warmup_steps:] if len(times) > warmup_steps else times
+    warning = warmup_warning(len(times), warmup_steps, "--warmup-steps")
+    if warning:
+        logger.print(warning)
     results = {"throughput": batch_size * len(measured) / max(sum(measured), 1e-9)}
     results.update(latency_percentiles(measured))
     if counted:
@@ -468,6 +474,14 @@ def run(args):
             if getattr(runner, "cuda_note", None):
                 logger.print(runner.cuda_note)
             resolve_image_size(args, getattr(runner, "input_size", None), logger.print)
+            fixed_batch = getattr(runner, "fixed_batch", None)
+            if fixed_batch is not None and fixed_batch != args.batch_size:
+                raise UserError(f"--batch-size {args.batch_size} but --model {args.model} takes batches of "
+                                f"{fixed_batch} only (exported with a fixed batch size): pass --batch-size "
+                                f"{fixed_batch}, or export with a dynamic batch")
+            if args.data_dir and "num_iter" in getattr(args, "given", ()):
+                logger.print(f"Note: --num-iter {args.num_iter} is not used: with --data-dir the run is one pass "
+                             "over the validation images")
             num_classes = args.num_classes if args.architecture else getattr(runner, "num_classes", None)
             if not args.architecture and not (saved_model_dir is not None and args.backend != "tf"):
                 resolve_num_classes(args, num_classes, logger.print)

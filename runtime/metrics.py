@@ -42,11 +42,7 @@ class ThroughputMeter:
 
     def warmup_warning(self):
         """The warning for figures that include the warm-up (no step ran after it), else None."""
-        if not 0 < len(self.times) <= self.warmup:
-            return None
-        return ("WARNING: {} step(s) ran, not more than --warmup_steps {}: the throughput and latency figures "
-                "count all of them, warm-up included (run more than {} steps for a steady-state figure)".format(
-                    len(self.times), self.warmup, self.warmup))
+        return warmup_warning(len(self.times), self.warmup)
 
     def summary(self, prefix):
         times = self._measured()
@@ -121,3 +117,12 @@ def evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size, 
             num_epochs, num_samples, batch_size, dropped))
     line = "Evaluated {:,} of {:,} images".format(seen, total)
     return line + " ({})".format("; ".join(notes)) if notes else line
+
+
+def warmup_warning(steps, warmup, flag="--warmup_steps"):
+    """The warning for throughput and latency figures of `steps` steps that include the warm-up (no step ran after
+    the `warmup` steps `flag` leaves out), else None."""
+    if not 0 < steps <= warmup:
+        return None
+    return ("WARNING: {} step(s) ran, not more than {} {}: the throughput and latency figures count all of them, "
+            "warm-up included (run more than {} steps for a steady-state figure)".format(steps, flag, warmup, warmup))

@@ -172,7 +172,7 @@ class Runner:
                     if distribution.any_worker_flag(stop.requested):
                         stopped_by_signal = True
                         break
-        except Exception:
+        except Exception as error:
             if started is not None and not stepped:
                 # A run that failed before its first step (a label the classifier cannot hold, unreadable data)
                 # trained nothing: its start checkpoint would only bind the corrected command to the failed one's
@@ -180,6 +180,9 @@ class Runner:
                 saver.discard_only(started)
                 log.print("Removed {}: this run stopped before its first step, so the next starts afresh".format(
                     started))
+            peer_failure = distribution.peer_failure(error)
+            if peer_failure is not None:
+                raise peer_failure from None
             raise
         finally:
             # An exception leaves this frame in its traceback, and a traceback caught by a context manager can sit

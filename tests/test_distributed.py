@@ -173,3 +173,19 @@ def test_inference_modes_refuse_several_workers(tmp_path):
     assert result.returncode != 0
     assert "ERROR: Only single GPU inference is implemented." in result.stderr + result.stdout
     assert "runtime.launch: job failed: worker" in result.stderr
+
+
+def test_a_collective_that_failed_because_another_worker_is_gone_is_one_line():
+    """The worker that is left gets TensorFlow's UnavailableError (connection refused, reset) from the collective:
+    its line says so instead of a traceback; one process, and errors of another kind, are left as they are."""
+    import tensorflow as tf
+    from utils.distributed import Distribution
+    from utils.errors import UserError
+    gone = tf.errors.UnavailableError(None, None, "Graph execution error:\n... Connection refused")
+    failure = Distribution(tf.distribute.get_strategy(), rank=0, size=2).peer_failure(gone)
+    assert isinstance(failure, UserError) and str(failure) == (
+        "worker 0 stopped: a collective with the other workers failed (UnavailableError) because another worker "
+        "stopped (its own ERROR line says why) or lost its connection")
+    assert Distribution(tf.distribute.get_strategy()).peer_failure(gone) is None
+    assert Distribution(tf.distribute.get_strategy(), rank=1, size=2).peer_failure(
+        tf.errors.InvalidArgumentError(None, None, "a shape")) is None

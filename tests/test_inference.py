@@ -262,3 +262,50 @@ def test_a_model_with_fewer_outputs_than_the_datasets_labels_is_refused(saved_mo
     assert capsys.readouterr().err.strip() == (
         f"ERROR: --num-classes 10 cannot hold dataset {with_manifest}'s labels 1..12 (12 classes, recorded in "
         ".dataprep-validation.json); pass --num-classes 12 or more")
+
+
+def _fixed_batch_onnx(path, batch, size=32, classes=11):
+    """A small ONNX model whose input has a fixed batch dimension (what export_frozen_graph.py --batch_size writes):
+    mean colour -> dense -> softmax."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    weights = numpy_helper.from_array(np.random.default_rng(0).normal(size=(3, classes)).astype("f4"), "w")
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMean", ["input"], ["mean"], axes=[1, 2], keepdims=0),
+         helper.make_node("MatMul", ["mean", "w"], ["logits"]),
+         helper.make_node("Softmax", ["logits"], ["probabilities"], axis=1)],
+        "fixed", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, size, size, 3])],
+        [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [batch, classes])], [weights])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def test_a_fixed_batch_model_refuses_another_batch_size_in_one_line(tmp_path):
+    model = _fixed_batch_onnx(tmp_path / "b1.onnx", batch=1)
+    log = str(tmp_path / "log.json")
+    result = run("--model", model, "--backend", "onnxruntime", "--batch-size", "4", "--num-iter", "2", "--log-path",
+                 log)
+    assert (result.returncode, result.stderr.strip()) == (
+        2, f"ERROR: --batch-size 4 but --model {model} takes batches of 1 only (exported with a fixed batch size): "
+           "pass --batch-size 1, or export with a dynamic batch")
+    assert run("--model", model, "--backend", "onnxruntime", "--batch-size", "1", "--num-iter", "30", "--log-path",
+               log).returncode == 0
+
+
+def test_a_run_within_its_warmup_and_an_unused_num_iter_are_said(tmp_path):
+    model = _fixed_batch_onnx(tmp_path / "b2.onnx", batch=2)
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "validation", 1, 6, 32)
+    result = run("--model", model, "--backend", "onnxruntime", "--batch-size", "2", "--num-iter", "5",
+                 "--warmup-steps", "20", "--log-path", str(tmp_path / "log.json"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "WARNING: 5 step(s) ran, not more than --warmup-steps 20: the throughput and latency figures count all " \
+           "of them, warm-up included (run more than 20 steps for a steady-state figure)" in result.stdout
+    result = run("--model", model, "--backend", "onnxruntime", "--batch-size", "2", "--num-iter", "5",
+                 "--warmup-steps", "0", "--data-dir", str(data), "--log-path", str(tmp_path / "log.json"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert "Note: --num-iter 5 is not used: with --data-dir the run is one pass over the validation images" in lines
+    assert "Running 3 steps of batch 2 with backend onnxruntime on CPUExecutionProvider" in lines
+    assert not any(line.startswith("WARNING: ") for line in lines)

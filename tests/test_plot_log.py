@@ -217,3 +217,22 @@ def test_a_log_of_benchmarks_plots_the_last_one(tmp_path):
     _benchmark_run(logger, "training_benchmark", (1.0, 2.0, 3.0), 2.0)
     logger.close()
     assert plot_log.load_log(str(single))[2] is None
+
+
+def test_trainings_into_other_model_dirs_on_one_log_plot_the_last_and_a_resume_stays(tmp_path):
+    """--model_dir given and --results_dir left at `.`: every training appends to ./log.json. Their steps are
+    other models' and would interleave in one curve; a resume of the same model_dir is one training."""
+    log_path = tmp_path / "log.json"
+    logger = DLLogger(str(log_path), stdout=False)
+    for model_dir, steps, rate in (("/runs/a", range(1, 7), 0.0005), ("/runs/b", range(1, 4), 0.002),
+                                   ("/runs/b", range(4, 6), 0.003)):  # b, then b resumed
+        logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "train", "model_dir": model_dir})
+        for step in steps:
+            logger.log(step=(0, step), data={"cross_entropy": 1.0, "learning_rate": rate})
+    logger.close()
+    records, parameters, left_out = plot_log.load_log(str(log_path))
+    assert [(row["global_step"], row["learning_rate"]) for row in plot_log.step_table(records)] == [
+        (1, 0.002), (2, 0.002), (3, 0.002), (4, 0.003), (5, 0.003)]
+    assert parameters["model_dir"] == "/runs/b"
+    assert left_out == ("plotted the training into model_dir /runs/b, the last of 2 trainings logged to the same "
+                        "file (the others: /runs/a)")

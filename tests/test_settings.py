@@ -1,5 +1,6 @@
 """runtime/settings.py: one resolution of a run's settings from the flags given, the checkpoint's metadata and the
 dataset's manifest. In-process, on checkpoints that hold only what `inspect` reads (metadata and key names)."""
+import dataclasses
 import os
 import re
 
@@ -250,7 +251,8 @@ def test_a_seeded_resume_on_dali_says_it_is_not_exact(tmp_path, monkeypatch):
             "not the exact continuation --seed gives on the TFRecord input")
     assert resolve(tmp_path, seed=1, **model)[1] == [note]
     assert resolve(tmp_path, **model)[1] == []  # without --seed no resume is exact, as the original
-    assert resolve(tmp_path, seed=1, **dict(model, dali=False))[1] == []
+    assert resolve(tmp_path, seed=1, **dict(model, dali=False))[1] == [
+        "Note: --data_idx_dir is not used: without --dali the TFRecords are read through tf.data"]
 
 
 def test_inference_leaves_the_training_state_alone_and_says_the_model_is_float(tmp_path):
@@ -408,6 +410,16 @@ def test_flags_the_mode_leaves_unused_are_said_once_each(tmp_path):
     fake_checkpoint(tmp_path / "qat", ranges=True, training={"quantize": True})
     assert not [line for line in resolve(tmp_path / "qat", mode="evaluate", quantize=True)[1]
                 if line.startswith("Note: --")]
+
+
+def test_dali_index_files_without_dali_are_said_unused():
+    lines = []
+    config = RunConfig(batch_size=2, mode="train", data_dir="data", data_idx_dir="idx")
+    settings._note_unused_flags(config, {"data_dir", "data_idx_dir"}, lines.append)
+    assert lines == ["Note: --data_idx_dir is not used: without --dali the TFRecords are read through tf.data"]
+    lines.clear()
+    settings._note_unused_flags(dataclasses.replace(config, dali=True), {"data_idx_dir", "dali"}, lines.append)
+    assert lines == []
 
 
 def test_qat_flags_without_quantize_are_refused_where_they_would_train(tmp_path):

@@ -107,6 +107,17 @@ class Distribution:
     def _sum_over_workers(self, value):
         return float(_strategy_sum(self.strategy, value))
 
+    def peer_failure(self, error):
+        """The UserError for `error` when it is a collective that failed because another worker is gone (it
+        stopped on its own error, which it prints, or was killed), else None: this worker's one line then says
+        so, instead of a traceback that blames the network."""
+        if self.size == 1 or not isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError,
+                                                    tf.errors.CancelledError)):
+            return None
+        return UserError("worker {} stopped: a collective with the other workers failed ({}) because another "
+                         "worker stopped (its own ERROR line says why) or lost its connection".format(
+                             self.rank, type(error).__name__))
+
 
 def _no_cross_replica_reduction(grads_and_vars):
     return list(grads_and_vars)

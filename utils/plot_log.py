@@ -63,6 +63,8 @@ def load_log(path):
     if not logs:
         raise UserError("{} has no DLLL records (expected lines `DLLL {{json}}` written by main.py)".format(path))
     plotted, left_out = _select_runs(_split_runs(logs))
+    plotted, other_trainings = _last_training(plotted)
+    left_out = "; ".join(line for line in (left_out, other_trainings) if line) or None
     runs = [parameters for parameters, _ in plotted if parameters is not None]
     stepping = [run for run in runs if run.get("mode") in STEP_MODES]
     parameters = {}
@@ -81,14 +83,34 @@ def _split_runs(logs):
     return [run for run in runs if run[1]]
 
 
+def _mode(run):
+    return (run[0] or {}).get("mode")
+
+
+def _has_steps(run):
+    return any(isinstance(r.get("step"), list) and len(r["step"]) == 2 for r in run[1])
+
+
+def _last_training(runs):
+    """(the runs of the last training's model_dir, a line naming the trainings left out or None). Trainings into
+    other model_dirs that shared a --results_dir (so its log) are other models: their steps would interleave with
+    this one's in one curve. A resume is the same model_dir, and stays."""
+    def model_dir(run):
+        return (run[0] or {}).get("model_dir")
+
+    trainings = list(dict.fromkeys(model_dir(run) for run in runs
+                                   if _mode(run) in ("train", "train_and_evaluate") and _has_steps(run)))
+    if len(trainings) <= 1:
+        return runs, None
+    last = trainings[-1]
+    return [run for run in runs if model_dir(run) == last], (
+        "plotted the training into model_dir {}, the last of {} trainings logged to the same file (the others: "
+        "{})".format(last, len(trainings), ", ".join(str(name) for name in trainings[:-1])))
+
+
 def _select_runs(runs):
     """(runs to plot, a line naming the runs left out or None)."""
-    def mode(run):
-        return (run[0] or {}).get("mode")
-
-    def has_steps(run):
-        return any(isinstance(r.get("step"), list) and len(r["step"]) == 2 for r in run[1])
-
+    mode, has_steps = _mode, _has_steps
     benchmarks = [run for run in runs if mode(run) in BENCHMARK_MODES]
     others = [run for run in runs if mode(run) not in BENCHMARK_MODES]
     if not benchmarks or not any(map(has_steps, benchmarks + others)):
