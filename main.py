@@ -52,8 +52,7 @@ def run(argv=None, runner_class=None, own_process=False):
 
     from utils import engines
     requested = engines.detect_engine()
-    if requested.size > 1 and config.mode in ("inference_benchmark", "predict"):
-        raise UserError("Only single GPU inference is implemented.")  # before TensorFlow is imported
+    run_settings.check_single_process(config, requested.size)  # before TensorFlow is imported
 
     from runtime import startup
     from utils import distributed
@@ -78,8 +77,7 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None):
     from utils.logger import DLLogger
 
     config = resolved.config
-    if distribution.num_replicas > 1 and config.mode in ("inference_benchmark", "predict"):
-        raise UserError("Only single GPU inference is implemented.")
+    run_settings.check_single_process(config, distribution.num_replicas)
     try:
         if distribution.is_chief:
             os.makedirs(config.results_dir, exist_ok=True)

@@ -187,18 +187,19 @@ def parse_args(argv=None):
     return args
 
 
-def check_script_args(script, script_args):
+def check_script_args(script, script_args, nproc=1):
     """main.py's flags checked once here (runtime/settings.parse, no TensorFlow), so bad input is one error line
-    rather than one per worker."""
+    rather than one per worker; so is an inference mode, which runs in one process."""
     if os.path.basename(script) == "main.py":
         from runtime import settings
-        settings.parse(script_args)
+        _, config, _ = settings.parse(script_args)
+        settings.check_single_process(config, nproc)
 
 
 @command
 def main(argv=None):
     args = parse_args(argv)
-    check_script_args(args.script, args.script_args)
+    check_script_args(args.script, args.script_args, args.nproc)
     launcher = Launcher([sys.executable, "-u", args.script, *args.script_args], args.nproc,
                         quiet_workers=args.quiet_workers, grace=args.grace)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):

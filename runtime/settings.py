@@ -33,6 +33,8 @@ from utils.errors import UserError
 INFERENCE_MODES = ("evaluate", "predict", "inference_benchmark")
 TRAINING_MODES = ("train", "train_and_evaluate")
 BENCHMARK_MODES = ("training_benchmark", "inference_benchmark")
+# The modes that run in one process on one device, as the original's.
+SINGLE_PROCESS_MODES = ("inference_benchmark", "predict")
 # The modes that write --export_dir's SavedModel, after their evaluation.
 EXPORT_MODES = ("train_and_evaluate", "evaluate", "inference_benchmark")
 
@@ -141,6 +143,12 @@ def check_mode_arguments(config):
     if config.finetune_checkpoint and not (os.path.exists(config.finetune_checkpoint)
                                            or os.path.exists(config.finetune_checkpoint + ".index")):
         raise UserError("--finetune_checkpoint {} does not exist".format(config.finetune_checkpoint))
+
+
+def check_single_process(config, processes):
+    """The original's refusal of an inference mode in several processes (or on several devices)."""
+    if processes > 1 and config.mode in SINGLE_PROCESS_MODES:
+        raise UserError("Only single GPU inference is implemented.")
 
 
 def parse(argv=None):
