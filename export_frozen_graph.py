@@ -7,7 +7,8 @@ Graph: placeholder `input` float32 [batch_size, 3, S, S] (NCHW) or [batch_size, 
 --compute_format -> node `<model_name>/output/softmax` (float32 probabilities). Differences from the original,
 which built only ResNet-50 correctly and left the normalisation out (docs/ORIGINAL.md#known-bugs-of-the-original):
 every architecture is built with
-its own cardinality/SE, and the raw-pixel normalisation is inside the graph unless `--no_normalization`.
+its own cardinality/SE, and the raw-pixel normalisation is inside the graph unless `--no_normalization`; the graph
+records which (node `input_pixels`, carried into ONNX by export_onnx.py, read by inference.py).
 --quantize builds the QAT eval graph: BN folded into the conv weights, weights and activations fake-quantised with
 the trained ranges (model/layers/quantization.py). --checkpoint takes our checkpoints (prefix or directory) or the
 original's TF1 checkpoints; without it the weights are random. With it, --model_name, --num_classes, --image_size and
@@ -141,7 +142,8 @@ def export(args, log=print):
                                        else [args.image_size, args.image_size, 3])
     log(f"Wrote {'text' if args.write_text_graphdef else 'binary'} GraphDef {args.output_file}: input "
         f"'input' {args.input_format} {shape}, output '{model_export.output_node_name(args.model_name)}' "
-        f"[{args.batch_size or -1}, {args.num_classes}] ({args.model_name})")
+        f"[{args.batch_size or -1}, {args.num_classes}] ({args.model_name}); it takes "
+        f"{model_export.describe_input_pixels(model_export.graph_input_pixels(graph_def))}")
     if args.compute_format == "NCHW" and not platform.gpu:
         log("NOTE: --compute_format NCHW: this graph needs a GPU to run (TensorFlow's CPU kernels are NHWC-only); "
             "use --compute_format NHWC for CPU")

@@ -32,7 +32,10 @@ def main(argv=None):
     reduced = export.onnx_reduced_precision(model_proto)
     print(f"Wrote {args.output} (opset {args.opset}, {len(model_proto.graph.node)} nodes, "
           f"{quantize_nodes} QuantizeLinear{', computes in ' + ' and '.join(reduced) if reduced else ''})")
-    print(f"Model: {export.onnx_signature(model_proto)}")
+    pixels, _ = export.onnx_input_pixels(model_proto)
+    print(f"Model: {export.onnx_signature(model_proto)}; input: " +
+          (export.describe_input_pixels(pixels) if pixels else "not recorded, and it holds no input normalisation: "
+           "likely normalised pixels (the original's frozen graph), for which inference.py needs --normalized-input"))
     if "bfloat16" in reduced:
         print("Note: ONNX Runtime has no bfloat16 kernels and will not load this model; for ONNX Runtime, export "
               "the SavedModel without --amp")

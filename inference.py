@@ -6,7 +6,9 @@
 
 Model: --model (a SavedModel directory with a `serving_default` signature, input `input`, output
 `probabilities`; for --backend onnxruntime/tensorrt also an .onnx file) or --architecture (random weights, exported
-first as a SavedModel into a temporary directory, as the original; model/export.py). Data: one epoch of the
+first as a SavedModel into a temporary directory, as the original; model/export.py). An ONNX model that records
+that it takes normalised pixels (metadata `input_pixels`: a frozen graph exported with --no_normalization) gets the
+batches normalised before they are timed; --normalized-input does the same for one that records nothing. Data: one epoch of the
 validation TFRecords of --data-dir (eval preprocessing), or --num-iter batches of one fixed random batch of pixels
 in 0..255 (the original fed standard-normal values, which the in-graph normalisation would turn into near-constant images).
 Logs (dllogger format): per-100-step throughput with step (0, i); at the end throughput = images / seconds over
@@ -60,6 +62,10 @@ def parse_args(argv=None):
     parser.add_argument("--num-iter", type=int, default=None,
                         help="steps on random inputs (default 60000 // batch size, as the original)")
     parser.add_argument("--warmup-steps", type=int, default=20, help="steps left out of the final statistics")
+    parser.add_argument("--normalized-input", action="store_true",
+                        help="feed (pixels - mean) / std per RGB channel: for an ONNX model that expects normalised "
+                             "input and does not record it (the original's frozen graph, converted); a model that "
+                             "records its input (metadata input_pixels) gets what it records without this flag")
     quiet.add_verbose_flag(parser)
     args = parser.parse_args(argv)
     if args.batch_size < 1:
@@ -74,6 +80,9 @@ def parse_args(argv=None):
         parser.error("--num-classes must be at least 2")
     if args.tf_trt and args.backend != "tf":
         parser.error("--tf-trt applies to --backend tf only")
+    if args.normalized_input and not (args.model or "").endswith(".onnx"):
+        parser.error("--normalized-input applies to an ONNX --model only (a SavedModel's serving signature takes "
+                     "raw pixels)")
     from runtime.config import given_options
     args.given = given_options(parser, argv)
     return args
@@ -169,6 +178,13 @@ def onnx_input_layout(shape):
 
 def _not_an_image_batch(onnx_path):
     return UserError(f"{onnx_path}: its input is not an image batch with 3 channels first or last")
+
+
+def onnx_input_pixels(onnx_path):
+    """(what an ONNX model's input must be: "raw", "normalized" or None, how that is known); model/export.py."""
+    import onnx
+    from model import export
+    return export.onnx_input_pixels(onnx.load(onnx_path, load_external_data=False))
 
 
 class ONNXRuntimeRunner:
@@ -270,6 +286,38 @@ class TensorRTRunner:
         self.cuda.memcpy_dtoh_async(self.output, self.device_output, self.stream)
         self.stream.synchronize()
         return self.output
+
+
+def resolve_input_pixels(args, onnx_path, log):
+    """The function that turns the raw 0..255 batches into what the model takes: the identity, or the input
+    normalisation for a model exported with --no_normalization (or one --normalized-input says expects it)."""
+    from model import export
+    if onnx_path is None or args.model is None:
+        return None, export.RAW  # a SavedModel: its serving signature takes raw pixels (export.save_saved_model)
+    pixels, known_from = onnx_input_pixels(onnx_path)
+    if pixels is None:
+        if args.normalized_input:
+            pixels = export.NORMALIZED
+            log(f"Input: --model {args.model} records nothing about its input; --normalized-input: fed "
+                f"{export.describe_input_pixels(pixels)}")
+        else:
+            pixels = export.RAW
+            log(f"Note: --model {args.model} does not record what input it takes and holds no input normalisation: "
+                "it is fed raw 0..255 pixels; if it expects normalised ones (the original's frozen graph), pass "
+                "--normalized-input")
+    elif args.normalized_input and pixels != export.NORMALIZED:
+        raise UserError(f"--normalized-input but --model {args.model} takes {export.describe_input_pixels(pixels)}, "
+                        f"according to {known_from}: omit --normalized-input")
+    elif pixels == export.NORMALIZED:
+        log(f"Input: --model {args.model} takes {export.describe_input_pixels(pixels)}, according to {known_from}: "
+            "inference.py normalises each batch before it is timed")
+    elif pixels != export.RAW:
+        raise UserError(f"--model {args.model} records input_pixels {pixels!r}, which this version does not know")
+    if pixels != export.NORMALIZED:
+        return None, pixels
+    from utils.image_processing import CHANNEL_MEANS, CHANNEL_STDS
+    mean, std = np.asarray(CHANNEL_MEANS, np.float32), np.asarray(CHANNEL_STDS, np.float32)
+    return (lambda images: (images - mean) / std), pixels
 
 
 def make_runner(args, saved_model_dir, onnx_path, workdir):
@@ -487,11 +535,15 @@ def run(args):
                 resolve_num_classes(args, num_classes, logger.print)
             if args.data_dir and not data_checked:
                 check_dataset(args, num_classes)
+            normalize, input_pixels = resolve_input_pixels(args, onnx_path, logger.print)
             data, steps = batches(args, num_classes)
+            if normalize is not None:
+                data = ((normalize(images), labels) for images, labels in data)
             # The settings the run uses: the input size and class count of the model that was loaded, where the
             # flags left them to it (--image-size unset, --num-classes only applies to --architecture).
             flags = {name: value for name, value in vars(args).items() if name != "given"}
-            logger.log(step="PARAMETER", data=flags | {"num_classes": num_classes} | frozen_weights)
+            logger.log(step="PARAMETER", data=flags | {"num_classes": num_classes, "input_pixels": input_pixels} |
+                       frozen_weights)
             if frozen_weights:
                 logger.print(devices.FROZEN_WEIGHTS_NOTE)
             where = f" on {runner.providers[0]}" if getattr(runner, "providers", None) else ""

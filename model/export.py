@@ -4,7 +4,10 @@ and bench/ call these functions; none of them needs a Runner.
 
 SavedModel: signatures `serving_default` and `predict`, input `input` (float32 [B, S, S, 3] raw pixels), outputs
 `classes` (int32) and `probabilities` (float32), as the original's receiver.
-Frozen GraphDef: placeholder `input` -> node `<arch>/output/softmax` (float32 probabilities), no variables.
+Frozen GraphDef: placeholder `input` -> node `<arch>/output/softmax` (float32 probabilities), no variables, and
+an unconnected string constant `input_pixels` saying what the input must be: "raw" (0..255 RGB pixels, normalised
+in the graph) or "normalized" (`(pixels - mean) / std` per channel, a graph exported with --no_normalization); its
+ONNX conversion carries the same fact as metadata `input_pixels`, which inference.py reads.
 ONNX: a SavedModel's `serving_default` frozen first (input `input`, outputs `classes` and `probabilities`), or a
 frozen GraphDef (input `input`, output `probabilities`). QAT graphs keep their quantisation as
 QuantizeLinear/DequantizeLinear pairs (what TensorRT's explicit INT8 mode consumes); tf2onnx cannot convert FakeQuant
@@ -110,6 +113,33 @@ def output_node_name(arch):
     return f"{arch}/output/softmax"
 
 
+INPUT_PIXELS = "input_pixels"  # the marker node of a frozen graph and the metadata key of an ONNX model
+RAW, NORMALIZED = "raw", "normalized"
+
+
+def describe_input_pixels(value):
+    """What a model's `input_pixels` fact asks of its callers, in words."""
+    return {RAW: "raw 0..255 RGB pixels (normalised in the model)",
+            NORMALIZED: "normalised pixels, (pixels - mean) / std per RGB channel"}.get(value, f"unknown ({value!r})")
+
+
+def _add_input_pixels_marker(graph_def, value):
+    from tensorflow.core.framework import types_pb2
+    node = graph_def.node.add(name=INPUT_PIXELS, op="Const")
+    node.attr["dtype"].type = types_pb2.DT_STRING
+    node.attr["value"].tensor.dtype = types_pb2.DT_STRING
+    node.attr["value"].tensor.string_val.append(value.encode())
+
+
+def graph_input_pixels(graph_def):
+    """A frozen graph's `input_pixels` fact ("raw" or "normalized"), or None when it records none (a graph of the
+    original's export_frozen_graph.py, or of an earlier version of this one)."""
+    for node in graph_def.node:
+        if node.name == INPUT_PIXELS and node.op == "Const" and node.attr["value"].tensor.string_val:
+            return node.attr["value"].tensor.string_val[0].decode()
+    return None
+
+
 def probabilities_function(model, arch, image_size, input_format="NHWC", batch_size=None):
     """tf.function: images in `input_format` -> softmax probabilities (inference call), its output op named
     `<arch>/output/softmax`."""
@@ -149,9 +179,12 @@ def freeze(concrete_function, output_name=None):
 
 
 def frozen_graph(model, arch, image_size, input_format="NHWC", batch_size=None):
-    """The frozen GraphDef of `model`'s probabilities (placeholder `input` -> `<arch>/output/softmax`)."""
+    """The frozen GraphDef of `model`'s probabilities (placeholder `input` -> `<arch>/output/softmax`), marked with
+    what its input must be (`input_pixels`): a model built with `input_normalized=True` takes normalised pixels."""
     function = probabilities_function(model, arch, image_size, input_format, batch_size)
-    return freeze(function.get_concrete_function(), output_node_name(arch))
+    graph_def = freeze(function.get_concrete_function(), output_node_name(arch))
+    _add_input_pixels_marker(graph_def, NORMALIZED if getattr(model, "input_normalized", False) else RAW)
+    return graph_def
 
 
 def write_graph_def(graph_def, path, as_text):
@@ -229,6 +262,7 @@ def saved_model_to_onnx(saved_model_dir, output_path, opset=DEFAULT_OPSET):
             frozen.graph.as_graph_def(), input_names=input_names, output_names=output_names, opset=opset)
     _rename_io(model_proto, input_names, ["input"], output_names,
                [by_tensor.get(name, name.split(":")[0]) for name in output_names])
+    _set_input_pixels(model_proto, RAW)  # a serving signature takes raw pixels (save_saved_model)
     _save_onnx(model_proto, output_path)
     return model_proto
 
@@ -250,6 +284,9 @@ def frozen_graph_to_onnx(graph_def_path, output_path, opset=DEFAULT_OPSET):
             message += " (symmetric FakeQuant weights: export the frozen graph with --use_qdq)"
         raise UserError(f"tf2onnx cannot convert {graph_def_path}: {message[:300]}") from None
     _rename_io(model_proto, input_names, ["input"], output_names, ["probabilities"])
+    pixels = graph_input_pixels(graph_def)
+    if pixels is not None:
+        _set_input_pixels(model_proto, pixels)
     _save_onnx(model_proto, output_path)
     return model_proto
 
@@ -301,6 +338,34 @@ def onnx_signature(model_proto):
             str(dim.dim_value) if dim.HasField("dim_value") else "-1" for dim in value.type.tensor_type.shape.dim))
             for value in values)
     return "{} -> {}".format(described(model_proto.graph.input), described(model_proto.graph.output))
+
+
+def _set_input_pixels(model_proto, value):
+    entry = next((prop for prop in model_proto.metadata_props if prop.key == INPUT_PIXELS), None) or \
+        model_proto.metadata_props.add(key=INPUT_PIXELS)
+    entry.value = value
+
+
+def onnx_input_pixels(model_proto):
+    """(fact, how it is known) of an ONNX model's input: its `input_pixels` metadata; else "raw" when the graph
+    holds the channel means of the input normalisation (an ONNX model exported before the metadata existed);
+    else (None, None): nothing says, e.g. the conversion of the original's frozen graph, which expects normalised
+    input."""
+    for prop in model_proto.metadata_props:
+        if prop.key == INPUT_PIXELS:
+            return prop.value, "its metadata"
+    from onnx import numpy_helper
+    import numpy as np
+    from utils.image_processing import CHANNEL_MEANS
+    means = np.asarray(CHANNEL_MEANS, np.float32)
+    tensors = list(model_proto.graph.initializer) + [
+        attribute.t for node in model_proto.graph.node if node.op_type == "Constant"
+        for attribute in node.attribute if attribute.name == "value"]
+    for tensor in tensors:
+        if tensor.data_type == 1 and int(np.prod(tensor.dims)) == 3 and \
+                np.allclose(numpy_helper.to_array(tensor).ravel(), means, atol=1e-3):
+            return RAW, "the normalisation's channel means in its graph"
+    return None, None
 
 
 def _rename_io(model_proto, old_inputs, new_inputs, old_outputs, new_outputs):

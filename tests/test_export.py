@@ -177,6 +177,38 @@ def test_quantized_eval_graph_matches_quantized_keras_and_has_qdq_in_onnx(tmp_pa
     np.testing.assert_allclose(onnx_probabilities(onnx_path, x), expected, atol=2e-2)
 
 
+def test_a_frozen_graph_and_its_onnx_say_whether_they_take_raw_or_normalised_pixels(tmp_path, monkeypatch):
+    """export_frozen_graph.py --no_normalization writes a graph that takes normalised pixels: the graph records it
+    (node input_pixels), its ONNX conversion carries it as metadata, and an ONNX model without the metadata is
+    known to take raw pixels only by the normalisation's channel means in it."""
+    import onnx
+    narrow_resnet50(monkeypatch)
+    for normalized in (False, True):
+        model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE, seed=4,
+                                   input_normalized=normalized)
+        prefix = save_checkpoint(model, tmp_path / str(normalized), input_normalized=normalized)
+        output = tmp_path / f"{normalized}.pb"
+        lines = []
+        export_frozen_graph.export(export_args("resnet50", output, "--checkpoint", prefix,
+                                               *(["--no_normalization"] if normalized else [])), log=lines.append)
+        expected = "normalized" if normalized else "raw"
+        assert export.graph_input_pixels(load_graph_def(output)) == expected
+        assert lines[-1].endswith("; it takes " + ("normalised pixels, (pixels - mean) / std per RGB channel"
+                                                   if normalized else "raw 0..255 RGB pixels (normalised in the model)"))
+        onnx_path = tmp_path / f"{normalized}.onnx"
+        result = run_cli("export_onnx.py", "--input", output, "--output", onnx_path)
+        assert result.returncode == 0, result.stderr
+        proto = onnx.load(str(onnx_path))
+        assert {prop.key: prop.value for prop in proto.metadata_props} == {"input_pixels": expected}
+        assert export.onnx_input_pixels(proto) == (expected, "its metadata")
+        x = images(seed=5)
+        fed = (x - np.float32([123.68, 116.28, 103.53])) / np.float32([58.395, 57.120, 57.385]) if normalized else x
+        np.testing.assert_allclose(onnx_probabilities(onnx_path, fed), keras_probabilities(model, fed), atol=1e-4)
+        del proto.metadata_props[:]  # an ONNX model of an earlier export, or of the original's frozen graph
+        assert export.onnx_input_pixels(proto) == ((None, None) if normalized else
+                                                   ("raw", "the normalisation's channel means in its graph"))
+
+
 def test_saved_model_to_onnx(tmp_path, monkeypatch):
     """A model built for inference (as main.py's SavedModel export builds it) converts: its convs are plain Conv2D
     ops (model/kernels.py)."""
@@ -206,7 +238,8 @@ def test_a_bfloat16_saved_model_converts_and_says_onnx_runtime_cannot_load_it(tm
         result = run_cli("export_onnx.py", "--input", saved, "--output", onnx_path)
         assert result.returncode == 0, result.stderr
         lines = result.stdout.strip().splitlines()
-        model_line = f"Model: 'input' [-1, {SIZE}, {SIZE}, 3] -> 'classes' [-1], 'probabilities' [-1, {NUM_CLASSES}]"
+        model_line = (f"Model: 'input' [-1, {SIZE}, {SIZE}, 3] -> 'classes' [-1], 'probabilities' [-1, {NUM_CLASSES}]"
+                      "; input: raw 0..255 RGB pixels (normalised in the model)")
         if policy:
             assert lines[0].endswith("QuantizeLinear, computes in bfloat16 and float16)"), lines
             assert lines[1] == model_line

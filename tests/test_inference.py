@@ -309,3 +309,62 @@ def test_a_run_within_its_warmup_and_an_unused_num_iter_are_said(tmp_path):
     assert "Note: --num-iter 5 is not used: with --data-dir the run is one pass over the validation images" in lines
     assert "Running 3 steps of batch 2 with backend onnxruntime on CPUExecutionProvider" in lines
     assert not any(line.startswith("WARNING: ") for line in lines)
+
+
+def _with_input_pixels(path, value):
+    import onnx
+    model = onnx.load(path)
+    if value is not None:
+        model.metadata_props.add(key="input_pixels", value=value)
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize("recorded, flag, fed", [("normalized", False, "normalized"), (None, False, "raw"),
+                                                 (None, True, "normalized"), ("raw", False, "raw")])
+def test_a_model_gets_the_pixels_it_records_or_normalized_input_asks_for(recorded, flag, fed, tmp_path, monkeypatch):
+    """An ONNX model of a frozen graph exported with --no_normalization records that it takes normalised pixels
+    (model/export.py): inference.py normalises the batches for it, and says so; one that records nothing and holds no
+    normalisation is fed raw pixels with a note naming --normalized-input; a flag contradicting the record is
+    refused."""
+    import numpy as np
+    import inference
+    model = _with_input_pixels(_fixed_batch_onnx(tmp_path / "m.onnx", batch=2), recorded)
+    seen = []
+    original = inference.ONNXRuntimeRunner.__call__
+    monkeypatch.setattr(inference.ONNXRuntimeRunner, "__call__",
+                        lambda self, images: seen.append(images) or original(self, images))
+    log = str(tmp_path / "log.json")
+    result = run("--model", model, "--backend", "onnxruntime", "--batch-size", "2", "--num-iter", "2",
+                 "--warmup-steps", "0", "--log-path", log, *(["--normalized-input"] if flag else []))
+    assert result.returncode == 0, result.stderr[-2000:]
+    raw = np.random.RandomState(0).uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)  # the documented random input
+    means, stds = np.float32([123.68, 116.28, 103.53]), np.float32([58.395, 57.120, 57.385])
+    np.testing.assert_allclose(seen[0], (raw - means) / stds if fed == "normalized" else raw, rtol=1e-6)
+    assert parameter_record(log)["input_pixels"] == fed
+    lines = result.stdout.splitlines()
+    said = [line for line in lines if line.startswith(("Input:", "Note: --model"))]
+    if recorded == "normalized":
+        assert said == [f"Input: --model {model} takes normalised pixels, (pixels - mean) / std per RGB channel, "
+                        "according to its metadata: inference.py normalises each batch before it is timed"]
+    elif recorded is None and not flag:
+        assert said == [f"Note: --model {model} does not record what input it takes and holds no input normalisation: "
+                        "it is fed raw 0..255 pixels; if it expects normalised ones (the original's frozen graph), "
+                        "pass --normalized-input"]
+    elif recorded is None:
+        assert said == [f"Input: --model {model} records nothing about its input; --normalized-input: fed normalised "
+                        "pixels, (pixels - mean) / std per RGB channel"]
+    else:
+        assert said == []
+        result = run("--model", model, "--backend", "onnxruntime", "--batch-size", "2", "--num-iter", "2",
+                     "--log-path", log, "--normalized-input")
+        assert (result.returncode, result.stderr.strip()) == (
+            2, f"ERROR: --normalized-input but --model {model} takes raw 0..255 RGB pixels (normalised in the model), "
+               "according to its metadata: omit --normalized-input")
+
+
+def test_normalized_input_applies_to_an_onnx_model_only(saved_model, capsys):
+    import inference
+    with pytest.raises(SystemExit):
+        inference.parse_args(["--model", saved_model, "--normalized-input"])
+    assert "--normalized-input applies to an ONNX --model only" in capsys.readouterr().err
