@@ -231,9 +231,9 @@ _MODE_FLAGS = (
     (("to_predict",), lambda c: c.mode == "predict", lambda c: "only --mode predict reads it"),
     (("labels_file",), lambda c: c.mode == "predict", lambda c: "only --mode predict names classes"),
     (("finetune_checkpoint",), lambda c: c.mode in TRAINING_MODES, lambda c: "only a training mode fine-tunes"),
-    (("data_idx_dir",), lambda c: c.dali and c.mode != "predict",
-     lambda c: "predict reads image files, not the dataset" if c.mode == "predict" else
-     "without --dali the TFRecords are read through tf.data"),
+    (("dali", "data_idx_dir"), lambda c: c.mode != "predict", lambda c: "predict reads image files, not the dataset"),
+    (("data_idx_dir",), lambda c: c.dali or c.mode == "predict",
+     lambda c: "without --dali the TFRecords are read through tf.data"),
     (QAT_FLAGS, lambda c: c.mode not in INFERENCE_MODES,
      lambda c: "--mode {} runs the float model, as the original (export_frozen_graph.py --quantize exports the "
                "quantised graph)".format(c.mode)),

@@ -420,6 +420,12 @@ def test_dali_index_files_without_dali_are_said_unused():
     lines.clear()
     settings._note_unused_flags(dataclasses.replace(config, dali=True), {"data_idx_dir", "dali"}, lines.append)
     assert lines == []
+    for given in ({"data_idx_dir", "dali"}, {"data_idx_dir"}):  # predict reads image files, with or without --dali
+        lines.clear()
+        predict = dataclasses.replace(config, mode="predict", to_predict="x.jpg", dali="dali" in given)
+        settings._note_unused_flags(predict, given, lines.append)
+        assert lines == ["Note: {} not used: predict reads image files, not the dataset".format(
+            "--dali and --data_idx_dir are" if "dali" in given else "--data_idx_dir is")]
 
 
 def test_qat_flags_without_quantize_are_refused_where_they_would_train(tmp_path):
