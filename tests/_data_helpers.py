@@ -137,3 +137,20 @@ def zero_data_checksums(path):
         data[offset + size - 4:offset + size] = bytes(4)
     with open(path, "wb") as handle:
         handle.write(data)
+
+
+def tiny_onnx_classifier(path, batch, size=32, classes=11):
+    """A small ONNX model (mean colour -> dense -> softmax) with input `input` [batch, size, size, 3] and output
+    `probabilities`: a fixed batch dimension, as export_frozen_graph.py --batch_size writes."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    weights = numpy_helper.from_array(np.random.default_rng(0).normal(size=(3, classes)).astype("f4"), "w")
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMean", ["input"], ["mean"], axes=[1, 2], keepdims=0),
+         helper.make_node("MatMul", ["mean", "w"], ["logits"]),
+         helper.make_node("Softmax", ["logits"], ["probabilities"], axis=1)],
+        "fixed", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, size, size, 3])],
+        [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [batch, classes])], [weights])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)

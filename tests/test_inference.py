@@ -4,7 +4,7 @@ import json
 import pytest
 
 from tests._cli import tool_in_process
-from tests._data_helpers import write_tfrecord_shards
+from tests._data_helpers import tiny_onnx_classifier, write_tfrecord_shards
 
 pytestmark = pytest.mark.shallow
 
@@ -264,25 +264,8 @@ def test_a_model_with_fewer_outputs_than_the_datasets_labels_is_refused(saved_mo
         ".dataprep-validation.json); pass --num-classes 12 or more")
 
 
-def _fixed_batch_onnx(path, batch, size=32, classes=11):
-    """A small ONNX model whose input has a fixed batch dimension (what export_frozen_graph.py --batch_size writes):
-    mean colour -> dense -> softmax."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-    weights = numpy_helper.from_array(np.random.default_rng(0).normal(size=(3, classes)).astype("f4"), "w")
-    graph = helper.make_graph(
-        [helper.make_node("ReduceMean", ["input"], ["mean"], axes=[1, 2], keepdims=0),
-         helper.make_node("MatMul", ["mean", "w"], ["logits"]),
-         helper.make_node("Softmax", ["logits"], ["probabilities"], axis=1)],
-        "fixed", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, size, size, 3])],
-        [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [batch, classes])], [weights])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    return str(path)
-
-
 def test_a_fixed_batch_model_refuses_another_batch_size_in_one_line(tmp_path):
-    model = _fixed_batch_onnx(tmp_path / "b1.onnx", batch=1)
+    model = tiny_onnx_classifier(tmp_path / "b1.onnx", batch=1)
     log = str(tmp_path / "log.json")
     result = run("--model", model, "--backend", "onnxruntime", "--batch-size", "4", "--num-iter", "2", "--log-path",
                  log)
@@ -294,7 +277,7 @@ def test_a_fixed_batch_model_refuses_another_batch_size_in_one_line(tmp_path):
 
 
 def test_a_run_within_its_warmup_and_an_unused_num_iter_are_said(tmp_path):
-    model = _fixed_batch_onnx(tmp_path / "b2.onnx", batch=2)
+    model = tiny_onnx_classifier(tmp_path / "b2.onnx", batch=2)
     data = tmp_path / "data"
     write_tfrecord_shards(str(data), "validation", 1, 6, 32)
     result = run("--model", model, "--backend", "onnxruntime", "--batch-size", "2", "--num-iter", "5",
@@ -329,7 +312,7 @@ def test_a_model_gets_the_pixels_it_records_or_normalized_input_asks_for(recorde
     refused."""
     import numpy as np
     import inference
-    model = _with_input_pixels(_fixed_batch_onnx(tmp_path / "m.onnx", batch=2), recorded)
+    model = _with_input_pixels(tiny_onnx_classifier(tmp_path / "m.onnx", batch=2), recorded)
     seen = []
     original = inference.ONNXRuntimeRunner.__call__
     monkeypatch.setattr(inference.ONNXRuntimeRunner, "__call__",

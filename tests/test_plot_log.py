@@ -236,3 +236,30 @@ def test_trainings_into_other_model_dirs_on_one_log_plot_the_last_and_a_resume_s
     assert parameters["model_dir"] == "/runs/b"
     assert left_out == ("plotted the training into model_dir /runs/b, the last of 2 trainings logged to the same "
                         "file (the others: /runs/a)")
+
+
+def test_a_log_without_steps_says_which_tool_or_mode_wrote_it(tmp_path, capsys):
+    """The reason a log has nothing to plot names what wrote it: inference.py (a real run of it), an evaluation or a
+    predict, or a benchmark that ran no step past its warm-up (PARAMETER records as main.py writes them)."""
+    from tests._cli import tool_in_process
+    from tests._data_helpers import tiny_onnx_classifier
+    inference_log = tmp_path / "inference.json"
+    result = tool_in_process("inference", "--model", tiny_onnx_classifier(tmp_path / "m.onnx", batch=2),
+                             "--backend", "onnxruntime", "--batch-size", "2", "--num-iter", "3", "--log-path",
+                             str(inference_log), check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert _error([str(inference_log)], capsys).endswith(
+        "it is a log of inference.py, which logs its throughput, latency and accuracy, not steps\n")
+    for mode in ("evaluate", "predict", "training_benchmark"):
+        path = tmp_path / f"{mode}.json"
+        logger = DLLogger(str(path), stdout=False)
+        logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": mode, "display_every": 10, "warmup_steps": 5,
+                                           "num_iter": 3, "iter_unit": "batch"})
+        logger.log(step=(), data={"top1_accuracy": 0.5} if mode == "evaluate" else {"train_throughput": 30.0})
+        logger.close()
+        expected = {"evaluate": "--mode evaluate logs no steps, so there is nothing to plot",
+                    "predict": "--mode predict logs no steps, so there is nothing to plot",
+                    "training_benchmark": "its --mode training_benchmark logged no step: a benchmark logs one every "
+                                          "--display_every 10 steps after its --warmup_steps 5, and it ran --num_iter "
+                                          "3 batch(s)"}[mode]
+        assert _error([str(path)], capsys).endswith(expected + "\n")

@@ -305,6 +305,23 @@ def _title(path, parameters):
     return "{}  ({})".format(path, ", ".join(details)) if details else path
 
 
+def _why_no_steps(parameters):
+    """Why the runs of a log logged no step, from their PARAMETER record: the tool or mode that wrote it."""
+    mode = parameters.get("mode")
+    if "backend" in parameters and mode is None:
+        return "it is a log of inference.py, which logs its throughput, latency and accuracy, not steps"
+    if mode in ("evaluate", "predict"):
+        return "--mode {} logs no steps, so there is nothing to plot".format(mode)
+    if mode in ("training_benchmark", "inference_benchmark"):
+        return ("its --mode {} logged no step: a benchmark logs one every --display_every {} steps after its "
+                "--warmup_steps {}, and it ran --num_iter {} {}(s)".format(
+                    mode, parameters.get("display_every"), parameters.get("warmup_steps"),
+                    parameters.get("num_iter"), parameters.get("iter_unit")))
+    if mode in STEP_MODES:
+        return "its --mode {} run stopped before its first step was logged".format(mode)
+    return "nothing to plot"
+
+
 def run(log_path, output, csv_path=None):
     """The whole tool as a function: returns the per-step rows it plotted."""
     records, parameters, left_out = load_log(log_path)
@@ -313,7 +330,7 @@ def run(log_path, output, csv_path=None):
     rows = step_table(records)
     if not rows:
         raise UserError("{} has no training steps (no records with step [epoch, global_step] or benchmark "
-                        "[0, i]); an evaluate-only log has nothing to plot".format(log_path))
+                        "[0, i]): {}".format(log_path, _why_no_steps(parameters)))
     if csv_path:
         write_csv(rows, csv_path)
     plot(rows, final_results(records), output, title=_title(log_path, parameters))
