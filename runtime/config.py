@@ -302,8 +302,9 @@ def _value_type(annotation: Any) -> type:
 def build_parser() -> argparse.ArgumentParser:
     """main.py's argparse parser: one argument per RunConfig field, plus --verbose (utils/quiet.py, every tool's)."""
     # allow_abbrev=False: `--model` is not `--model_dir`, nor `--batch` `--batch_size` (an unknown argument instead).
-    parser = argparse.ArgumentParser(description=DESCRIPTION, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                     allow_abbrev=False)
+    # prog: the flags are main.py's wherever they are parsed (runtime.launch checks them once before its workers).
+    parser = argparse.ArgumentParser(prog="main.py", description=DESCRIPTION, allow_abbrev=False,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     groups: dict[Optional[str], Any] = {None: parser}
     annotations = typing.get_type_hints(RunConfig)
     for field in dataclasses.fields(RunConfig):

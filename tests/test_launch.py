@@ -106,3 +106,13 @@ def test_the_launcher_checks_main_py_flags_once_before_starting_workers(capsys):
     errors = capsys.readouterr().err.splitlines()
     assert errors == ["ERROR: Unknown command line arg: --batch (did you mean --batch_size?)",
                       "ERROR: Unknown command line arg: 8", "ERROR: Invalid command line arg(s)"]
+
+
+def test_main_py_help_through_the_launcher_is_main_py_s(capsys):
+    """`runtime.launch ... main.py --help` prints main.py's help under main.py's name, once, and starts no worker."""
+    from runtime import launch
+    with pytest.raises(SystemExit) as stopped:
+        launch.main(["--nproc", "2", "main.py", "--help"])
+    assert stopped.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: main.py [-h] [--arch ") and out.count("usage: ") == 1
