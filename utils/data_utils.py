@@ -9,7 +9,8 @@ The expensive parallel map checks what can be checked without failing (missing `
 inside their own ops. Failed elements are dropped by `ignore_errors(log_warning=True)` (TF logs the reason).
 Right after it a sequential `scan` compares each surviving position with the expected one; a gap means records
 were dropped: it adds their number to a `tf.Variable` counter (readable through `SkippedRecords`) and prints
-`WARNING: skipped corrupt record(s) <n> of <file> ... - total skipped: <count>` to stderr. A finite stream
+`WARNING: skipped corrupt record(s) <n> of <file> ... - total skipped: <count>` to stderr (`WARNING: skipped <n>
+record(s) of unreadable stream data ...` when no record of the gap can be named). A finite stream
 (`num_epochs`) ends with one end marker added after `ignore_errors`, so records dropped at its very end are
 counted and reported too; the marker is removed before batching. On valid records the cost is one scatter into
 the ring buffer and one integer comparison: no Python, no py_function.
@@ -331,6 +332,12 @@ def _stand_in_record():
         "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[jpeg]))})).SerializeToString()
 
 
+def _done(operation):
+    """True once `operation` (a tf.print) has run: tf.cond's branches must return tensors."""
+    with tf.control_dependencies([operation]):
+        return tf.constant(True)
+
+
 def _corrupt_record_guard(filenames_t, num_classes, first_position, training, stop_after=None):
     """(remember, check_gap, check_label, end_marker, counter): the cheap sequential stages around `ignore_errors`
     (see the module docstring). The warning they print carries the running total of skipped records (`counter`);
@@ -370,10 +377,19 @@ def _corrupt_record_guard(filenames_t, num_classes, first_position, training, st
         rows = tf.boolean_mask(rows, known)
         names = tf.gather(filenames_t, rows[:, 1])
         total = counter.assign_add(position - expected)
-        tf.print("WARNING: skipped corrupt record(s)", rows[:, 2], "of", names, "- unreadable stream data:",
-                 tf.reduce_sum(1 - tf.cast(known, tf.int32)), "- total skipped:", total,
-                 output_stream=sys.stderr, summarize=-1)
-        return tf.constant(True)
+        unattributed = tf.reduce_sum(1 - tf.cast(known, tf.int32))
+
+        def named():
+            return tf.print("WARNING: skipped corrupt record(s)", rows[:, 2], "of", names, "- unreadable stream data:",
+                            unattributed, "- total skipped:", total, output_stream=sys.stderr, summarize=-1)
+
+        def unnamed():  # only read errors of the stream itself: no record index or file to list
+            return tf.print("WARNING: skipped", unattributed, "record(s) of unreadable stream data (a TFRecord read "
+                            "error; the rest of that file is lost, see docs/RELIABILITY.md) - total skipped:", total,
+                            output_stream=sys.stderr)
+
+        printed = tf.cond(tf.size(names) > 0, lambda: _done(named()), lambda: _done(unnamed()))
+        return printed
 
     def check_gap(expected, element):
         position, image, label, file_index, record_index = element
