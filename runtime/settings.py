@@ -201,11 +201,7 @@ def _synthetic_size_changes(config, given, log):
     flag may give; a run that reads --data_dir runs at --image_size."""
     both_given = "image_size" in given and "synthetic_data_size" in given
     if config.data_dir is not None or config.mode not in BENCHMARK_MODES:
-        if "synthetic_data_size" in given:
-            log("Note: --synthetic_data_size {} is not used: this run reads {}".format(
-                config.synthetic_data_size, "its images from --data_dir at --image_size {}".format(config.image_size)
-                if config.data_dir is not None else "no synthetic data"))
-        return {}
+        return {}  # the flag is unused: _note_unused_synthetic_size says so once the size is resolved
     if both_given and config.image_size != config.synthetic_data_size:
         raise UserError("--image_size {} and --synthetic_data_size {} disagree: a benchmark on synthetic data runs "
                         "at one size (give one of them)".format(config.image_size, config.synthetic_data_size))
@@ -213,6 +209,32 @@ def _synthetic_size_changes(config, given, log):
         log("Using --synthetic_data_size {0} from --image_size {0}".format(config.image_size))
         return {"synthetic_data_size": config.image_size}
     return {}
+
+
+def _note_unused_synthetic_size(config, given, log):
+    if "synthetic_data_size" in given and (config.data_dir is not None or config.mode not in BENCHMARK_MODES):
+        log("Note: --synthetic_data_size {} is not used: this run reads {}".format(
+            config.synthetic_data_size, "its images from --data_dir at --image_size {}".format(config.image_size)
+            if config.data_dir is not None else "no synthetic data"))
+
+
+def _check_benchmark_size(config, info, log):
+    """The size a synthetic benchmark times against the model's: a checkpoint's model at another size than it was
+    trained at is timed as asked (the model takes any size) and said; but a benchmark that exports (--export_dir)
+    times and exports one model, built at one size, which must be the model's (the checkpoint's, else --image_size)."""
+    if config.data_dir is not None or config.mode not in BENCHMARK_MODES:
+        return
+    trained = info.recorded_settings().get("image_size") if info is not None else None
+    model_size = trained or config.image_size
+    if config.mode in EXPORT_MODES and config.export_dir and config.synthetic_data_size != model_size:
+        flag = "--image_size" if config.image_size == config.synthetic_data_size else "--synthetic_data_size"
+        raise UserError("{} {} but --export_dir exports the model at {}x{} ({}): a benchmark that exports times the "
+                        "model it exports (time another size without --export_dir)".format(
+                            flag, config.synthetic_data_size, model_size, model_size,
+                            "the size checkpoint {} was trained at".format(info.path) if trained else "--image_size"))
+    if trained is not None and config.synthetic_data_size != trained:
+        log("Note: this benchmark times synthetic {0}x{0} images; checkpoint {1} was trained at {2}x{2} (the model "
+            "takes any size)".format(config.synthetic_data_size, info.path, trained))
 
 
 # Flags that only some modes use: (names, whether this run uses them, why not). A run given one it leaves unused
@@ -517,6 +539,8 @@ def resolve(config, given, log=print, replicas=1, workers=1):
         finetune, changes = _finetune_changes(config, given, log)
     _note_unused_flags(config, given, log, info)
     resolved = dataclasses.replace(config, **changes) if changes else config
+    _note_unused_synthetic_size(resolved, given, log)
+    _check_benchmark_size(resolved, info, log)
     data = check_data(resolved, log, workers)
     if resumes and "train" in data:
         count = _train_records(data["train"])
