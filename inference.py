@@ -180,11 +180,20 @@ def _not_an_image_batch(onnx_path):
     return UserError(f"{onnx_path}: its input is not an image batch with 3 channels first or last")
 
 
+def _load_onnx(onnx_path):
+    """The ONNX model of `onnx_path`; UserError when the file is not one (another format, cut off)."""
+    import onnx
+    try:
+        return onnx.load(onnx_path, load_external_data=False)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError, or onnx's own
+        raise UserError(f"--model {onnx_path} is not an ONNX model (it does not parse as one: a cut-off copy, or "
+                        "another format)") from None
+
+
 def onnx_input_pixels(onnx_path):
     """(what an ONNX model's input must be: "raw", "normalized" or None, how that is known); model/export.py."""
-    import onnx
     from model import export
-    return export.onnx_input_pixels(onnx.load(onnx_path, load_external_data=False))
+    return export.onnx_input_pixels(_load_onnx(onnx_path))
 
 
 class ONNXRuntimeRunner:
@@ -335,9 +344,8 @@ def make_runner(args, saved_model_dir, onnx_path, workdir):
         try:
             runner = ONNXRuntimeRunner(onnx_path)
         except Exception as error:  # noqa: BLE001 - onnxruntime raises its own Fail/InvalidGraph types
-            import onnx
             from model import export
-            if "bfloat16" in export.onnx_reduced_precision(onnx.load(onnx_path, load_external_data=False)):
+            if "bfloat16" in export.onnx_reduced_precision(_load_onnx(onnx_path)):
                 raise UserError(f"ONNX Runtime cannot run {args.model or args.architecture}: it computes in "
                                 "bfloat16 (built or exported under --amp on a CPU), which ONNX Runtime has no kernels "
                                 "for; use a model exported without --amp, or --backend tf") from None
@@ -381,8 +389,10 @@ def _checked(batches_of, classes_from):
 
 
 def batches(args, num_classes=None):
-    """(iterator of (images [B,S,S,3] float32 0..255, labels [B] or None), number of steps). `num_classes`: the
-    model's outputs, the label range the records must fit (None: not known, 1001 assumed)."""
+    """(iterator of (images [B,S,S,3] float32 0..255, labels [B] or None), number of steps, (validation images, their
+    SkippedRecords) or None for random inputs). One pass over the records, as main.py's evaluation: a record skipped
+    as corrupt leaves its batch out rather than letting the stream wrap around to score images twice.
+    `num_classes`: the model's outputs, the label range the records must fit (None: not known, 1001 assumed)."""
     if args.data_dir:
         from runtime import runner_utils
         from utils import data_utils
@@ -393,20 +403,23 @@ def batches(args, num_classes=None):
         if steps == 0:
             raise UserError(f"--data-dir {args.data_dir} has {num_samples} validation images, fewer than "
                             f"--batch-size {args.batch_size}")
+        skipped = data_utils.SkippedRecords()
         dataset = data_utils.get_tfrecords_input_fn(filenames, args.batch_size, args.image_size, args.image_size,
                                                     training=False, num_threads=1, deterministic=True,
-                                                    num_classes=num_classes or 1001)
+                                                    num_classes=num_classes or 1001, num_epochs=1, skipped=skipped)
         classes_from = "--num-classes" if args.architecture else "the outputs of --model"
-        return _checked(dataset.take(steps), classes_from), steps
+        return _checked(dataset.take(steps), classes_from), steps, (num_samples, skipped)
     steps = args.num_iter if args.num_iter is not None else max(1, 60000 // args.batch_size)
     images = np.random.RandomState(0).uniform(0, 255, (args.batch_size, args.image_size, args.image_size, 3))
     images = images.astype(np.float32)
-    return ((images, None) for _ in range(steps)), steps
+    return ((images, None) for _ in range(steps)), steps, None
 
 
 # ------------------------------------------------------------------ benchmark
 
-def benchmark(run, data, steps, batch_size, warmup_steps, logger):
+def benchmark(run, data, steps, batch_size, warmup_steps, logger, records=None):
+    """Runs `run` on every batch of `data` and logs the figures; `records`: (validation images, SkippedRecords) of
+    the batches (a line says how many of them were scored), None for random inputs."""
     times, correct, counted = [], 0, 0
     last_log = None
     for index, (images, labels) in enumerate(data):
@@ -431,6 +444,11 @@ def benchmark(run, data, steps, batch_size, warmup_steps, logger):
     results.update(latency_percentiles(measured))
     if counted:
         results["accuracy"] = correct / counted
+    if records is not None:
+        from runtime.metrics import evaluated_images_line, require_evaluated
+        num_samples, skipped = records
+        require_evaluated(counted, num_samples, batch_size, skipped.count)
+        logger.print(evaluated_images_line(counted, num_samples, 1, "epoch", batch_size, skipped.count))
     logger.log(step=(), data=results)
     return results
 
@@ -536,7 +554,7 @@ def run(args):
             if args.data_dir and not data_checked:
                 check_dataset(args, num_classes)
             normalize, input_pixels = resolve_input_pixels(args, onnx_path, logger.print)
-            data, steps = batches(args, num_classes)
+            data, steps, records = batches(args, num_classes)
             if normalize is not None:
                 data = ((normalize(images), labels) for images, labels in data)
             # The settings the run uses: the input size and class count of the model that was loaded, where the
@@ -548,7 +566,7 @@ def run(args):
                 logger.print(devices.FROZEN_WEIGHTS_NOTE)
             where = f" on {runner.providers[0]}" if getattr(runner, "providers", None) else ""
             logger.print(f"Running {steps} steps of batch {args.batch_size} with backend {args.backend}{where}")
-            return benchmark(runner, data, steps, args.batch_size, args.warmup_steps, logger)
+            return benchmark(runner, data, steps, args.batch_size, args.warmup_steps, logger, records)
     finally:
         logger.close()
 

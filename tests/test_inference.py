@@ -152,6 +152,16 @@ def test_bad_inputs(tmp_path):
     assert no_signature.returncode == 2 and "has no serving_default signature" in no_signature.stderr
     assert [line for line in no_signature.stderr.splitlines() if "ERROR" in line or "Traceback" in line] == \
         [no_signature.stderr.strip().splitlines()[-1]]
+    # A file that is not ONNX, and a cut-off copy of one: one line each, not ONNX Runtime's and protobuf's tracebacks.
+    model = tiny_onnx_classifier(tmp_path / "good.onnx", batch=2)
+    (tmp_path / "notes.onnx").write_text("hello\n")
+    (tmp_path / "cut.onnx").write_bytes(open(model, "rb").read()[:60])
+    for name in ("notes.onnx", "cut.onnx"):
+        result = run("--model", str(tmp_path / name), "--backend", "onnxruntime", "--num-iter", "2", "--log-path",
+                     str(tmp_path / "log.json"))
+        assert (result.returncode, result.stderr.strip()) == (
+            2, f"ERROR: --model {tmp_path / name} is not an ONNX model (it does not parse as one: a cut-off copy, or "
+               "another format)")
 
 
 def test_the_tf_backend_says_a_saved_models_precision_when_it_is_not_float32_or_amp_is_asked(saved_model, tmp_path):
@@ -351,3 +361,23 @@ def test_normalized_input_applies_to_an_onnx_model_only(saved_model, capsys):
     with pytest.raises(SystemExit):
         inference.parse_args(["--model", saved_model, "--normalized-input"])
     assert "--normalized-input applies to an ONNX --model only" in capsys.readouterr().err
+
+
+def test_a_pass_over_records_with_a_corrupt_one_scores_each_image_once_and_says_how_many(tmp_path):
+    """inference.py --data-dir reads the validation records once, as main.py's evaluation: a corrupt record leaves its
+    batch short instead of the stream wrapping around to score images twice; the line says what was scored, and the
+    last partial batch dropped."""
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "validation", 1, 6, 32, corrupt={(0, 2): "bad_jpeg"})
+    log = tmp_path / "log.json"
+    result = run("--model", tiny_onnx_classifier(tmp_path / "m.onnx", batch=2), "--backend", "onnxruntime",
+                 "--batch-size", "2", "--warmup-steps", "0", "--data-dir", str(data), "--log-path", str(log))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Evaluated 4 of 6 images (1 skipped as corrupt, see the warnings above; the last partial batch of 1 is " \
+           "dropped, as the original)" in result.stdout.splitlines()
+    clean = tmp_path / "clean"
+    write_tfrecord_shards(str(clean), "validation", 1, 7, 32)
+    result = run("--model", tiny_onnx_classifier(tmp_path / "m.onnx", batch=2), "--backend", "onnxruntime",
+                 "--batch-size", "2", "--warmup-steps", "0", "--data-dir", str(clean), "--log-path", str(log))
+    assert "Evaluated 6 of 7 images (the last partial batch of 1 is dropped, as the original)" in \
+        result.stdout.splitlines()
