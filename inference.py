@@ -421,20 +421,17 @@ def benchmark(run, data, steps, batch_size, warmup_steps, logger, records=None):
     """Runs `run` on every batch of `data` and logs the figures; `records`: (validation images, SkippedRecords) of
     the batches (a line says how many of them were scored), None for random inputs."""
     times, correct, counted = [], 0, 0
-    last_log = None
     for index, (images, labels) in enumerate(data):
         start = time.perf_counter()
         probabilities = run(images)
-        now = time.perf_counter()
-        times.append(now - start)
+        times.append(time.perf_counter() - start)
         if labels is not None:
             correct += int(np.sum(np.argmax(probabilities, axis=1) == labels))
             counted += len(labels)
         if index > 0 and index % LOG_EVERY == 0:
-            window = now - last_log if last_log is not None else sum(times[-LOG_EVERY:])
-            logger.log(step=(0, index), data={"throughput": LOG_EVERY * batch_size / window})
-        if index % LOG_EVERY == 0:
-            last_log = now
+            # The model's time over the last LOG_EVERY steps: the measure of the final throughput too (not the
+            # wall time, which would add the input's).
+            logger.log(step=(0, index), data={"throughput": LOG_EVERY * batch_size / sum(times[-LOG_EVERY:])})
     from runtime.metrics import latency_percentiles, warmup_warning
     measured = times[warmup_steps:] if len(times) > warmup_steps else times
     warning = warmup_warning(len(times), warmup_steps, "--warmup-steps")
@@ -502,6 +499,9 @@ def run(args):
                 if args.tf_trt and not tf_trt_available():
                     raise UserError(NO_TF_TRT)  # before the (slow) export
                 saved_model_dir = export_random_model(args, os.path.join(workdir, "savedmodel"))
+                logger.print(f"Model: --architecture {args.architecture} with freshly initialised weights, as the "
+                             "original (no checkpoint: an accuracy on --data-dir is chance; serve a trained model "
+                             "with --model)")
             elif args.model.endswith(".onnx"):
                 if args.backend == "tf":
                     raise UserError(f"--model {args.model} is an ONNX file: use --backend onnxruntime or tensorrt")

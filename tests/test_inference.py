@@ -116,6 +116,8 @@ def test_architecture_with_few_steps(tmp_path):
     result = run("--architecture", "resnet50", "--num-iter", "5", "--log-path", str(log), *SMALL)
     assert result.returncode == 0, result.stderr
     assert final_record(log)["throughput"] > 0
+    assert "Model: --architecture resnet50 with freshly initialised weights, as the original (no checkpoint: an " \
+           "accuracy on --data-dir is chance; serve a trained model with --model)" in result.stdout.splitlines()
 
 
 def test_tf_trt_message():
@@ -381,3 +383,35 @@ def test_a_pass_over_records_with_a_corrupt_one_scores_each_image_once_and_says_
                  "--batch-size", "2", "--warmup-steps", "0", "--data-dir", str(clean), "--log-path", str(log))
     assert "Evaluated 6 of 7 images (the last partial batch of 1 is dropped, as the original)" in \
         result.stdout.splitlines()
+
+
+def test_the_periodic_and_final_throughput_count_the_same_time_the_models(monkeypatch):
+    """Both figures are images / the model's time: an input that takes 100x as long as the model (a fake clock) does
+    not enter either, so the per-100-step line and the final one agree."""
+    import numpy as np
+    import inference
+    clock = [0.0]
+    monkeypatch.setattr(inference.time, "perf_counter", lambda: clock[0])
+
+    def data():
+        for _ in range(201):
+            clock[0] += 1.0  # the input's time
+            yield np.zeros((4, 32, 32, 3), np.float32), None
+
+    def model(images):
+        clock[0] += 0.01  # the model's time
+        return np.zeros((4, 11), np.float32)
+
+    logged = []
+
+    class Logger:
+        def log(self, step, data):
+            logged.append((step, data))
+
+        def print(self, line):
+            logged.append(line)
+
+    results = inference.benchmark(model, data(), 201, 4, 1, Logger())
+    periodic = [data["throughput"] for step, data in (entry for entry in logged if isinstance(entry, tuple))
+                if step != ()]
+    assert periodic == pytest.approx([400.0, 400.0]) and results["throughput"] == pytest.approx(400.0)
