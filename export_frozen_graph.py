@@ -18,6 +18,7 @@ the classifier form default to what the checkpoint records (a given flag must ag
 that the graph needs a GPU (TensorFlow's CPU kernels are NHWC-only).
 """
 import argparse
+import os
 import sys
 
 from model.arch_names import ARCH_NAMES
@@ -137,10 +138,12 @@ def export(args, log=print):
     else:
         log("No --checkpoint: exporting random weights")
     graph_def = model_export.frozen_graph(model, args.model_name, args.image_size, args.input_format, args.batch_size)
+    replaced = os.path.exists(args.output_file)  # rewritten as the original did, and said
     model_export.write_graph_def(graph_def, args.output_file, args.write_text_graphdef)
     shape = [args.batch_size or -1] + ([3, args.image_size, args.image_size] if args.input_format == "NCHW"
                                        else [args.image_size, args.image_size, 3])
-    log(f"Wrote {'text' if args.write_text_graphdef else 'binary'} GraphDef {args.output_file}: input "
+    log(f"Wrote {'text' if args.write_text_graphdef else 'binary'} GraphDef {args.output_file}"
+        f"{', replacing the file there' if replaced else ''}: input "
         f"'input' {args.input_format} {shape}, output '{model_export.output_node_name(args.model_name)}' "
         f"[{args.batch_size or -1}, {args.num_classes}] ({args.model_name}); it takes "
         f"{model_export.describe_input_pixels(model_export.graph_input_pixels(graph_def))}")

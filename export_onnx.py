@@ -10,6 +10,7 @@ tf2onnx cannot convert FakeQuant ops with a narrow range (symmetric FakeQuant we
 --use_qdq. The conversion itself is model/export.py's.
 """
 import argparse
+import os
 import sys
 
 from model import export
@@ -27,10 +28,12 @@ def main(argv=None):
     quiet.add_verbose_flag(parser)
     args = parser.parse_args(argv)
     check_output_file("--output", args.output)  # before the (slow) conversion
+    replaced = os.path.exists(args.output)  # rewritten, and said
     model_proto = export.to_onnx(args.input, args.output, args.opset)
     quantize_nodes = sum(node.op_type == "QuantizeLinear" for node in model_proto.graph.node)
     reduced = export.onnx_reduced_precision(model_proto)
-    print(f"Wrote {args.output} (opset {args.opset}, {len(model_proto.graph.node)} nodes, "
+    print(f"Wrote {args.output}{', replacing the file there' if replaced else ''} (opset {args.opset}, "
+          f"{len(model_proto.graph.node)} nodes, "
           f"{quantize_nodes} QuantizeLinear{', computes in ' + ' and '.join(reduced) if reduced else ''})")
     pixels, _ = export.onnx_input_pixels(model_proto)
     print(f"Model: {export.onnx_signature(model_proto)}; input: " +

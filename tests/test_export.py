@@ -204,6 +204,12 @@ def test_a_frozen_graph_and_its_onnx_say_whether_they_take_raw_or_normalised_pix
         x = images(seed=5)
         fed = (x - np.float32([123.68, 116.28, 103.53])) / np.float32([58.395, 57.120, 57.385]) if normalized else x
         np.testing.assert_allclose(onnx_probabilities(onnx_path, fed), keras_probabilities(model, fed), atol=1e-4)
+        if not normalized:  # a second export to the same files replaces them, and says so
+            lines.clear()
+            export_frozen_graph.export(export_args("resnet50", output, "--checkpoint", prefix), log=lines.append)
+            assert lines[-1].startswith(f"Wrote binary GraphDef {output}, replacing the file there: input 'input' ")
+            result = run_cli("export_onnx.py", "--input", output, "--output", onnx_path)
+            assert result.stdout.startswith(f"Wrote {onnx_path}, replacing the file there (opset 17, ")
         del proto.metadata_props[:]  # an ONNX model of an earlier export, or of the original's frozen graph
         assert export.onnx_input_pixels(proto) == ((None, None) if normalized else
                                                    ("raw", "the normalisation's channel means in its graph"))
