@@ -100,7 +100,8 @@ def export_random_model(args, directory):
                        amp=args.amp, no_progress=True)
     platform, precision = startup.set_up(config)
     model = startup.build_model(config, platform, precision, purpose="export")
-    return export.save_saved_model(model, config.image_size, directory)
+    return export.save_saved_model(model, config.image_size, directory,
+                                   {"arch": config.arch, "num_classes": config.num_classes, "weights": "fresh"})
 
 
 def tf_trt_available():
@@ -190,10 +191,6 @@ def _load_onnx(onnx_path):
                         "another format)") from None
 
 
-def onnx_input_pixels(onnx_path):
-    """(what an ONNX model's input must be: "raw", "normalized" or None, how that is known); model/export.py."""
-    from model import export
-    return export.onnx_input_pixels(_load_onnx(onnx_path))
 
 
 class ONNXRuntimeRunner:
@@ -297,13 +294,25 @@ class TensorRTRunner:
         return self.output
 
 
-def resolve_input_pixels(args, onnx_path, log):
+def describe_given_model(args, saved_model_dir, onnx_model, log):
+    """One line saying what --model is, from what its export recorded (model/export.read_source; an ONNX model
+    converted from a SavedModel carries it), when it recorded it."""
+    from model import export
+    if args.model is None:
+        return
+    source = export.onnx_source(onnx_model) if onnx_model is not None else \
+        export.read_source(saved_model_dir) if saved_model_dir is not None else None
+    if source is not None:
+        log(f"Model: {args.model}: {export.describe_source(source)}")
+
+
+def resolve_input_pixels(args, onnx_path, log, onnx_model=None):
     """The function that turns the raw 0..255 batches into what the model takes: the identity, or the input
     normalisation for a model exported with --no_normalization (or one --normalized-input says expects it)."""
     from model import export
     if onnx_path is None or args.model is None:
         return None, export.RAW  # a SavedModel: its serving signature takes raw pixels (export.save_saved_model)
-    pixels, known_from = onnx_input_pixels(onnx_path)
+    pixels, known_from = export.onnx_input_pixels(onnx_model if onnx_model is not None else _load_onnx(onnx_path))
     if pixels is None:
         if args.normalized_input:
             pixels = export.NORMALIZED
@@ -553,7 +562,10 @@ def run(args):
                 resolve_num_classes(args, num_classes, logger.print)
             if args.data_dir and not data_checked:
                 check_dataset(args, num_classes)
-            normalize, input_pixels = resolve_input_pixels(args, onnx_path, logger.print)
+            onnx_model = _load_onnx(onnx_path) if onnx_path is not None and args.model is not None else None
+            describe_given_model(args, saved_model_dir, onnx_model, logger.print)
+            normalize, input_pixels = resolve_input_pixels(args, onnx_path, logger.print, onnx_model)
+            del onnx_model
             data, steps, records = batches(args, num_classes)
             if normalize is not None:
                 data = ((normalize(images), labels) for images, labels in data)

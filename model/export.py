@@ -15,6 +15,7 @@ ops with a narrow range (symmetric FakeQuant weights), so those graphs are expor
 """
 
 import glob
+import json
 import os
 import shutil
 import time
@@ -27,10 +28,14 @@ DEFAULT_OPSET = 17
 
 # ------------------------------------------------------------------ SavedModel
 
-def save_saved_model(model, image_size, export_dir):
+SOURCE_FILE = os.path.join("assets.extra", "source.json")  # beside the SavedModel's own files, which TF ignores
+
+
+def save_saved_model(model, image_size, export_dir, source=None):
     """Writes `model` as a SavedModel in a new timestamped subdirectory of `export_dir` and returns its path.
     It is written under a temporary name first, so an interrupted export never leaves a half SavedModel under the
-    final name."""
+    final name. `source`: what the model is (architecture, classes, size, the checkpoint and step its weights came
+    from, which weights), written to `assets.extra/source.json` for the tools that serve it to say (read_source)."""
     import tensorflow as tf
     module = tf.Module()
     # The module tracks the tf.Variables behind the Keras variables, not the Keras model: TensorFlow Lite's
@@ -59,6 +64,10 @@ def save_saved_model(model, image_size, export_dir):
         with on_interrupt("no SavedModel written (its temporary directory is removed)"):
             os.makedirs(export_dir, exist_ok=True)
             tf.saved_model.save(module, temporary, signatures={"serving_default": serve, "predict": serve})
+            if source is not None:
+                os.makedirs(os.path.join(temporary, os.path.dirname(SOURCE_FILE)), exist_ok=True)
+                with open(os.path.join(temporary, SOURCE_FILE), "w", encoding="utf-8") as handle:
+                    json.dump(dict(source, image_size=image_size), handle, sort_keys=True)
             os.replace(temporary, final)
     except (OSError, tf.errors.OpError) as error:
         shutil.rmtree(temporary, ignore_errors=True)
@@ -67,6 +76,27 @@ def save_saved_model(model, image_size, export_dir):
         shutil.rmtree(temporary, ignore_errors=True)
         raise
     return final
+
+
+def read_source(saved_model_dir):
+    """The `source` a SavedModel was written with (save_saved_model), or None (an export of an earlier version, or
+    not ours)."""
+    try:
+        with open(os.path.join(saved_model_dir, SOURCE_FILE), encoding="utf-8") as handle:
+            source = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return source if isinstance(source, dict) else None
+
+
+def describe_source(source):
+    """"resnet50, 10 classes, 40x40, the EMA weights of checkpoint <path> (step 1124)": a model's `source` in words."""
+    weights = source.get("weights")
+    origin = ("freshly initialised weights" if weights == "fresh" or not source.get("checkpoint") else
+              "the {}weights of checkpoint {} (step {})".format("EMA " if weights == "ema" else "",
+                                                                source["checkpoint"], source.get("step")))
+    return "{}, {} classes, {size}x{size}, {}".format(source.get("arch"), source.get("num_classes"), origin,
+                                                      size=source.get("image_size"))
 
 
 def _resource_variable(variable):
@@ -263,6 +293,9 @@ def saved_model_to_onnx(saved_model_dir, output_path, opset=DEFAULT_OPSET):
     _rename_io(model_proto, input_names, ["input"], output_names,
                [by_tensor.get(name, name.split(":")[0]) for name in output_names])
     _set_input_pixels(model_proto, RAW)  # a serving signature takes raw pixels (save_saved_model)
+    source = read_source(saved_model_dir)
+    if source is not None:
+        model_proto.metadata_props.add(key="source", value=json.dumps(source, sort_keys=True))
     _save_onnx(model_proto, output_path)
     return model_proto
 
@@ -344,6 +377,18 @@ def _set_input_pixels(model_proto, value):
     entry = next((prop for prop in model_proto.metadata_props if prop.key == INPUT_PIXELS), None) or \
         model_proto.metadata_props.add(key=INPUT_PIXELS)
     entry.value = value
+
+
+def onnx_source(model_proto):
+    """The `source` of the SavedModel an ONNX model was converted from (metadata `source`), or None."""
+    for prop in model_proto.metadata_props:
+        if prop.key == "source":
+            try:
+                source = json.loads(prop.value)
+            except ValueError:
+                return None
+            return source if isinstance(source, dict) else None
+    return None
 
 
 def onnx_input_pixels(model_proto):

@@ -356,7 +356,11 @@ class Runner:
             writer.close()
         log.print("Model evaluation finished")
         if export_dir:
-            self.exported_path = export.save_saved_model(model, config.input_size, export_dir)
+            source = {"arch": config.arch, "num_classes": config.num_classes,
+                      "checkpoint": info.path if info is not None else None,
+                      "step": info.step if info is not None else None,
+                      "weights": "fresh" if info is None else "ema" if config.use_ema_weights else "raw"}
+            self.exported_path = export.save_saved_model(model, config.input_size, export_dir, source)
             log.log(step=(), data={"export_dir": self.exported_path})
             if info is None:  # a benchmark without a checkpoint: said, so the export is not taken for a model
                 log.print("Note: SavedModel {} holds freshly initialised weights: model_dir {} has no "

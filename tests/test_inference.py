@@ -415,3 +415,21 @@ def test_the_periodic_and_final_throughput_count_the_same_time_the_models(monkey
     periodic = [data["throughput"] for step, data in (entry for entry in logged if isinstance(entry, tuple))
                 if step != ()]
     assert periodic == pytest.approx([400.0, 400.0]) and results["throughput"] == pytest.approx(400.0)
+
+
+def test_a_given_model_is_described_by_what_its_export_recorded(tmp_path):
+    """A SavedModel records its architecture, classes, size and the checkpoint and weights it came from
+    (model/export.save_saved_model); inference.py says it for the SavedModel and for its ONNX conversion, which
+    carries the record as metadata."""
+    from model import export, resnet
+    model = resnet.build_model("resnet50", num_classes=11, image_size=32, purpose="inference")
+    saved = export.save_saved_model(model, 32, str(tmp_path / "export"), {
+        "arch": "resnet50", "num_classes": 11, "checkpoint": "/runs/a/model.ckpt-7", "step": 7, "weights": "ema"})
+    onnx_path = str(tmp_path / "m.onnx")
+    assert tool_in_process("export_onnx", "--input", saved, "--output", onnx_path, check=False).returncode == 0
+    for model_path, backend in ((saved, "tf"), (onnx_path, "onnxruntime")):
+        result = run("--model", model_path, "--backend", backend, "--num-iter", "2", "--log-path",
+                     str(tmp_path / "log.json"), *SMALL)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert f"Model: {model_path}: resnet50, 11 classes, 32x32, the EMA weights of checkpoint /runs/a/model.ckpt-7 " \
+               "(step 7)" in result.stdout.splitlines()

@@ -215,6 +215,10 @@ def test_export_round_trip_matches_in_memory_model(trained, data_dir, tmp_path):
     assert [out["classes"].dtype.name, out["probabilities"].dtype.name] == ["int32", "float32"]
     assert np.array_equal(out["classes"].numpy(), predicted["classes"].numpy())
     assert np.array_equal(out["classes"].numpy(), expected.argmax(1))
+    # The export says what it is, for the tools that serve it (inference.py, export_onnx.py).
+    from model import export
+    assert export.read_source(exported) == {"arch": "resnet50", "num_classes": NUM_CLASSES, "image_size": 32,
+                                            "checkpoint": info.path, "step": info.step, "weights": "raw"}
 
 
 def test_a_run_that_fails_before_its_first_step_leaves_no_checkpoint_to_bind_the_next(data_dir, tmp_path):
@@ -239,6 +243,8 @@ def test_an_inference_benchmark_export_without_a_checkpoint_says_its_weights_are
     (exported,) = glob.glob(str(tmp_path / "export" / "*"))
     assert f"Note: SavedModel {exported} holds freshly initialised weights: model_dir {tmp_path / 'run'} has no " \
            "checkpoint" in result.stdout.splitlines()
+    from model import export
+    assert export.read_source(exported)["weights"] == "fresh"
 
 
 @pytest.mark.parametrize("args,message", [
