@@ -397,7 +397,7 @@ def _checked(batches_of, classes_from):
         raise user_error from None
 
 
-def batches(args, num_classes=None):
+def batches(args, num_classes=None, log=print):
     """(iterator of (images [B,S,S,3] float32 0..255, labels [B] or None), number of steps, (validation images, their
     SkippedRecords) or None for random inputs). One pass over the records, as main.py's evaluation: a record skipped
     as corrupt leaves its batch out rather than letting the stream wrap around to score images twice.
@@ -412,6 +412,8 @@ def batches(args, num_classes=None):
         if steps == 0:
             raise UserError(f"--data-dir {args.data_dir} has {num_samples} validation images, fewer than "
                             f"--batch-size {args.batch_size}")
+        from runtime.inputs import eval_preprocessing
+        log(eval_preprocessing(args.image_size, "tf.data"))
         skipped = data_utils.SkippedRecords()
         dataset = data_utils.get_tfrecords_input_fn(filenames, args.batch_size, args.image_size, args.image_size,
                                                     training=False, num_threads=1, deterministic=True,
@@ -566,7 +568,7 @@ def run(args):
             describe_given_model(args, saved_model_dir, onnx_model, logger.print)
             normalize, input_pixels = resolve_input_pixels(args, onnx_path, logger.print, onnx_model)
             del onnx_model
-            data, steps, records = batches(args, num_classes)
+            data, steps, records = batches(args, num_classes, logger.print)
             if normalize is not None:
                 data = ((normalize(images), labels) for images, labels in data)
             # The settings the run uses: the input size and class count of the model that was loaded, where the

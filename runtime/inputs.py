@@ -95,6 +95,14 @@ def train_dataset(config, platform, rank, num_shards, start_step=0, log=print):
         min_crop_area=config.min_crop_area, augment=augment_settings(config))
 
 
+def eval_preprocessing(size, pipeline):
+    """The line saying how validation images become the model's input (utils/image_processing.py, DALI's
+    equivalent), so a log says the preprocessing a figure was measured with."""
+    from utils.image_processing import eval_resize_min
+    return "Evaluation preprocessing ({}): shorter side resized to {}, central {}x{} crop".format(
+        pipeline, eval_resize_min(size, size), size, size)
+
+
 def eval_dataset(config, platform, batch_size, log=print, *, num_epochs=None, skipped=None):
     """Evaluation batches: synthetic without --data_dir (the benchmark), else the validation split in order.
 
@@ -110,6 +118,7 @@ def eval_dataset(config, platform, batch_size, log=print, *, num_epochs=None, sk
         return data_utils.get_synth_input_fn(batch_size, size, size, config.num_classes, seed=config.seed)
     filenames = runner_utils.list_filenames_in_dataset(config.data_dir, "validation")
     data_utils.check_tfrecord_files(filenames, log)
+    log(eval_preprocessing(size, "DALI" if config.uses_dali else "tf.data"))
     if config.uses_dali:
         return _dali(config, filenames, batch_size, log, training=False, use_gpu=platform.gpu)
     return data_utils.get_tfrecords_input_fn(filenames, batch_size, size, size, training=False,

@@ -377,6 +377,8 @@ def test_a_pass_over_records_with_a_corrupt_one_scores_each_image_once_and_says_
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Evaluated 4 of 6 images (1 skipped as corrupt, see the warnings above; the last partial batch of 1 is " \
            "dropped, as the original)" in result.stdout.splitlines()
+    assert "Evaluation preprocessing (tf.data): shorter side resized to 36, central 32x32 crop" in \
+        result.stdout.splitlines()
     clean = tmp_path / "clean"
     write_tfrecord_shards(str(clean), "validation", 1, 7, 32)
     result = run("--model", tiny_onnx_classifier(tmp_path / "m.onnx", batch=2), "--backend", "onnxruntime",

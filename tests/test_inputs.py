@@ -143,3 +143,10 @@ def test_prefetch_to_the_accelerator_stages_batches_on_the_platforms_device():
     batches = list(staged)
     assert [b[1].numpy().tolist() for b in batches] == [[0, 1], [2, 3], [4, 5]]
     assert all(b[0].device.endswith("CPU:0") for b in batches)
+
+
+def test_the_evaluation_preprocessing_line_gives_the_originals_256_for_224_and_its_ratio_elsewhere():
+    from runtime.inputs import eval_preprocessing
+    assert eval_preprocessing(224, "DALI") == "Evaluation preprocessing (DALI): shorter side resized to 256, central " \
+                                              "224x224 crop"
+    assert eval_preprocessing(40, "tf.data").endswith("resized to 45, central 40x40 crop")  # floor(40 * 256 / 224)
