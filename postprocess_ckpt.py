@@ -74,9 +74,14 @@ def convert_named(info, dense_layer, output, given_dense_layer=True, log=print):
         raise UserError(f"{dense_layer} has shape {shapes[dense_layer]}, not [C, N]: already converted?")
     tensors = {name: checkpoint.read_tensor(reader, name, info.path) for name in shapes
                if name != checkpoint.METADATA_KEY}
+    reshaped = []
     for key in (dense_layer, dense_layer + EMA_SUFFIX):  # the kernel and its EMA (--moving_average_decay)
         if key in tensors:
             tensors[key] = np.reshape(tensors[key], [1, 1, *shapes[dense_layer]])
+            reshaped.append(key)
+    log("Reshaped {} {} -> {} (the 1x1-conv classifier){}".format(
+        dense_layer, list(shapes[dense_layer]), [1, 1, *shapes[dense_layer]],
+        ", and its EMA" if len(reshaped) > 1 else ""))
     if info.format == "named":
         meta = json.loads(checkpoint.read_tensor(reader, checkpoint.METADATA_KEY, info.path).decode("utf-8"))
         name = f"{checkpoint.CHECKPOINT_PREFIX}-{info.step or 0}"

@@ -119,6 +119,8 @@ def test_named_round_trip_keeps_everything_and_records_the_final_conv(tmp_path):
     # The class names stay beside the checkpoint, so predict on the output still names classes.
     assert (output / "labels.txt").read_text() == (tmp_path / "in" / "labels.txt").read_text()
     assert f"Copied the class names to {output / 'labels.txt'}" in result.stdout
+    assert f"Reshaped resnet50/output/dense/kernel [2048, {NUM_CLASSES}] -> [1, 1, 2048, {NUM_CLASSES}] (the 1x1-conv " \
+           "classifier)" in result.stdout.splitlines()
     latest = tf.train.latest_checkpoint(str(output))
     assert latest.endswith("model.ckpt-12")
     info = checkpoint.inspect(latest)
