@@ -8,12 +8,13 @@ Model: --model (a SavedModel directory with a `serving_default` signature, input
 `probabilities`; for --backend onnxruntime/tensorrt also an .onnx file) or --architecture (random weights, exported
 first as a SavedModel into a temporary directory, as the original; model/export.py). An ONNX model that records
 that it takes normalised pixels (metadata `input_pixels`: a frozen graph exported with --no_normalization) gets the
-batches normalised before they are timed; --normalized-input does the same for one that records nothing. Data: one epoch of the
-validation TFRecords of --data-dir (eval preprocessing), or --num-iter batches of one fixed random batch of pixels
-in 0..255 (the original fed standard-normal values, which the in-graph normalisation would turn into near-constant images).
-Logs (dllogger format): per-100-step throughput with step (0, i); at the end throughput = images / seconds over
-all steps after --warmup-steps, latency avg/p90/p95/p99 in ms per batch, and accuracy with real data (how this
-differs from the original: docs/DEVIATIONS.md).
+batches normalised before they are timed; --normalized-input does the same for one that records nothing.
+Data: one epoch of the validation TFRecords of --data-dir (eval preprocessing), or --num-iter batches of one fixed
+random batch of pixels in 0..255 (the original fed standard-normal values, which the in-graph normalisation would
+turn into near-constant images). Logs (dllogger format): per-100-step throughput with step (0, i); at the end
+throughput = images / seconds over all steps after --warmup-steps (both count the model's time only), latency
+avg/p90/p95/p99 in ms per batch, and accuracy with real data (how this differs from the original:
+docs/DEVIATIONS.md).
 
 Backends:
 - tf (default): the SavedModel's serving_default. --amp: with --architecture the model is built and exported under
@@ -189,8 +190,6 @@ def _load_onnx(onnx_path):
     except Exception:  # noqa: BLE001 - protobuf's DecodeError, or onnx's own
         raise UserError(f"--model {onnx_path} is not an ONNX model (it does not parse as one: a cut-off copy, or "
                         "another format)") from None
-
-
 
 
 class ONNXRuntimeRunner:
