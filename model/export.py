@@ -292,10 +292,10 @@ def saved_model_to_onnx(saved_model_dir, output_path, opset=DEFAULT_OPSET):
             frozen.graph.as_graph_def(), input_names=input_names, output_names=output_names, opset=opset)
     _rename_io(model_proto, input_names, ["input"], output_names,
                [by_tensor.get(name, name.split(":")[0]) for name in output_names])
-    _set_input_pixels(model_proto, RAW)  # a serving signature takes raw pixels (save_saved_model)
+    _set_metadata(model_proto, INPUT_PIXELS, RAW)  # a serving signature takes raw pixels (save_saved_model)
     source = read_source(saved_model_dir)
     if source is not None:
-        model_proto.metadata_props.add(key="source", value=json.dumps(source, sort_keys=True))
+        _set_metadata(model_proto, SOURCE_KEY, json.dumps(source, sort_keys=True))
     _save_onnx(model_proto, output_path)
     return model_proto
 
@@ -319,7 +319,7 @@ def frozen_graph_to_onnx(graph_def_path, output_path, opset=DEFAULT_OPSET):
     _rename_io(model_proto, input_names, ["input"], output_names, ["probabilities"])
     pixels = graph_input_pixels(graph_def)
     if pixels is not None:
-        _set_input_pixels(model_proto, pixels)
+        _set_metadata(model_proto, INPUT_PIXELS, pixels)
     _save_onnx(model_proto, output_path)
     return model_proto
 
@@ -373,22 +373,27 @@ def onnx_signature(model_proto):
     return "{} -> {}".format(described(model_proto.graph.input), described(model_proto.graph.output))
 
 
-def _set_input_pixels(model_proto, value):
-    entry = next((prop for prop in model_proto.metadata_props if prop.key == INPUT_PIXELS), None) or \
-        model_proto.metadata_props.add(key=INPUT_PIXELS)
+SOURCE_KEY = "source"  # the ONNX metadata key of a SavedModel's source.json
+
+
+def _metadata(model_proto, key):
+    """The value of an ONNX model's metadata entry `key`, or None."""
+    return next((prop.value for prop in model_proto.metadata_props if prop.key == key), None)
+
+
+def _set_metadata(model_proto, key, value):
+    entry = next((prop for prop in model_proto.metadata_props if prop.key == key), None) or \
+        model_proto.metadata_props.add(key=key)
     entry.value = value
 
 
 def onnx_source(model_proto):
     """The `source` of the SavedModel an ONNX model was converted from (metadata `source`), or None."""
-    for prop in model_proto.metadata_props:
-        if prop.key == "source":
-            try:
-                source = json.loads(prop.value)
-            except ValueError:
-                return None
-            return source if isinstance(source, dict) else None
-    return None
+    try:
+        source = json.loads(_metadata(model_proto, SOURCE_KEY) or "null")
+    except ValueError:
+        return None
+    return source if isinstance(source, dict) else None
 
 
 def onnx_input_pixels(model_proto):
@@ -396,9 +401,9 @@ def onnx_input_pixels(model_proto):
     holds the channel means of the input normalisation (an ONNX model exported before the metadata existed);
     else (None, None): nothing says, e.g. the conversion of the original's frozen graph, which expects normalised
     input."""
-    for prop in model_proto.metadata_props:
-        if prop.key == INPUT_PIXELS:
-            return prop.value, "its metadata"
+    recorded = _metadata(model_proto, INPUT_PIXELS)
+    if recorded is not None:
+        return recorded, "its metadata"
     from onnx import numpy_helper
     import numpy as np
     from utils.image_processing import CHANNEL_MEANS

@@ -32,6 +32,7 @@ MODE_CHOICES = (
     "training_benchmark",
     "inference_benchmark",
 )
+BENCHMARK_MODES = ("training_benchmark", "inference_benchmark")
 
 # Titles of the `--help` argument groups; None is argparse's top-level "options".
 DATASET = "Dataset arguments"
@@ -242,10 +243,14 @@ class RunConfig:
         return cls(**{key: value for key, value in vars(args).items() if key in names})
 
     @property
+    def uses_synthetic_data(self) -> bool:
+        """A benchmark without --data_dir: it runs on synthetic images of --synthetic_data_size."""
+        return self.data_dir is None and self.mode in BENCHMARK_MODES
+
+    @property
     def input_size(self) -> int:
         """H = W of the images: --synthetic_data_size for the benchmarks on synthetic data, else --image_size."""
-        synthetic = self.data_dir is None and self.mode in ("training_benchmark", "inference_benchmark")
-        return self.synthetic_data_size if synthetic else self.image_size
+        return self.synthetic_data_size if self.uses_synthetic_data else self.image_size
 
     @property
     def log_path(self) -> str:

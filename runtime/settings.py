@@ -32,7 +32,6 @@ from utils.errors import UserError
 
 INFERENCE_MODES = ("evaluate", "predict", "inference_benchmark")
 TRAINING_MODES = ("train", "train_and_evaluate")
-BENCHMARK_MODES = ("training_benchmark", "inference_benchmark")
 # The modes that run in one process on one device, as the original's.
 SINGLE_PROCESS_MODES = ("inference_benchmark", "predict")
 # The modes that write --export_dir's SavedModel, after their evaluation.
@@ -200,7 +199,7 @@ def _synthetic_size_changes(config, given, log):
     """--synthetic_data_size against --image_size: a benchmark on synthetic data runs at one size, which either
     flag may give; a run that reads --data_dir runs at --image_size."""
     both_given = "image_size" in given and "synthetic_data_size" in given
-    if config.data_dir is not None or config.mode not in BENCHMARK_MODES:
+    if not config.uses_synthetic_data:
         return {}  # the flag is unused: _note_unused_synthetic_size says so once the size is resolved
     if both_given and config.image_size != config.synthetic_data_size:
         raise UserError("--image_size {} and --synthetic_data_size {} disagree: a benchmark on synthetic data runs "
@@ -212,7 +211,7 @@ def _synthetic_size_changes(config, given, log):
 
 
 def _note_unused_synthetic_size(config, given, log):
-    if "synthetic_data_size" in given and (config.data_dir is not None or config.mode not in BENCHMARK_MODES):
+    if "synthetic_data_size" in given and not config.uses_synthetic_data:
         log("Note: --synthetic_data_size {} is not used: this run reads {}".format(
             config.synthetic_data_size, "its images from --data_dir at --image_size {}".format(config.image_size)
             if config.data_dir is not None else "no synthetic data"))
@@ -222,7 +221,7 @@ def _check_benchmark_size(config, info, log):
     """The size a synthetic benchmark times against the model's: a checkpoint's model at another size than it was
     trained at is timed as asked (the model takes any size) and said; but a benchmark that exports (--export_dir)
     times and exports one model, built at one size, which must be the model's (the checkpoint's, else --image_size)."""
-    if config.data_dir is not None or config.mode not in BENCHMARK_MODES:
+    if not config.uses_synthetic_data:
         return
     trained = info.recorded_settings().get("image_size") if info is not None else None
     model_size = trained or config.image_size
@@ -289,7 +288,7 @@ def _model_changes(config, info, given, log):
     source = "checkpoint {}".format(info.path)
     recorded = info.recorded_settings()
     flags = {name: "--" + name for name in MODEL_SETTINGS + ("use_final_conv",)}
-    synthetic = config.data_dir is None and config.mode in BENCHMARK_MODES
+    synthetic = config.uses_synthetic_data
     if synthetic and "image_size" in recorded:
         # Synthetic images are --synthetic_data_size: the checkpoint's size unless that flag asks for another.
         recorded = dict(recorded, synthetic_data_size=recorded["image_size"])

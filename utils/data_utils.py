@@ -388,8 +388,7 @@ def _corrupt_record_guard(filenames_t, num_classes, first_position, training, st
                             "error; the rest of that file is lost, see docs/RELIABILITY.md) - total skipped:", total,
                             output_stream=sys.stderr)
 
-        printed = tf.cond(tf.size(names) > 0, lambda: _done(named()), lambda: _done(unnamed()))
-        return printed
+        return tf.cond(tf.size(names) > 0, lambda: _done(named()), lambda: _done(unnamed()))
 
     def check_gap(expected, element):
         position, image, label, file_index, record_index = element

@@ -312,7 +312,7 @@ def _why_no_steps(parameters):
         return "it is a log of inference.py, which logs its throughput, latency and accuracy, not steps"
     if mode in ("evaluate", "predict"):
         return "--mode {} logs no steps, so there is nothing to plot".format(mode)
-    if mode in ("training_benchmark", "inference_benchmark"):
+    if mode in BENCHMARK_MODES:
         return ("its --mode {} logged no step: a benchmark logs one every --display_every {} steps after its "
                 "--warmup_steps {}, and it ran --num_iter {} {}(s)".format(
                     mode, parameters.get("display_every"), parameters.get("warmup_steps"),
