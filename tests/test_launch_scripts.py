@@ -5,6 +5,7 @@ docs/ORIGINAL.md#benchmark-scripts; the script bugs fixed)."""
 import glob
 import os
 import shlex
+import sys
 
 import pytest
 
@@ -59,7 +60,7 @@ def test_recipe_matches_the_table(script):
     system, precision, epochs = parts[0], parts[-2], parts[-1]
     expected_np = 16 if system == "DGX2" else 8  # the original's DGX2 250E scripts launched 8: fixed
     assert launcher[launcher.index("--nproc") + 1] == str(expected_np)
-    assert launcher[1].endswith("runtime/launch.py")
+    assert launcher[launcher.index("-m") + 1] == "runtime.launch"
     model_dir = os.path.basename(os.path.dirname(script))
     assert args.arch == {"resnet50v1.5": "resnet50"}.get(model_dir, model_dir)  # SE DGX2 AMP 250E: fixed
     assert args.num_iter == int(epochs[:-1]) and args.iter_unit == "epoch"
@@ -70,6 +71,20 @@ def test_recipe_matches_the_table(script):
     assert args.weight_decay == (3.0517578125e-05 if model_dir == "resnet50v1.5" else 6.103515625e-05)
     assert args.data_dir == "/dd/tfrecords" and args.data_idx_dir == "/dd/dali_idx" and args.results_dir == "/ws/results"
     assert args.xla and args.mode == "train_and_evaluate"
+
+
+def test_a_recipe_starts_its_launcher_from_any_directory(tmp_path):
+    """Run for real from another directory: the launcher imports the project (it once ran runtime/launch.py as a
+    file, which put runtime/ on sys.path and failed with ModuleNotFoundError) and checks main.py's flags before
+    starting any worker: a missing data directory is one line and exit 2."""
+    script = os.path.join(ROOT, "training", "resnet50v1.5", "DGX1_RN50_AMP_90E.sh")
+    environ = {key: value for key, value in os.environ.items() if key not in ("DRY_RUN", "LAUNCHER", "PYTHONPATH")}
+    environ["PYTHON"] = sys.executable
+    result = run_command(["bash", script, str(tmp_path / "ws"), str(tmp_path / "absent"), "--cpu"], check=False,
+                         env=environ, cwd=str(tmp_path), timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "ERROR: --data_dir {} does not exist or is not a directory".format(tmp_path / "absent" / "tfrecords")]
 
 
 def test_dgx2_se_amp_250e_trains_se_resnext_with_16_gpus():

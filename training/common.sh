@@ -37,7 +37,9 @@ launch_words() {
     return
   fi
   case "${LAUNCHER:-tf}" in
-    tf) LAUNCH=("$PYTHON" "$TRAINING_ROOT/runtime/launch.py" --nproc "$np" "$TRAINING_ROOT/main.py") ;;
+    # -m with the root on PYTHONPATH: the launcher imports the project's packages from any working directory
+    tf) LAUNCH=(env "PYTHONPATH=$TRAINING_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m runtime.launch --nproc "$np"
+                "$TRAINING_ROOT/main.py") ;;
     horovod) LAUNCH=(horovodrun -np "$np")
              [ -n "${HOROVOD_HOSTS:-}" ] && LAUNCH+=(-H "$HOROVOD_HOSTS")
              LAUNCH+=("$PYTHON" "$TRAINING_ROOT/main.py") ;;
