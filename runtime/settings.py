@@ -296,8 +296,15 @@ def _model_changes(config, info, given, log):
     # A dense classifier loads into a 1x1-conv one and back (the same numbers): --use_final_conv is a choice; so is
     # the size of synthetic images, which any size of the fully convolutional model takes.
     free = ("use_final_conv", "synthetic_data_size", "image_size") if synthetic else ("use_final_conv",)
-    return reconcile(dataclasses.asdict(config), recorded, given, flags, source, log,
-                     compatible=lambda name, *_: name in free)
+    changes = reconcile(dataclasses.asdict(config), recorded, given, flags, source, log,
+                        compatible=lambda name, *_: name in free)
+    if "use_final_conv" in given and recorded.get("use_final_conv", config.use_final_conv) != config.use_final_conv:
+        forms = ("a dense layer", "a 1x1 conv")
+        log("Note: {} holds its classifier as {}; this run builds it as {} ({}), from the same weights{}".format(
+            source, forms[recorded["use_final_conv"]], forms[config.use_final_conv],
+            "--use_final_conv" if config.use_final_conv else "without --use_final_conv",
+            ", and the checkpoints it writes hold that form" if config.mode in TRAINING_MODES else ""))
+    return changes
 
 
 def _training_state_changes(config, info, given, log, replicas):

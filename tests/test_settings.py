@@ -144,9 +144,15 @@ def test_a_run_on_real_images_says_it_leaves_synthetic_data_size_unused(tmp_path
     assert lines == ["Note: --synthetic_data_size 64 is not used: this run reads no synthetic data"]
 
 
-def test_a_dense_checkpoint_serves_a_final_conv_run(tmp_path):
-    fake_checkpoint(tmp_path, use_final_conv=False)
-    assert resolve(tmp_path, mode="evaluate", use_final_conv=True)[0].config.use_final_conv
+def test_a_dense_checkpoint_serves_a_final_conv_run_and_says_so(tmp_path):
+    path = fake_checkpoint(tmp_path, use_final_conv=False)
+    resolved, lines = resolve(tmp_path, mode="evaluate", use_final_conv=True)
+    assert resolved.config.use_final_conv
+    assert lines[-1] == (f"Note: checkpoint {path} holds its classifier as a dense layer; this run builds it as a "
+                         "1x1 conv (--use_final_conv), from the same weights")
+    resolved, lines = resolve(tmp_path, mode="train", use_final_conv=True)
+    assert [line for line in lines if "classifier" in line][0].endswith(
+        "from the same weights, and the checkpoints it writes hold that form")
 
 
 def test_training_benchmark_times_the_checkpoints_model_and_says_it_restores_nothing(tmp_path):
