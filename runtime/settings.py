@@ -43,6 +43,12 @@ MODEL_SETTINGS = ("arch", "num_classes", "image_size")
 # says when it runs in another precision than `amp` records.
 QAT_FLAGS = ("quantize", "symmetric", "use_qdq", "quant_delay")
 TRAINING_STATE = QAT_FLAGS + ("moving_average_decay", "amp")
+# The flags of the optimisation and its input augmentation: only a training step reads them.
+OPTIMIZATION_FLAGS = ("run_iter", "lr_init", "lr_warmup_epochs", "cosine_lr", "momentum", "weight_decay",
+                      "weight_init", "label_smoothing", "mixup", "cutmix", "mixup_switch_prob", "min_crop_area",
+                      "augmenter_name", "raug_num_layers", "raug_magnitude", "grad_accum_steps",
+                      "moving_average_decay", "static_loss_scale", "use_static_loss_scaling", "max_skipped_steps",
+                      "checkpoint_interval")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,6 +261,9 @@ _MODE_FLAGS = (
     (("dali", "data_idx_dir"), lambda c: c.mode != "predict", lambda c: "predict reads image files, not the dataset"),
     (("data_idx_dir",), lambda c: c.dali or c.mode == "predict",
      lambda c: "without --dali the TFRecords are read through tf.data"),
+    (OPTIMIZATION_FLAGS, lambda c: c.mode in TRAINING_MODES + ("training_benchmark",),
+     lambda c: "--mode {} trains nothing".format(c.mode)),
+    (("gpu_id", "gpu_memory_fraction"), lambda c: not c.cpu, lambda c: "--cpu runs on no GPU"),
     (QAT_FLAGS, lambda c: c.mode not in INFERENCE_MODES,
      lambda c: "--mode {} runs the float model, as the original (export_frozen_graph.py --quantize exports the "
                "quantised graph)".format(c.mode)),

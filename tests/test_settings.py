@@ -452,6 +452,20 @@ def test_flags_the_mode_leaves_unused_are_said_once_each(tmp_path):
                 if line.startswith("Note: --")]
 
 
+def test_training_flags_outside_training_and_gpu_flags_under_cpu_are_said_unused(tmp_path):
+    fake_checkpoint(tmp_path / "float")
+    for mode in ("evaluate", "predict", "inference_benchmark"):
+        _, lines = resolve(tmp_path / "float", mode=mode, lr_init=0.3, cosine_lr=True, run_iter=1, mixup=0.2,
+                           moving_average_decay=0.9, cpu=True, gpu_id=3)
+        assert [line for line in lines if line.startswith("Note: --")] == [
+            f"Note: --run_iter, --lr_init, --cosine_lr, --mixup and --moving_average_decay are not used: --mode "
+            f"{mode} trains nothing",
+            "Note: --gpu_id is not used: --cpu runs on no GPU"]
+    for mode in ("train", "training_benchmark"):  # they train: nothing said
+        _, lines = resolve(tmp_path / mode, mode=mode, lr_init=0.3, cosine_lr=True, run_iter=1, gpu_id=3)
+        assert not [line for line in lines if line.startswith("Note: --")], lines
+
+
 def test_dali_index_files_without_dali_are_said_unused():
     lines = []
     config = RunConfig(batch_size=2, mode="train", data_dir="data", data_idx_dir="idx")
