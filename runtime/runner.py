@@ -222,6 +222,10 @@ class Runner:
         log.print("Momentum", config.momentum)
         log.print("Num GPUs", self.distribution.num_replicas)
         log.print("Per-GPU Batch Size", config.batch_size)
+        if self.global_batch_size != config.batch_size:
+            log.print("Global Batch Size {} ({}{})".format(
+                self.global_batch_size, self.distribution.describe(),
+                ", {} micro-batches each".format(config.grad_accum_steps) if config.grad_accum_steps > 1 else ""))
         log.print("Using {} learning rate schedule".format("cosine" if config.cosine_lr else "step"))
         reach = learning_rate.warmup_reach(length.steps_per_epoch, config.lr_warmup_epochs, length.num_steps)
         if reach is not None and not is_benchmark:  # (a benchmark's synthetic epoch is the whole run)

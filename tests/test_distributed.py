@@ -131,6 +131,10 @@ def _check_two_worker_run(result, results_dir, weights_dir, backend, expected_st
         assert "[worker 1] Current step: {}".format(start_step) in stdout
         assert not any(line.startswith("[worker 1] DLL") for line in stdout.splitlines())
         assert "Num GPUs 2" in stdout
+        # --batch_size is per replica: the global batch and how the replicas are spread are said and recorded
+        assert "Global Batch Size 4 (2 processes x 1 replica, multi_worker)" in stdout.splitlines()
+        parameters = [json.loads(line.split(" ", 1)[1]) for line in records if '"PARAMETER"' in line][-1]["data"]
+        assert (parameters["replicas"], parameters["processes"], parameters["engine"]) == (2, 2, "multi_worker")
     weights = [json.load(open(os.path.join(weights_dir, "weights-rank{}.json".format(r)))) for r in range(2)]
     assert [w["backend"] for w in weights] == [backend, backend]
     assert [w["step"] for w in weights] == [expected_step, expected_step]

@@ -126,6 +126,7 @@ def test_mirrored_engine_on_two_logical_cpu_devices_trains_resumes_and_evaluates
     first = run("--mode", "train", "--run_iter", 2)
     assert first.returncode == 0, first.stderr[-2000:]
     assert "Num GPUs 2" in first.stdout and "Per-GPU Batch Size 2" in first.stdout
+    assert "Global Batch Size 8 (1 process x 2 replicas, mirrored, 2 micro-batches each)" in first.stdout
     assert "effective batch 8" in first.stdout
     # 8 records, effective batch 8, 3 steps: 3 epochs of 1 step; warmup int(5 * 1) = 5 steps from 0 to
     # lr_init * 8 / 256, so step 2 runs at lr_init * 8 / 256 * 1 / 5 (the schedule is evaluated before the update).

@@ -55,6 +55,12 @@ class Distribution:
         """Replicas whose batches make one global batch (workers x devices per worker)."""
         return self.strategy.num_replicas_in_sync
 
+    def describe(self):
+        """How the replicas are spread, for the log: e.g. "2 processes x 1 replica, multi_worker"."""
+        per_process = self.num_replicas // max(self.size, 1)
+        return "{} process{} x {} replica{}, {}".format(self.size, "es" * (self.size != 1), per_process,
+                                                        "s" * (per_process != 1), self.backend)
+
     @property
     def jit_in_step(self):
         """Whether the per-replica train step may be `jit_compile`d: not when it holds collectives (XLA has no
