@@ -17,7 +17,6 @@ the classifier form default to what the checkpoint records (a given flag must ag
 --compute_format NCHW on a machine without a GPU still writes the graph (it is only traced, not run) and says
 that the graph needs a GPU (TensorFlow's CPU kernels are NHWC-only).
 """
-import argparse
 import os
 import sys
 
@@ -25,14 +24,14 @@ from model.arch_names import ARCH_NAMES
 from runtime.config import given_options
 from runtime.settings import reconcile
 from utils import quiet
-from utils.errors import command
+from utils.errors import ArgumentParser, command
 from utils.output_paths import check_output_file
 
 FORMATS = ("NCHW", "NHWC")
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     # Defaults apply without --checkpoint; with one, what it records (runtime/settings.reconcile).
     parser.add_argument("--model_name", default="resnet50", choices=ARCH_NAMES,
                         help="default: the checkpoint's, else resnet50")

@@ -9,19 +9,18 @@ keep their quantisation as QuantizeLinear/DequantizeLinear pairs (what TensorRT'
 tf2onnx cannot convert FakeQuant ops with a narrow range (symmetric FakeQuant weights): export those graphs with
 --use_qdq. The conversion itself is model/export.py's.
 """
-import argparse
 import os
 import sys
 
 from model import export
 from utils import quiet
-from utils.errors import command
+from utils.errors import ArgumentParser, command
 from utils.output_paths import check_output_file
 
 
 @command
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--input", required=True, help="SavedModel directory or frozen GraphDef (.pb/.pbtxt)")
     parser.add_argument("--output", required=True, help="ONNX file to write")
     parser.add_argument("--opset", type=int, default=export.DEFAULT_OPSET)

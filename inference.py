@@ -27,7 +27,6 @@ Backends:
 - tensorrt: an engine built from the ONNX model with the `tensorrt` Python API (FP32; FP16 with --amp; INT8 when
   the ONNX graph carries Q/DQ nodes from a QAT frozen graph); needs the tensorrt package and a GPU.
 """
-import argparse
 import os
 import sys
 import tempfile
@@ -37,7 +36,7 @@ import numpy as np
 
 from model.arch_names import ARCH_NAMES
 from utils import quiet
-from utils.errors import UserError, command
+from utils.errors import ArgumentParser, UserError, command
 from utils.output_paths import check_output_file
 
 BACKENDS = ("tf", "onnxruntime", "tensorrt")
@@ -47,7 +46,7 @@ NO_TF_TRT = ("Tensorflow has not been built with TensorRT support (TF-TRT is abs
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", default=None, help="SavedModel directory (or .onnx for onnxruntime/tensorrt)")
     source.add_argument("--architecture", choices=ARCH_NAMES, help="build this model with random weights")

@@ -24,7 +24,7 @@ import sys
 
 from dataprep import records
 from dataprep.process_bounding_boxes import process_bounding_boxes, read_bounding_box_csv, read_synsets
-from utils.errors import UserError, command
+from utils.errors import ArgumentParser, UserError, command
 from utils.output_paths import check_output_dir
 
 SHUFFLE_SEED = 12345  # the original's random.seed(12345) before sharding
@@ -333,7 +333,7 @@ def build(args) -> dict[str, list[records.ShardResult]]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m dataprep.build_tfrecords",
         description="JPEG folders -> TF-slim TFRecord shards (the original's build_imagenet_data.py / "
                     "build_image_data.py): train-XXXXX-of-NNNNN / validation-XXXXX-of-NNNNN files of "

@@ -23,7 +23,7 @@ import numpy as np
 
 from dataprep import records
 from dataprep.build_tfrecords import choose_shards, shuffled
-from utils.errors import UserError, command
+from utils.errors import ArgumentParser, UserError, command
 from utils.output_paths import check_output_dir
 
 CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
@@ -168,7 +168,7 @@ def convert(out: str, source: str = SHIPPED_SOURCE, image_size: int = 32, train_
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m dataprep.fashion_mnist", description=__doc__.split("\n\n")[0],
+    parser = ArgumentParser(prog="python -m dataprep.fashion_mnist", description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     parser.add_argument("--out", required=True, help="output directory (TFRecords, labels.txt, samples/)")

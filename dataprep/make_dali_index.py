@@ -12,7 +12,7 @@ import sys
 
 from dataprep.dali_index import write_dali_index
 from dataprep.records import progress_enabled
-from utils.errors import UserError, command
+from utils.errors import ArgumentParser, UserError, command
 from utils.output_paths import check_output_dir
 
 SPLIT_PREFIXES = ("train-", "validation-")
@@ -44,7 +44,7 @@ def make_dali_indexes(tfrecord_dir: str, idx_dir: str, progress: bool = False) -
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m dataprep.make_dali_index",
         description="Write a DALI index file (`offset size` per record) for each train-*/validation-* TFRecord.",
         allow_abbrev=False)

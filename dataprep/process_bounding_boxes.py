@@ -10,12 +10,11 @@ synset are kept but counted (the original reported them the same way).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import xml.etree.ElementTree as ElementTree
 
-from utils.errors import UserError, command
+from utils.errors import ArgumentParser, UserError, command
 from utils.output_paths import check_output_file
 
 
@@ -127,7 +126,7 @@ def read_synsets(path: str) -> list[str]:
 
 @command
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m dataprep.process_bounding_boxes",
+    parser = ArgumentParser(prog="python -m dataprep.process_bounding_boxes",
                                      description="Convert ImageNet bounding-box XMLs to the CSV used by "
                                                  "build_tfrecords --bounding_box_file.",
                                      allow_abbrev=False)

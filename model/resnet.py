@@ -2,7 +2,6 @@
 
 `python -m model.resnet --arch ARCH [--num_classes N] [--image_size S]` prints a per-stage summary.
 """
-import argparse
 import dataclasses
 import math
 import sys
@@ -20,7 +19,7 @@ from model.layers.pooling import MaxPool2D
 from model.layers.qat_layers import QuantizedClassifier
 from model.layers.quantization import QuantizationConfig, QuantizationState
 from utils.devices import CPU
-from utils.errors import UserError
+from utils.errors import ArgumentParser, UserError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +224,7 @@ def summary_lines(model, arch, image_size=224, num_classes=1001):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m model.resnet", description=__doc__.splitlines()[0],
+    parser = ArgumentParser(prog="python -m model.resnet", description=__doc__.splitlines()[0],
                                      allow_abbrev=False)
     parser.add_argument("--arch", required=True, choices=sorted(ARCHITECTURES))
     parser.add_argument("--num_classes", type=int, default=1001)

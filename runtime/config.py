@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from model.arch_names import ARCH_NAMES
 from utils import quiet
-from utils.errors import UserError
+from utils.errors import ArgumentParser, UserError
 
 MODE_CHOICES = (
     "train",
@@ -308,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     """main.py's argparse parser: one argument per RunConfig field, plus --verbose (utils/quiet.py, every tool's)."""
     # allow_abbrev=False: `--model` is not `--model_dir`, nor `--batch` `--batch_size` (an unknown argument instead).
     # prog: the flags are main.py's wherever they are parsed (runtime.launch checks them once before its workers).
-    parser = argparse.ArgumentParser(prog="main.py", description=DESCRIPTION, allow_abbrev=False,
+    parser = ArgumentParser(prog="main.py", description=DESCRIPTION, allow_abbrev=False,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     groups: dict[Optional[str], Any] = {None: parser}
     annotations = typing.get_type_hints(RunConfig)
@@ -317,8 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
         if flag.group not in groups:
             groups[flag.group] = parser.add_argument_group(flag.group)
         options: dict[str, Any] = dict(dest=field.name, help=flag.help, required=flag.required)
-        if not flag.required:
-            options["default"] = field.default
+        # A required flag has no default to show in --help (its field default serves Python callers only).
+        options["default"] = argparse.SUPPRESS if flag.required else field.default
         value_type = _value_type(annotations[field.name])
         if value_type is bool:
             options["action"] = "store_true"
@@ -365,6 +365,9 @@ def parse_cmdline(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parses and checks `argv` (default sys.argv[1:]). Unknown arguments are rejected with the original's text;
     values are checked by building the RunConfig (its UserError propagates)."""
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "-h" in argv or "--help" in argv:
+        parser.parse_args(["--help"])  # the help, with the required flags shown required; exits
     # Unknown arguments first (`--batch 8` is a misspelt --batch_size, not a missing one): a pass without required
     # flags, then the real one.
     required = [action for action in parser._actions if action.required]
@@ -484,7 +487,7 @@ def flags_markdown() -> str:
 
 
 if __name__ == "__main__":
-    _reference = argparse.ArgumentParser(prog="python -m runtime.config", description="main.py's flags reference.")
+    _reference = ArgumentParser(prog="python -m runtime.config", description="main.py's flags reference.")
     _reference.add_argument("--markdown", action="store_true", required=True,
                             help="print docs/FLAGS.md (Markdown) to stdout")
     _reference.parse_args()

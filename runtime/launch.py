@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-from utils.errors import command
+from utils.errors import ArgumentParser, command
 
 
 def free_ports(count, host="127.0.0.1"):
@@ -171,7 +171,7 @@ class Launcher:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m runtime.launch",
         description="Run N training workers on this machine (MultiWorkerMirroredStrategy over loopback).",
         allow_abbrev=False)

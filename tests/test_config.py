@@ -124,11 +124,18 @@ def test_loss_scale_alias_is_a_float():
     assert isinstance(parse_cmdline(["--batch_size", "1", "--static_loss_scale", "64"]).static_loss_scale, float)
 
 
-def test_batch_size_is_required(capsys):
+def test_batch_size_is_required_and_its_absence_is_one_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_cmdline([])
-    assert exit_info.value.code != 0
-    assert "--batch_size" in capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == ("ERROR: main.py: the following arguments are required: --batch_size (--help "
+                                       "lists the flags)\n")
+    with pytest.raises(SystemExit) as exit_info:  # --help shows it required, with no default
+        parse_cmdline(["--mode", "train", "--help"])
+    assert exit_info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # (wrapped at the terminal's width)
+    assert " --batch_size BATCH_SIZE [--num_iter" in text and "[--batch_size" not in text
+    assert "Size of each minibatch per GPU. --num_iter" in text
 
 
 def test_unknown_argument_prints_the_original_message(capsys):

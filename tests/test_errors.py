@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from utils.errors import (InterruptHandlers, Terminated, UserError, command, deliver_pending_interrupt, interrupt_line,
+from utils.errors import (ArgumentParser, InterruptHandlers, Terminated, UserError, command, deliver_pending_interrupt, interrupt_line,
                           on_interrupt)
 
 STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -21,6 +21,17 @@ def test_user_error_is_one_line_on_stderr_with_status_2(capsys):
     assert main(["/data"]) == 2
     captured = capsys.readouterr()
     assert captured.err == "ERROR: no train-* files in /data\n" and captured.out == ""
+
+
+def test_usage_errors_are_one_line_with_status_2(capsys):
+    parser = ArgumentParser(prog="tool.py")
+    parser.add_argument("--size", type=int, required=True)
+    for argv, message in (([], "the following arguments are required: --size"),
+                          (["--size", "x"], "argument --size: invalid int value: 'x'")):
+        with pytest.raises(SystemExit) as stopped:
+            parser.parse_args(argv)
+        assert stopped.value.code == 2
+        assert capsys.readouterr().err == f"ERROR: tool.py: {message} (--help lists the flags)\n"
 
 
 def test_statuses_pass_through_and_none_means_success():

@@ -1,6 +1,7 @@
 """The one exception type for problems the user can fix (bad flag, missing data, corrupt input), and the wrapper
 every command-line tool's `main` goes through so they all fail, and stop on a signal, the same way."""
 
+import argparse
 import atexit
 import contextlib
 import functools
@@ -18,6 +19,14 @@ DEFAULT_KEPT = "its work is not complete; run the same command again"
 
 class UserError(Exception):
     """Raised for bad input; the CLI prints `ERROR: <message>` on one line and exits non-zero."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors (a missing required flag, a bad choice or type) are one line,
+    `ERROR: <prog>: <message> (--help lists the flags)`, and exit status 2, instead of the whole usage text."""
+
+    def error(self, message):
+        self.exit(2, "ERROR: {}: {} (--help lists the flags)\n".format(self.prog, message))
 
 
 def first_line(error):
@@ -198,8 +207,8 @@ def _tool_name(body):
 
 def command(body):
     """Decorates a tool's `main(argv=None)`: restricts the umask, turns a UserError into one line
-    `ERROR: <message>` on stderr and exit status 2, and maps a `None` return to 0. argparse's own usage errors
-    (SystemExit 2) pass through unchanged.
+    `ERROR: <message>` on stderr and exit status 2, and maps a `None` return to 0. Usage errors of the tools'
+    parsers (`ArgumentParser` above: one line, SystemExit 2) pass through unchanged.
 
     Interrupts: for the duration of the call SIGTERM raises Terminated and SIGINT KeyboardInterrupt, only in this
     repository's code and outside TensorFlow's tracing (`_on_signal`); the previous handlers are restored after.

@@ -15,7 +15,6 @@ A resumed run appends to the same log and repeats the steps since its last check
 step wins. Benchmark runs logged to a training's file are left out of its plot (and said so).
 """
 
-import argparse
 import collections
 import csv
 import itertools
@@ -23,7 +22,7 @@ import math
 import os
 import sys
 
-from utils.errors import UserError, command
+from utils.errors import ArgumentParser, UserError, command
 from utils.logger import read_log
 
 TRAIN_KEYS = ("imgs_per_sec", "cross_entropy", "l2_loss", "total_loss", "learning_rate")
@@ -338,7 +337,7 @@ def run(log_path, output, csv_path=None):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m utils.plot_log", description=__doc__.split("\n\n")[0],
+    parser = ArgumentParser(prog="python -m utils.plot_log", description=__doc__.split("\n\n")[0],
                                      allow_abbrev=False)
     parser.add_argument("log", help="DLLL log written by main.py (results_dir/log_filename, e.g. results/log.json)")
     parser.add_argument("-o", "--output", default=None,
