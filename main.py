@@ -68,13 +68,6 @@ def run(argv=None, runner_class=None, own_process=False):
         return run_mode(resolved, distribution, platform, precision, runner_class)
 
 
-def distribution_parameters(distribution):
-    """The PARAMETER record's account of a run over several replicas: --batch_size is per replica."""
-    if distribution.num_replicas == 1:
-        return {}
-    return {"replicas": distribution.num_replicas, "processes": distribution.size, "engine": distribution.backend}
-
-
 def run_mode(resolved, distribution, platform, precision, runner_class=None):
     """The mode of `resolved` (runtime/settings.RunSettings): log, Runner, train / evaluate / predict."""
     import tensorflow as tf
@@ -97,7 +90,7 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None):
     logger.log(step="PARAMETER", data={key: getattr(config, key) for key in ORIGINAL_FLAG_DESTS}
                | {"num_classes": config.num_classes, "image_size": config.image_size,
                   "min_crop_area": config.min_crop_area} | config.extensions_in_use() | resolved.parameters()
-               | distribution_parameters(distribution) | frozen_weights)
+               | distribution.parameters() | frozen_weights)
     if frozen_weights:
         logger.print(devices.FROZEN_WEIGHTS_NOTE)
     startup.set_seeds(config.seed, distribution.rank)

@@ -169,8 +169,8 @@ def convert(out: str, source: str = SHIPPED_SOURCE, image_size: int = 32, train_
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = ArgumentParser(prog="python -m dataprep.fashion_mnist", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 2)[2],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+                            epilog=__doc__.split("\n\n", 2)[2],
+                            formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     parser.add_argument("--out", required=True, help="output directory (TFRecords, labels.txt, samples/)")
     parser.add_argument("--source", default=SHIPPED_SOURCE,
                         help=f"directory with the four IDX(.gz) files (default: the shipped subset; full dataset: "

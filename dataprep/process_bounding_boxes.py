@@ -127,9 +127,9 @@ def read_synsets(path: str) -> list[str]:
 @command
 def main(argv=None):
     parser = ArgumentParser(prog="python -m dataprep.process_bounding_boxes",
-                                     description="Convert ImageNet bounding-box XMLs to the CSV used by "
-                                                 "build_tfrecords --bounding_box_file.",
-                                     allow_abbrev=False)
+                            description="Convert ImageNet bounding-box XMLs to the CSV used by "
+                                        "build_tfrecords --bounding_box_file.",
+                            allow_abbrev=False)
     parser.add_argument("xml_dir", help="directory of ImageNet bounding-box XML files (searched recursively)")
     parser.add_argument("synsets_file", nargs="?", help="optional WNID list; boxes of other synsets are dropped")
     parser.add_argument("--output", help="CSV file to write (default: stdout)")

@@ -225,7 +225,7 @@ def summary_lines(model, arch, image_size=224, num_classes=1001):
 
 def main(argv=None):
     parser = ArgumentParser(prog="python -m model.resnet", description=__doc__.splitlines()[0],
-                                     allow_abbrev=False)
+                            allow_abbrev=False)
     parser.add_argument("--arch", required=True, choices=sorted(ARCHITECTURES))
     parser.add_argument("--num_classes", type=int, default=1001)
     parser.add_argument("--image_size", type=int, default=224)

@@ -309,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     # allow_abbrev=False: `--model` is not `--model_dir`, nor `--batch` `--batch_size` (an unknown argument instead).
     # prog: the flags are main.py's wherever they are parsed (runtime.launch checks them once before its workers).
     parser = ArgumentParser(prog="main.py", description=DESCRIPTION, allow_abbrev=False,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     groups: dict[Optional[str], Any] = {None: parser}
     annotations = typing.get_type_hints(RunConfig)
     for field in dataclasses.fields(RunConfig):

@@ -61,6 +61,12 @@ class Distribution:
         return "{} process{} x {} replica{}, {}".format(self.size, "es" * (self.size != 1), per_process,
                                                         "s" * (per_process != 1), self.backend)
 
+    def parameters(self):
+        """The PARAMETER record's account of a run over several replicas (--batch_size is per replica)."""
+        if self.num_replicas == 1:
+            return {}
+        return {"replicas": self.num_replicas, "processes": self.size, "engine": self.backend}
+
     @property
     def jit_in_step(self):
         """Whether the per-replica train step may be `jit_compile`d: not when it holds collectives (XLA has no

@@ -338,7 +338,7 @@ def run(log_path, output, csv_path=None):
 
 def parse_args(argv=None):
     parser = ArgumentParser(prog="python -m utils.plot_log", description=__doc__.split("\n\n")[0],
-                                     allow_abbrev=False)
+                            allow_abbrev=False)
     parser.add_argument("log", help="DLLL log written by main.py (results_dir/log_filename, e.g. results/log.json)")
     parser.add_argument("-o", "--output", default=None,
                         help="PNG to write (default: curves.png next to the log)")
