@@ -120,7 +120,7 @@ class Runner:
         run_iter = runner_utils.steps_this_run(config.run_iter, config.iter_unit, length.steps_per_epoch,
                                                length.num_steps, current_step)
         if distribution.is_chief:
-            self._log_training_parameters(length, is_benchmark)
+            self._log_training_parameters(length, is_benchmark, trains=run_iter > 0)
         print("Current step: {}".format(current_step), flush=True)
         if run_iter == 0:
             log.print("Model already trained required number of steps. Skipped")
@@ -209,7 +209,9 @@ class Runner:
             raise TrainingInterrupted(final_step, stop.signum, checkpointed=saver is not None)
         return state
 
-    def _log_training_parameters(self, length, is_benchmark=False):
+    def _log_training_parameters(self, length, is_benchmark=False, trains=True):
+        """The original's parameter lines, then (`trains`: the run has steps to train) the notes on its warmup and
+        this CPU's bfloat16."""
         config = self.config
         log = self.logger
         log.print("Starting Model Training...")
@@ -228,7 +230,7 @@ class Runner:
                 ", {} micro-batches each".format(config.grad_accum_steps) if config.grad_accum_steps > 1 else ""))
         log.print("Using {} learning rate schedule".format("cosine" if config.cosine_lr else "step"))
         reach = learning_rate.warmup_reach(length.steps_per_epoch, config.lr_warmup_epochs, length.num_steps)
-        if reach is not None and not is_benchmark:  # (a benchmark's synthetic epoch is the whole run)
+        if reach is not None and trains and not is_benchmark:  # (a benchmark's synthetic epoch is the whole run)
             def steps(n):
                 return "{:,} step{}".format(n, "" if n == 1 else "s")
             log.print("Note: the learning-rate warmup (--lr_warmup_epochs {} = {}) lasts the whole run of {}: the "
@@ -240,7 +242,7 @@ class Runner:
             note = " (TensorFlow's float16 CPU kernels: for checking the GPU path)" \
                 if self.precision.policy == "mixed_float16" and not self.platform.gpu else ""
             log.print("Mixed precision: {}, {}{}".format(self.precision.policy, scaling, note))
-        if not self.platform.gpu:
+        if trains and not self.platform.gpu:
             bfloat16_note = cpu_bfloat16_note(self.precision.policy, cpu_bfloat16_support())
             if bfloat16_note:
                 log.print(bfloat16_note)

@@ -108,11 +108,12 @@ def schedule_record(config, num_steps, decay_steps, steps_per_epoch):
 
 
 def learning_rate_at(schedule, images, step):
-    """The learning rate of `schedule` (a schedule_record) at `step`, `images` per step."""
+    """The learning rate of `schedule` (a schedule_record) at `step`, `images` per step: a float, or for a list of
+    steps a NumPy array of their rates."""
     from utils.learning_rate import learning_rate_schedule
-    return float(learning_rate_schedule(step, schedule["lr_init"], images, schedule["steps_per_epoch"],
-                                        schedule["lr_warmup_epochs"], schedule["decay_steps"],
-                                        schedule["cosine_lr"]).numpy())
+    rates = learning_rate_schedule(step, schedule["lr_init"], images, schedule["steps_per_epoch"],
+                                   schedule["lr_warmup_epochs"], schedule["decay_steps"], schedule["cosine_lr"]).numpy()
+    return rates if isinstance(step, (list, tuple)) else float(rates)
 
 
 def images_per_step(config, replicas=1):
@@ -316,8 +317,9 @@ def _model_changes(config, info, given, log):
     return changes
 
 
-def _training_state_changes(config, info, given, log, replicas):
-    """What a resume continues of the QAT and EMA state, and the one line for each choice."""
+def _training_state_changes(config, info, given, log, replicas, note):
+    """What a resume continues of the QAT and EMA state, and the one line for each choice; `note` takes the lines on
+    what changes from the checkpoint's run (mixed precision, images per step)."""
     source = "checkpoint {}".format(info.path)
     recorded = info.recorded_settings()
     changes = {}
@@ -352,13 +354,13 @@ def _training_state_changes(config, info, given, log, replicas):
     # on a CPU without it): neither refused nor adopted, but said.
     recorded_amp = recorded.get("amp")
     if recorded_amp is not None and recorded_amp != config.amp:
-        log("Checkpoint {} was trained with --amp: this run continues it in float32 (pass --amp to keep mixed "
+        note("Checkpoint {} was trained with --amp: this run continues it in float32 (pass --amp to keep mixed "
             "precision)".format(info.path) if recorded_amp else
             "Checkpoint {} was trained in float32: this run continues it with --amp".format(info.path))
     # So may the images per step (another --batch_size, GPU count or --grad_accum_steps): the schedule follows them.
     recorded_images, images = recorded.get("images_per_step"), images_per_step(config, replicas)
     if recorded_images is not None and recorded_images != images:
-        log("Checkpoint {} was trained at {} images per step: this run continues at {} (--batch_size {} x {} "
+        note("Checkpoint {} was trained at {} images per step: this run continues at {} (--batch_size {} x {} "
             "replica(s) x --grad_accum_steps {}), and its learning rate and steps per epoch follow from {}{}".format(
                 info.path, recorded_images, images, config.batch_size, replicas, config.grad_accum_steps, images,
                 "; --seed's data stream does not continue where the checkpoint's stopped" if config.seed is not None
@@ -366,11 +368,23 @@ def _training_state_changes(config, info, given, log, replicas):
     return changes
 
 
+def _schedule_points(schedule, step, num_steps):
+    """The steps from `step` to the run's last (num_steps - 1) where `schedule` (a schedule_record) changes course:
+    the ends of its warmup and its decay, its step-decay boundaries and the steps after them."""
+    from utils.learning_rate import STEP_DECAY_EPOCHS, warmup_steps
+    per_epoch = schedule["steps_per_epoch"]
+    marks = [warmup_steps(per_epoch, schedule["lr_warmup_epochs"]), schedule["decay_steps"]]
+    marks += [int(per_epoch * epoch) for epoch in STEP_DECAY_EPOCHS]
+    return {point for mark in marks for point in (mark - 1, mark, mark + 1) if step <= point < num_steps}
+
+
 def _note_another_schedule(config, info, count, replicas, log):
-    """A resume whose schedule flags (SCHEDULE_FLAGS) differ from the checkpoint's run: its learning rate from this
-    step on is another (the cosine of a longer --num_iter restarts well above the rate the checkpoint's run ended
-    at). Said, not refused: extending or retuning a run is legitimate. Another batch or train split size is said by
-    the notes on those."""
+    """A resume whose schedule flags (SCHEDULE_FLAGS) differ from the checkpoint's run and whose learning rate from
+    this step on differs with them (the cosine of a longer --num_iter restarts well above the rate the checkpoint's
+    run ended at). Said, not refused: extending or retuning a run is legitimate. Compared at the steps where
+    either schedule changes course and 256 between (both are piecewise smooth). Another batch or train split size
+    is said by the notes on those."""
+    import numpy as np
     from runtime import runner_utils
     recorded = info.recorded_settings().get("schedule")
     if recorded is None:
@@ -382,19 +396,36 @@ def _note_another_schedule(config, info, count, replicas, log):
     num_steps, num_epochs, decay_steps = runner_utils.count_steps(config.iter_unit, count, config.num_iter, images)
     step = info.step or 0
     if step >= num_steps:
-        return  # nothing left to train: the run says so itself
+        return  # nothing left to train
     schedule = schedule_record(config, num_steps, decay_steps, num_steps / num_epochs)
-    rate = learning_rate_at(schedule, images, step)
-    was = learning_rate_at(recorded, info.recorded_settings().get("images_per_step", images), step)
+    points = {int(point) for point in np.linspace(step, num_steps - 1, 256)}
+    points = sorted(points | _schedule_points(schedule, step, num_steps) | _schedule_points(recorded, step, num_steps))
+    rates = learning_rate_at(schedule, images, points)
+    were = learning_rate_at(recorded, info.recorded_settings().get("images_per_step", images), points)
+    differs = ~np.isclose(rates, were, rtol=1e-6, atol=0.0)
+    if not differs.any():
+        return  # the same rate at every step this run trains
+    first = int(np.argmax(differs))
     flags = ", ".join(("--{} (was off)" if getattr(config, name) else "no --{} (was on)").format(name)
                       if isinstance(getattr(config, name), bool) else
                       "--{} {} (was {})".format(name, _shown(getattr(config, name)), _shown(recorded[name]))
                       for name in changed)
-    log("Note: this run's learning-rate schedule is not the one checkpoint {} was trained with: {}; at step {} the "
+    same = "" if first == 0 else "the rate is the same up to step {}; ".format(points[first - 1])
+    log("Note: this run's learning-rate schedule is not the one checkpoint {} was trained with: {}; {}at step {} the "
         "rate is {:.6g} where that schedule had {:.6g}{}".format(
-            info.path, flags, step, rate, was,
+            info.path, flags, same, points[first], rates[first], were[first],
             ", over {} steps in all (was {})".format(num_steps, recorded["num_steps"])
             if num_steps != recorded["num_steps"] else ""))
+
+
+def _steps_left(config, info, count, replicas):
+    """Whether a resume of checkpoint `info` trains any step (runner_utils.steps_this_run) on a train split of
+    `count` records."""
+    from runtime import runner_utils
+    num_steps, num_epochs, _ = runner_utils.count_steps(config.iter_unit, count, config.num_iter,
+                                                        images_per_step(config, replicas))
+    return runner_utils.steps_this_run(config.run_iter, config.iter_unit, num_steps / num_epochs, num_steps,
+                                       info.step or 0) > 0
 
 
 def _recipe_in_effect(recipe, amp):
@@ -528,6 +559,7 @@ def resolve(config, given, log=print, replicas=1, workers=1):
         config, given = dataclasses.replace(config, **sized), given | {"synthetic_data_size"}
     info, resumes = _checkpoint_read_by(config, log)
     changes, finetune = {}, None
+    notes = []  # a resume's lines on what changes from the checkpoint's run: said only if it has steps to train
     if info is not None and (resumes or config.mode in INFERENCE_MODES + ("training_benchmark",)):
         changes.update(_model_changes(config, info, given, log))
         if config.mode == "training_benchmark":
@@ -542,10 +574,10 @@ def resolve(config, given, log=print, replicas=1, workers=1):
                 log("WARNING: --finetune_checkpoint {} is ignored: model_dir {} already has checkpoint {}, and "
                     "training resumes from it (use a new --model_dir to fine-tune)".format(
                         config.finetune_checkpoint, config.model_dir, info.path))
-            changes.update(_training_state_changes(config, info, given, log, replicas))
-            _note_another_recipe(dataclasses.replace(config, **changes), info, log)
+            changes.update(_training_state_changes(config, info, given, log, replicas, notes.append))
+            _note_another_recipe(dataclasses.replace(config, **changes), info, notes.append)
             if config.uses_dali and config.seed is not None:
-                log("Note: DALI's input cannot skip to step {}: this resume reads its data stream from the start, "
+                notes.append("Note: DALI's input cannot skip to step {}: this resume reads its data stream from the start, "
                     "so it is not the exact continuation --seed gives on the TFRecord input".format(info.step))
         elif info.has_quantization_ranges:
             log("Checkpoint {} holds quantisation ranges: {} runs the float model, as the original "
@@ -559,6 +591,10 @@ def resolve(config, given, log=print, replicas=1, workers=1):
     data = check_data(resolved, log, workers)
     if resumes and "train" in data:
         count = _train_records(data["train"])
-        _note_another_train_set(resolved, info, data["train"], count, log)
-        _note_another_schedule(resolved, info, count, replicas, log)
+        _note_another_train_set(resolved, info, data["train"], count, notes.append)
+        _note_another_schedule(resolved, info, count, replicas, notes.append)
+        if not _steps_left(resolved, info, count, replicas):
+            notes = []  # the run says "Model already trained required number of steps. Skipped"
+    for line in notes:
+        log(line)
     return RunSettings(resolved, info, finetune, data, changes)

@@ -347,7 +347,7 @@ def test_a_resume_on_a_train_split_of_another_size_says_its_epochs_change(tmp_pa
     from tests._data_helpers import write_tfrecord_shards
     data = tmp_path / "data"
     write_tfrecord_shards(str(data), "train", 2, 3, 32)  # 6 records
-    flags = {"mode": "train", "num_classes": 10, "image_size": 32, "data_dir": str(data)}
+    flags = {"mode": "train", "num_classes": 10, "image_size": 32, "data_dir": str(data), "num_iter": 2}
     trained_on = {}
     for count in (5, 6):
         config = RunConfig(batch_size=2, **flags)
@@ -368,7 +368,7 @@ def test_a_resume_on_other_train_files_of_the_same_size_says_so_and_a_moved_copy
     write_tfrecord_shards(str(data), "train", 2, 3, 32, seed=0)
     shutil.copytree(data, moved)
     write_tfrecord_shards(str(other), "train", 2, 3, 32, seed=1)  # 6 records too, other images
-    flags = {"mode": "train", "num_classes": 10, "image_size": 32}
+    flags = {"mode": "train", "num_classes": 10, "image_size": 32, "num_iter": 2}  # step 3 of 6
     path = fake_checkpoint(tmp_path / "run", step=3, training=settings.training_state(
         RunConfig(batch_size=2, data_dir=str(data), **flags), train_images=6))
     assert resolve(tmp_path / "run", data_dir=str(moved), **flags)[1] == []
@@ -403,6 +403,50 @@ def test_a_resume_with_other_schedule_flags_says_what_the_learning_rate_becomes(
     lines = resolve(tmp_path / "run", num_iter=2, **dict(flags, cosine_lr=False, lr_init=0.512))[1]
     assert lines[0].split("trained with: ")[1].startswith("--lr_init 0.512 (was 0.256), no --cosine_lr (was on), --num_iter 2 "
                                                  f"(was 1); at step 3 the rate is {2 * peak:.6g} where")
+
+
+def test_a_schedule_note_names_the_first_step_whose_rate_changes_and_none_when_no_rate_does(tmp_path):
+    """Other schedule flags need not change the rate this run trains with: the step schedule's boundaries are counted
+    in epochs, so a longer --num_iter in epochs keeps every rate, and in batches moves the boundaries by the original's
+    `num_steps / ceil(num_steps / steps per real epoch)` epoch (the boundary formula, by hand)."""
+    from runtime.inputs import TrainingLength
+    from tests._data_helpers import write_tfrecord_shards
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "train", 2, 3, 32)  # 6 records: 3 steps of 2 per epoch
+    flags = {"mode": "train", "num_classes": 10, "image_size": 32, "data_dir": str(data), "lr_init": 0.256,
+             "lr_warmup_epochs": 0, "cosine_lr": False}
+    for unit, trained_length in (("epoch", TrainingLength(3, 1, 3, 3.0, 6)), ("batch", TrainingLength(3, 1, 270, 3.0, 6))):
+        directory = tmp_path / unit
+        path = fake_checkpoint(directory, step=3, training=settings.training_state(
+            RunConfig(batch_size=2, num_iter=3 if unit == "batch" else 1, iter_unit=unit, **flags), train_images=6,
+            length=trained_length))
+        if unit == "epoch":
+            assert resolve(directory, num_iter=40, iter_unit=unit, **flags)[1] == []  # boundaries at 90, 180, ...
+            continue
+        peak = 0.256 * 2 / 256
+        boundary = int(100 / 34 * 30)  # 100 steps are ceil(100 / 3) = 34 "epochs": the first boundary at 88, not 90
+        assert resolve(directory, num_iter=100, iter_unit=unit, **flags)[1] == [
+            f"Note: this run's learning-rate schedule is not the one checkpoint {path} was trained with: --num_iter "
+            f"100 (was 3); the rate is the same up to step {boundary}; at step {boundary + 1} the rate is "
+            f"{peak * 0.1:.6g} where that schedule had {peak:.6g}, over 100 steps in all (was 3)"]
+
+
+def test_a_resume_with_nothing_left_to_train_says_nothing_of_what_it_would_change(tmp_path):
+    """Its run prints "Model already trained required number of steps. Skipped": notes on the recipe, schedule or
+    batch it would have trained with would only mislead."""
+    from runtime.inputs import TrainingLength
+    from tests._data_helpers import write_tfrecord_shards
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "train", 2, 3, 32)  # 6 records: 3 steps of 2 per epoch
+    flags = {"mode": "train", "num_classes": 10, "image_size": 32, "data_dir": str(data), "iter_unit": "epoch"}
+    path = fake_checkpoint(tmp_path / "run", step=3, training=settings.training_state(
+        RunConfig(batch_size=2, num_iter=1, **flags), train_images=6, length=TrainingLength(3, 1, 3, 3.0, 6)))
+    changed = dict(flags, weight_decay=5e-4, lr_init=0.5)
+    assert resolve(tmp_path / "run", num_iter=1, **changed)[1] == []
+    lines = resolve(tmp_path / "run", num_iter=2, **changed)[1]
+    assert [line.split(" checkpoint ")[0] for line in lines] == [
+        "Note: this run continues", "Note: this run's learning-rate schedule is not the one"]
+    assert all(path in line for line in lines)
 
 
 def test_a_resume_with_other_recipe_flags_says_which_of_those_in_effect_changed(tmp_path):
