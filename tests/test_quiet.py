@@ -115,6 +115,30 @@ def test_a_partial_line_such_as_a_progress_bar_is_not_held_back():
             os.close(fd)
 
 
+def test_python_stderr_lines_keep_their_order_with_stdout_on_one_terminal():
+    """A tool's own stderr lines (SKIPPED, WARNING) bypass the filter process: through it, they reached a terminal
+    shared with stdout late (predict's last SKIPPED line came after its `predicted 6, failed 2`). C++ lines written
+    to fd 2 are still filtered."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = ("import os, sys\n"
+              "from utils import quiet\n"
+              "assert quiet.setup([])\n"
+              "for i in range(200):\n"
+              "    print('err', i, file=sys.stderr, flush=True)\n"
+              "    print('out', i, flush=True)\n"
+              "os.write(2, b'I0000 00:00:1796118512.495390    5795 port.cc:153] oneDNN custom operations are on.\\n')\n"
+              "os.write(2, b'E0000 00:00:1796118514.763516    5795 cuda_executor.cc:100] a real CUDA error\\n')\n")
+    env = {key: value for key, value in os.environ.items() if key not in (quiet.VERBOSE_ENV, "TF_CPP_MIN_LOG_LEVEL")}
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=60)
+    lines = done.stdout.decode().splitlines()
+    assert done.returncode == 0, lines[-5:]
+    assert lines[:400] == [line for i in range(200) for line in ("err {}".format(i), "out {}".format(i))]
+    assert lines[400:] == ["E0000 00:00:1796118514.763516    5795 cuda_executor.cc:100] a real CUDA error"]
+
+
 def test_verbose_is_the_flag_an_abbreviation_of_it_or_the_environment():
     assert quiet.verbose_requested(["--batch_size", "2", "--verbose"], environ={})
     assert quiet.verbose_requested(["--verb"], environ={})

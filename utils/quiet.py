@@ -23,7 +23,9 @@ So `setup` (called by utils.errors.command for every tool, before the tool impor
    but cannot do for the lines written before its logging is set up); every other byte is passed on unchanged
    and in order. The GPU lines (cudart_stub, cuInit) are dropped only when no GPU is present (no /dev/nvidia*
    device, or CUDA_VISIBLE_DEVICES hides all): on a GPU machine they report a real driver problem. A separate
-   process, not a thread, so that what a crashing process wrote still reaches the terminal.
+   process, not a thread, so that what a crashing process wrote still reaches the terminal. Python's own
+   `sys.stderr` writes go to the real stderr directly (none of the noise is Python's), so they keep their order
+   with stdout.
 `--verbose` on a tool's command line, or RN50_VERBOSE=1 in the environment, turns both off (TF_CPP_MIN_LOG_LEVEL=0
 and no filter) and is inherited by the processes the tool starts.
 """
@@ -141,8 +143,20 @@ def _start_stderr_filter(no_gpu, min_level):
     sys.stderr.flush()
     os.dup2(write_fd, 2)
     os.close(write_fd)
+    _python_stderr_to(real_stderr)
     atexit.register(_drain, child, real_stderr)
     return True
+
+
+def _python_stderr_to(fd):
+    """Python's own writes to stderr (the tool's messages, warnings, a traceback) need no filtering: they go to a
+    copy of `fd`, the real stderr, so that on a terminal they keep their order with stdout. Through the filter
+    process they could arrive after later stdout lines (a SKIPPED line after the summary that counts it). fd 2
+    (C++ logging, child processes) stays filtered."""
+    import io
+    previous = sys.stderr
+    sys.stderr = io.TextIOWrapper(io.FileIO(os.dup(fd), "w"), encoding=getattr(previous, "encoding", None),
+                                  errors="backslashreplace", line_buffering=True, write_through=True)
 
 
 def _drain(child, real_stderr):
