@@ -374,10 +374,8 @@ def check_dataset(args, num_classes):
     dataset_manifest.check_complete(facts)
     if args.architecture:
         dataset_manifest.check_classes(facts, num_classes, flag="--num-classes")
-    elif num_classes is not None and facts.label_range is not None and facts.label_range[1] > num_classes:
-        raise UserError(f"--model {args.model} has {num_classes} outputs, too few for dataset {args.data_dir}'s "
-                        f"labels {facts.label_range[0]}..{facts.label_range[1]} (recorded by dataprep): it is not a "
-                        "model of this dataset")
+    elif num_classes is not None:
+        dataset_manifest.check_classes(facts, num_classes, model=f"--model {args.model}")
 
 
 def _checked(batches_of, classes_from):

@@ -515,10 +515,11 @@ def data_splits(config):
     return ("validation",)
 
 
-def check_data(config, log=print, workers=1):
+def check_data(config, log=print, workers=1, classes_from=None):
     """{split: SplitFacts} of the splits the run reads, each complete, with labels the classifier can hold, with
     --dali the index files of its shards, and (the tf.data input, whose workers read whole files) at least as many
-    train files as `workers`."""
+    train files as `workers`. `classes_from`: the checkpoint whose model the run uses as it is (a resume, an
+    inference mode), whose class count no flag can change."""
     facts = {}
     splits = data_splits(config)
     if not splits:
@@ -527,7 +528,8 @@ def check_data(config, log=print, workers=1):
     for split in splits:
         split_facts = dataset_manifest.read_split(config.data_dir, split)
         dataset_manifest.check_complete(split_facts)
-        dataset_manifest.check_classes(split_facts, config.num_classes)
+        dataset_manifest.check_classes(split_facts, config.num_classes,
+                                       model="checkpoint {}".format(classes_from) if classes_from else None)
         if config.uses_dali:  # each index file present and describing its shard
             from runtime.runner_utils import list_index_files
             list_index_files(config.data_idx_dir, split_facts.files)
@@ -560,7 +562,10 @@ def resolve(config, given, log=print, replicas=1, workers=1):
     info, resumes = _checkpoint_read_by(config, log)
     changes, finetune = {}, None
     notes = []  # a resume's lines on what changes from the checkpoint's run: said only if it has steps to train
-    if info is not None and (resumes or config.mode in INFERENCE_MODES + ("training_benchmark",)):
+    # The run uses the checkpoint's model as it is (its class count and size): a resume, an inference mode, the
+    # training benchmark.
+    uses_checkpoint_model = info is not None and (resumes or config.mode in INFERENCE_MODES + ("training_benchmark",))
+    if uses_checkpoint_model:
         changes.update(_model_changes(config, info, given, log))
         if config.mode == "training_benchmark":
             # It times the checkpoint's model (as the original, whose Estimator restored model_dir's checkpoint), but
@@ -588,7 +593,7 @@ def resolve(config, given, log=print, replicas=1, workers=1):
     resolved = dataclasses.replace(config, **changes) if changes else config
     _note_unused_synthetic_size(resolved, given, log)
     _check_benchmark_size(resolved, info, log)
-    data = check_data(resolved, log, workers)
+    data = check_data(resolved, log, workers, classes_from=info.path if uses_checkpoint_model else None)
     if resumes and "train" in data:
         count = _train_records(data["train"])
         _note_another_train_set(resolved, info, data["train"], count, notes.append)

@@ -89,6 +89,11 @@ def test_dataprep_records_the_class_count_and_completion(tmp_path):
                                "recorded in .dataprep-train.json); pass --num_classes 12 or more")
     with pytest.raises(UserError, match=r"^--other 3 cannot hold"):
         check_classes(facts, 3, flag="--other")
+    with pytest.raises(UserError) as info:  # a model whose class count no flag changes
+        check_classes(facts, 10, model="checkpoint /ckpt/model.ckpt-5")
+    assert str(info.value) == (f"checkpoint /ckpt/model.ckpt-5 has 10 outputs, too few for dataset {tmp_path}'s "
+                               "labels 1..12 (12 classes, recorded in .dataprep-train.json): it is not a model of "
+                               "this dataset")
 
 
 def test_a_killed_dataprep_run_is_incomplete_until_resumed(tmp_path, monkeypatch):

@@ -261,8 +261,8 @@ def test_a_model_with_fewer_outputs_than_the_datasets_labels_is_refused(saved_mo
     _twelve_class_validation(with_manifest, manifest=True)
     _twelve_class_validation(without, manifest=False)
     for data, expected in ((with_manifest, f"ERROR: --model {saved_model} has 11 outputs, too few for dataset "
-                                           f"{with_manifest}'s labels 1..12 (recorded by dataprep): it is not a "
-                                           "model of this dataset"),
+                                           f"{with_manifest}'s labels 1..12 (12 classes, recorded in "
+                                           ".dataprep-validation.json): it is not a model of this dataset"),
                            (without, "is outside 1..11: the dataset has more classes than the outputs of --model "
                                      "(11)")):
         assert inference.main(["--model", saved_model, "--data-dir", str(data), "--batch-size", "4",

@@ -431,6 +431,29 @@ def test_a_schedule_note_names_the_first_step_whose_rate_changes_and_none_when_n
             f"{peak * 0.1:.6g} where that schedule had {peak:.6g}, over 100 steps in all (was 3)"]
 
 
+def test_a_checkpoint_of_fewer_classes_than_the_dataset_is_not_a_model_of_it(tmp_path):
+    """Evaluating, resuming or benchmarking a 4-class checkpoint on a 12-class dataset: --num_classes cannot help
+    (it would contradict the checkpoint), so the error names the checkpoint. A fine-tune takes a new classifier:
+    there --num_classes is the advice."""
+    import numpy as np
+    from dataprep import records
+    from tests._data_helpers import encode_image, random_image
+    data = tmp_path / "data"
+    rng = np.random.default_rng(0)
+    items = [records.ImageItem(filename="i%d.jpg" % i, label=1 + i, synset="c%d" % i, text="class %d" % i,
+                               data=encode_image(random_image(rng, 32, 32))) for i in range(12)]
+    for split in ("train", "validation"):
+        records.write_split(items, str(data), split, 1, num_classes=12)  # with dataprep's manifest: labels 1..12
+    path = fake_checkpoint(tmp_path / "run", num_classes=4)
+    for mode in ("evaluate", "train", "training_benchmark"):
+        with pytest.raises(UserError) as info:
+            resolve(tmp_path / "run", mode=mode, data_dir=str(data), num_iter=9)
+        assert str(info.value).startswith(f"checkpoint {path} has 4 outputs, too few for dataset {data}'s labels "
+                                          "1..12 (12 classes"), mode
+    with pytest.raises(UserError, match=r"^--num_classes 4 cannot hold .*; pass --num_classes 12 or more$"):
+        resolve(tmp_path / "new", mode="train", data_dir=str(data), finetune_checkpoint=str(tmp_path / "run"))
+
+
 def test_a_resume_with_nothing_left_to_train_says_nothing_of_what_it_would_change(tmp_path):
     """Its run prints "Model already trained required number of steps. Skipped": notes on the recipe, schedule or
     batch it would have trained with would only mislead."""

@@ -157,10 +157,11 @@ def check_complete(facts: SplitFacts) -> None:
                     f"not record the {facts.split} split as finished (dataprep was interrupted?); {resume}")
 
 
-def check_classes(facts: SplitFacts, num_classes: int, flag: str = "--num_classes") -> None:
+def check_classes(facts: SplitFacts, num_classes: int, flag: str = "--num_classes", model: str | None = None) -> None:
     """A UserError when the labels dataprep recorded do not fit 1..num_classes (labels are 1-based; the model's
     output index is label - 1, so ImageNet's labels 1..1000 fit 1001 outputs). Nothing is checked without
-    recorded labels."""
+    recorded labels. `model` names what fixed num_classes ("checkpoint <path>", "--model <path>"), when a flag
+    cannot change it: the error then says the model is not one of this dataset."""
     if facts.label_range is None:
         return
     low, high = facts.label_range
@@ -170,5 +171,8 @@ def check_classes(facts: SplitFacts, num_classes: int, flag: str = "--num_classe
                         "re-create it with python -m dataprep.build_tfrecords")
     if high > num_classes:
         count = facts.num_classes if facts.num_classes is not None else high
-        raise UserError(f"{flag} {num_classes} cannot hold dataset {facts.data_dir}'s labels {low}..{high} "
-                        f"({count} classes, recorded in {where}); pass {flag} {high} or more")
+        labels = f"dataset {facts.data_dir}'s labels {low}..{high} ({count} classes, recorded in {where})"
+        if model is not None:
+            raise UserError(f"{model} has {num_classes} outputs, too few for {labels}: it is not a model of this "
+                            "dataset")
+        raise UserError(f"{flag} {num_classes} cannot hold {labels}; pass {flag} {high} or more")
