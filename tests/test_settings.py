@@ -126,7 +126,7 @@ def test_a_benchmark_that_exports_times_the_model_it_exports_at_its_trained_size
 
 def test_evaluate_says_synthetic_data_size_unused_at_the_size_the_checkpoint_gives(tmp_path, monkeypatch):
     path = fake_checkpoint(tmp_path, image_size=32)
-    monkeypatch.setattr(settings, "check_data", lambda *_: {})  # the dataset's checks are not this test's
+    monkeypatch.setattr(settings, "check_data", lambda *_, **__: {})  # the dataset's checks are not this test's
     lines = []
     config = RunConfig(mode="evaluate", model_dir=str(tmp_path), data_dir=str(tmp_path), batch_size=2,
                        synthetic_data_size=64)
@@ -284,7 +284,7 @@ def test_a_resume_at_another_number_of_images_per_step_says_so_and_goes_on(tmp_p
 
 def test_a_seeded_resume_on_dali_says_it_is_not_exact(tmp_path, monkeypatch):
     fake_checkpoint(tmp_path, step=3)
-    monkeypatch.setattr(settings, "check_data", lambda *_: {})  # the dataset's checks are not this test's
+    monkeypatch.setattr(settings, "check_data", lambda *_, **__: {})  # the dataset's checks are not this test's
     model = {"mode": "train", "num_classes": 10, "image_size": 32, "data_dir": str(tmp_path),
              "data_idx_dir": str(tmp_path), "dali": True}
     note = ("Note: DALI's input cannot skip to step 3: this resume reads its data stream from the start, so it is "
