@@ -302,6 +302,10 @@ def describe_given_model(args, saved_model_dir, onnx_model, log):
         export.read_source(saved_model_dir) if saved_model_dir is not None else None
     if source is not None:
         log(f"Model: {args.model}: {export.describe_source(source)}")
+    elif onnx_model is not None or saved_model_dir is not None:
+        log(f"Model: {args.model}: it records no architecture or checkpoint (a conversion of a frozen graph, an "
+            "export of a version before 2026-12-04, or not ours); its input size and classes are read from its "
+            "graph")
 
 
 def resolve_input_pixels(args, onnx_path, log, onnx_model=None):

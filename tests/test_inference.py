@@ -1,5 +1,6 @@
 """inference.py end to end (in-process, small): tf and onnxruntime backends, random inputs and TFRecords, errors."""
 import json
+import os
 
 import pytest
 
@@ -435,3 +436,10 @@ def test_a_given_model_is_described_by_what_its_export_recorded(tmp_path):
         assert result.returncode == 0, result.stderr[-2000:]
         assert f"Model: {model_path}: resnet50, 11 classes, 32x32, the EMA weights of checkpoint /runs/a/model.ckpt-7 " \
                "(step 7)" in result.stdout.splitlines()
+    # A SavedModel without the record (an earlier export, or not ours) is said to have none, not passed over.
+    os.remove(os.path.join(saved, export.SOURCE_FILE))
+    result = run("--model", saved, "--num-iter", "2", "--log-path", str(tmp_path / "log.json"), *SMALL)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [line for line in result.stdout.splitlines() if line.startswith("Model:")] == [
+        f"Model: {saved}: it records no architecture or checkpoint (a conversion of a frozen graph, an export of a "
+        "version before 2026-12-04, or not ours); its input size and classes are read from its graph"]
