@@ -381,9 +381,10 @@ def _schedule_points(schedule, step, num_steps):
 def _note_another_schedule(config, info, count, replicas, log):
     """A resume whose schedule flags (SCHEDULE_FLAGS) differ from the checkpoint's run and whose learning rate from
     this step on differs with them (the cosine of a longer --num_iter restarts well above the rate the checkpoint's
-    run ended at). Said, not refused: extending or retuning a run is legitimate. Compared at the steps where
-    either schedule changes course and 256 between (both are piecewise smooth). Another batch or train split size
-    is said by the notes on those."""
+    run ended at). Said, not refused: extending or retuning a run is legitimate. Both schedules are taken at this
+    run's images per step and train split (another batch or split size changes the rate too, and the notes on
+    those say so), and compared at the steps where either changes course and 256 between (both are piecewise
+    smooth)."""
     import numpy as np
     from runtime import runner_utils
     recorded = info.recorded_settings().get("schedule")
@@ -398,10 +399,16 @@ def _note_another_schedule(config, info, count, replicas, log):
     if step >= num_steps:
         return  # nothing left to train
     schedule = schedule_record(config, num_steps, decay_steps, num_steps / num_epochs)
+    # The checkpoint's schedule flags at this run's images per step and train split: what the flags alone change
+    # (another batch or split changes the rate too, and its own note says so).
+    before = dataclasses.replace(config, **{name: recorded[name] for name in SCHEDULE_FLAGS})
+    steps_before, epochs_before, decay_before = runner_utils.count_steps(before.iter_unit, count, before.num_iter,
+                                                                         images)
+    was = schedule_record(before, steps_before, decay_before, steps_before / epochs_before)
     points = {int(point) for point in np.linspace(step, num_steps - 1, 256)}
-    points = sorted(points | _schedule_points(schedule, step, num_steps) | _schedule_points(recorded, step, num_steps))
+    points = sorted(points | _schedule_points(schedule, step, num_steps) | _schedule_points(was, step, num_steps))
     rates = learning_rate_at(schedule, images, points)
-    were = learning_rate_at(recorded, info.recorded_settings().get("images_per_step", images), points)
+    were = learning_rate_at(was, images, points)
     differs = ~np.isclose(rates, were, rtol=1e-6, atol=0.0)
     if not differs.any():
         return  # the same rate at every step this run trains

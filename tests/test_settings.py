@@ -454,6 +454,26 @@ def test_a_checkpoint_of_fewer_classes_than_the_dataset_is_not_a_model_of_it(tmp
         resolve(tmp_path / "new", mode="train", data_dir=str(data), finetune_checkpoint=str(tmp_path / "run"))
 
 
+def test_a_schedule_note_is_about_the_schedule_flags_not_a_batch_change(tmp_path):
+    """A resume at twice the images per step and one more step: the rate doubles with the batch (the linear scaling
+    rule), which the images-per-step note says; --num_iter 4 (was 3) alone changes no rate of this run (the step
+    schedule's first boundary is 60 or 90 steps away), so there is no schedule note blaming it."""
+    from runtime.inputs import TrainingLength
+    from tests._data_helpers import write_tfrecord_shards
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "train", 2, 3, 32)  # 6 records
+    flags = {"mode": "train", "num_classes": 10, "image_size": 32, "data_dir": str(data), "lr_init": 0.256,
+             "lr_warmup_epochs": 0, "cosine_lr": False, "iter_unit": "batch"}
+    path = fake_checkpoint(tmp_path / "run", step=2, training=settings.training_state(
+        RunConfig(batch_size=1, num_iter=3, **flags), train_images=6, length=TrainingLength(3, 1, 540, 3.0, 6)))
+    lines = resolve(tmp_path / "run", batch_size=2, num_iter=4, **flags)[1]
+    assert lines == [f"Checkpoint {path} was trained at 1 images per step: this run continues at 2 (--batch_size 2 x "
+                     "1 replica(s) x --grad_accum_steps 1), and its learning rate and steps per epoch follow from 2"]
+    assert resolve(tmp_path / "run", batch_size=2, num_iter=4, **dict(flags, lr_init=0.512))[1][1].endswith(
+        f"--lr_init 0.512 (was 0.256), --num_iter 4 (was 3); at step 2 the rate is {0.512 * 2 / 256:.6g} where that "
+        f"schedule had {0.256 * 2 / 256:.6g}, over 4 steps in all (was 3)")  # both at this run's 2 images per step
+
+
 def test_a_resume_with_nothing_left_to_train_says_nothing_of_what_it_would_change(tmp_path):
     """Its run prints "Model already trained required number of steps. Skipped": notes on the recipe, schedule or
     batch it would have trained with would only mislead."""
