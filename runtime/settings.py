@@ -507,8 +507,12 @@ def _finetune_changes(config, given, log):
     info = checkpoint.inspect(checkpoint.find_checkpoint(config.finetune_checkpoint, "--finetune_checkpoint",
                                                          warn=log))
     recorded = {name: value for name, value in info.recorded_settings().items() if name in MODEL_SETTINGS}
-    return info, reconcile(dataclasses.asdict(config), recorded, given, {name: "--" + name for name in MODEL_SETTINGS},
-                           "checkpoint {}".format(info.path), log, compatible=lambda *_: True)
+    changes = reconcile(dataclasses.asdict(config), recorded, given, {name: "--" + name for name in MODEL_SETTINGS},
+                        "checkpoint {}".format(info.path), log, compatible=lambda *_: True)
+    if config.moving_average_decay > 0:  # a fine-tune restores the weights only (runtime/checkpoints.py)
+        log("EMA: the averages start from the weights restored from checkpoint {}{}".format(
+            info.path, " (not from its averages)" if info.has_weight_averages else ""))
+    return info, changes
 
 
 def data_splits(config):

@@ -327,6 +327,12 @@ def test_a_finetune_takes_the_architecture_of_its_checkpoint_and_the_classes_and
     assert (resolved.config.num_classes, resolved.config.image_size) == (10, 40)
     assert lines == using(small, "--num_classes 10", "--image_size 40")
     assert resolved.parameters() == {"finetune_from": small, "settings_from_checkpoint": ["image_size", "num_classes"]}
+    # With EMA the averages start from the restored weights (runtime/checkpoints.restore_or_initialise), never from
+    # the source's averages, and the run says so.
+    averaged = fake_checkpoint(tmp_path / "averaged", num_classes=10, image_size=40, averages=True)
+    for source, detail in ((small, ""), (averaged, " (not from its averages)")):
+        lines = resolve(tmp_path / "ema", mode="train", finetune_checkpoint=source, moving_average_decay=0.9)[1]
+        assert lines[-1] == f"EMA: the averages start from the weights restored from checkpoint {source}{detail}"
 
 
 def test_the_recorded_training_state_round_trips_through_the_metadata(tmp_path):
