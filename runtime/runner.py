@@ -122,6 +122,12 @@ class Runner:
         if distribution.is_chief:
             self._log_training_parameters(length, is_benchmark, trains=run_iter > 0)
         print("Current step: {}".format(current_step), flush=True)
+        left = length.num_steps - current_step
+        if 0 < run_iter < left:
+            unit = config.iter_unit if config.run_iter == 1 else config.iter_unit + \
+                ("es" if config.iter_unit == "batch" else "s")
+            log.print("Running {} of the {} steps left (--run_iter {} {})".format(run_iter, left, config.run_iter,
+                                                                                 unit))
         if run_iter == 0:
             log.print("Model already trained required number of steps. Skipped")
             return state
@@ -268,9 +274,10 @@ class Runner:
             both = " ({:g} of the images; the others mixup)".format(config.mixup_switch_prob) if config.mixup > 0 \
                 else ""
             log("Using CutMix with alpha={:g}{}".format(config.cutmix, both))
-        if config.augmenter_name == "autoaugment":
+        augmenter = None if config.uses_synthetic_data else config.augmenter_name  # (synthetic: not augmented)
+        if augmenter == "autoaugment":
             log("Augmentation: AutoAugment, ImageNet policy")
-        elif config.augmenter_name == "randaugment":
+        elif augmenter == "randaugment":
             log("Augmentation: RandAugment, {} layers at magnitude {:g}".format(config.raug_num_layers,
                                                                                  config.raug_magnitude))
 

@@ -217,6 +217,17 @@ def _synthetic_size_changes(config, given, log):
     return {}
 
 
+def _image_size_from_synthetic_size(config, given, log):
+    """The other direction of _synthetic_size_changes: a synthetic benchmark given only --synthetic_data_size builds
+    its model at that size, so that the model, its export and the PARAMETER record agree. Only for a run that does
+    not use a checkpoint's model (the caller's condition): there the checkpoint gives the size."""
+    if config.uses_synthetic_data and "synthetic_data_size" in given and "image_size" not in given and \
+            config.image_size != config.synthetic_data_size:
+        log("Using --image_size {0} from --synthetic_data_size {0}".format(config.synthetic_data_size))
+        return {"image_size": config.synthetic_data_size}
+    return {}
+
+
 def _note_unused_synthetic_size(config, given, log):
     if "synthetic_data_size" in given and not config.uses_synthetic_data:
         log("Note: --synthetic_data_size {} is not used: this run reads {}".format(
@@ -264,6 +275,10 @@ _MODE_FLAGS = (
      lambda c: "without --dali the TFRecords are read through tf.data"),
     (OPTIMIZATION_FLAGS, lambda c: c.mode in TRAINING_MODES + ("training_benchmark",),
      lambda c: "--mode {} trains nothing".format(c.mode)),
+    # (the input pipeline's augmentation; mixup and CutMix happen in the train step, on synthetic batches too)
+    (("augmenter_name", "raug_num_layers", "raug_magnitude", "min_crop_area"),
+     lambda c: not (c.mode == "training_benchmark" and c.uses_synthetic_data),
+     lambda c: "synthetic images are not augmented (this benchmark reads no --data_dir)"),
     (("gpu_id", "gpu_memory_fraction"), lambda c: not c.cpu, lambda c: "--cpu runs on no GPU"),
     (QAT_FLAGS, lambda c: c.mode not in INFERENCE_MODES,
      lambda c: "--mode {} runs the float model, as the original (export_frozen_graph.py --quantize exports the "
@@ -593,13 +608,16 @@ def resolve(config, given, log=print, replicas=1, workers=1):
             changes.update(_training_state_changes(config, info, given, log, replicas, notes.append))
             _note_another_recipe(dataclasses.replace(config, **changes), info, notes.append)
             if config.uses_dali and config.seed is not None:
-                notes.append("Note: DALI's input cannot skip to step {}: this resume reads its data stream from the start, "
-                    "so it is not the exact continuation --seed gives on the TFRecord input".format(info.step))
+                notes.append("Note: DALI's input cannot skip to step {}: this resume reads its data stream from the "
+                             "start, so it is not the exact continuation --seed gives on the TFRecord input".format(
+                                 info.step))
         elif info.has_quantization_ranges:
             log("Checkpoint {} holds quantisation ranges: {} runs the float model, as the original "
                 "(export_frozen_graph.py --quantize exports the quantised graph)".format(info.path, config.mode))
     elif config.finetune_checkpoint and config.mode in TRAINING_MODES:
         finetune, changes = _finetune_changes(config, given, log)
+    if not uses_checkpoint_model:
+        changes.update(_image_size_from_synthetic_size(config, given, log))
     _note_unused_flags(config, given, log, info)
     resolved = dataclasses.replace(config, **changes) if changes else config
     _note_unused_synthetic_size(resolved, given, log)

@@ -51,6 +51,7 @@ def test_float16_training_logs_skips_and_resumes_its_dynamic_loss_scale(tmp_path
     results = str(tmp_path / "results")
     first = run_main(*train_args(data_dir, results, "--num_iter", 6, "--run_iter", 3))
     assert first.returncode == 0, first.stderr[-2000:]
+    assert "Running 3 of the 6 steps left (--run_iter 3 batches)" in first.stdout.splitlines()
     assert "Mixed precision: mixed_float16, dynamic loss scaling" in first.stdout
     scales = logged_scales(results)
     assert [s for s, _ in scales] == [1, 2, 3] and scales[0][1] == 2.0 ** 15

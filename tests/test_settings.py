@@ -85,13 +85,30 @@ def test_a_synthetic_benchmark_runs_at_a_given_image_size(tmp_path, mode):
     assert (resolved.config.synthetic_data_size, resolved.config.input_size) == (40, 40)
     assert lines == ["Using --synthetic_data_size 40 from --image_size 40"]
     assert resolved.adopted == {}  # taken from a flag, not from a checkpoint
-    # Given alone, --synthetic_data_size is the size, as in the original.
-    assert resolve(tmp_path / "new", mode=mode, synthetic_data_size=48)[0].config.input_size == 48
+    # Given alone, --synthetic_data_size is the size, as in the original, and the model is built at it (its
+    # PARAMETER record and export say 48, not --image_size's default 224).
+    resolved, lines = resolve(tmp_path / "new", mode=mode, synthetic_data_size=48)
+    assert (resolved.config.input_size, resolved.config.image_size) == (48, 48)
+    assert lines == ["Using --image_size 48 from --synthetic_data_size 48"]
     assert resolve(tmp_path / "new", mode=mode, image_size=48, synthetic_data_size=48)[0].config.input_size == 48
     with pytest.raises(UserError) as error:
         resolve(tmp_path / "new", mode=mode, image_size=40, synthetic_data_size=64)
     assert str(error.value) == ("--image_size 40 and --synthetic_data_size 64 disagree: a benchmark on synthetic "
                                 "data runs at one size (give one of them)")
+
+
+def test_a_synthetic_training_benchmark_says_the_input_augmentation_flags_are_unused(tmp_path):
+    """Synthetic batches skip the input pipeline, so an augmenter or crop area given there would time nothing of
+    what it names; mixup and CutMix run in the train step and stay."""
+    lines = resolve(tmp_path / "new", mode="training_benchmark", augmenter_name="autoaugment", min_crop_area=0.5,
+                    cutmix=1.0)[1]
+    assert [line for line in lines if line.startswith("Note:")] == [
+        "Note: --augmenter_name and --min_crop_area are not used: synthetic images are not augmented (this benchmark "
+        "reads no --data_dir)"]
+    from tests._data_helpers import write_tfrecord_shards
+    write_tfrecord_shards(str(tmp_path / "data"), "train", 1, 4, 32)
+    assert not [line for line in resolve(tmp_path / "new", mode="training_benchmark", data_dir=str(tmp_path / "data"),
+                                         augmenter_name="autoaugment")[1] if line.startswith("Note:")]
 
 
 def test_a_given_image_size_outranks_the_checkpoints_for_synthetic_images(tmp_path):
@@ -117,10 +134,8 @@ def test_a_benchmark_that_exports_times_the_model_it_exports_at_its_trained_size
         f"--{flag} 40 but --export_dir exports the model at 32x32 (the size checkpoint {path} was trained at): a "
         "benchmark that exports times the model it exports (time another size without --export_dir)")
     assert resolve(tmp_path, **export)[0].config.input_size == 32
-    with pytest.raises(UserError) as error:
-        resolve(tmp_path / "new", **export, synthetic_data_size=48)
-    assert str(error.value).startswith("--synthetic_data_size 48 but --export_dir exports the model at 224x224 "
-                                       "(--image_size): ")
+    # Fresh weights: the model is built, timed and exported at the size given by either flag.
+    assert resolve(tmp_path / "new", **export, synthetic_data_size=48)[0].config.image_size == 48
     assert resolve(tmp_path / "new", **export, image_size=48)[0].config.input_size == 48
 
 
