@@ -114,8 +114,11 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None):
                     runner.evaluate("epoch", 1, config.batch_size, export_dir=config.export_dir)
             else:
                 with on_interrupt(kept):
-                    runner.evaluate(config.iter_unit, config.num_iter, config.batch_size,
-                                    is_benchmark=config.mode == "inference_benchmark", export_dir=config.export_dir)
+                    try:
+                        runner.evaluate(config.iter_unit, config.num_iter, config.batch_size,
+                                        is_benchmark=config.mode == "inference_benchmark", export_dir=config.export_dir)
+                    except runner_module.TrainingInterrupted as stop:  # a benchmark: its figures are logged
+                        interrupted = stop
         distribution.barrier()
     # status 1 when predict had to skip a file it could not use (2 is for bad input before anything ran)
     predict_failed = config.mode == "predict" and runner.predict(config.to_predict, config.labels_file).failed > 0

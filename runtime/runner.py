@@ -7,6 +7,7 @@ and the TF1-momentum update and returns the numbers the logger needs. Host work 
 scalars. Evaluation, predict and export run the inference-built model (`Runner.inference_model`).
 """
 
+import contextlib
 import os
 import shutil
 import signal
@@ -337,7 +338,8 @@ class Runner:
         model, global_step = self.inference_model()
         eval_step = train_step.make_eval_step(model, config.num_classes, jit_compile=config.xla)
         meter = ThroughputMeter(batch_size, config.warmup_steps)
-        top1, top5, seen, non_finite = self._evaluation_pass(eval_step, iter(dataset), num_steps, meter, is_benchmark)
+        top1, top5, seen, non_finite, stopped = self._evaluation_pass(eval_step, iter(dataset), num_steps, meter,
+                                                                      is_benchmark)
         if passes is not None:
             require_evaluated(seen, num_samples, batch_size, skipped.count)
         if config.data_dir is not None:
@@ -368,6 +370,10 @@ class Runner:
                         tf.summary.scalar(key, results[key])
             writer.close()
         log.print("Model evaluation finished")
+        if stopped is not None:  # a benchmark stopped by a signal: its figures are logged, nothing is exported
+            raise TrainingInterrupted(len(meter.times), stopped, checkpointed=False, kind="inference benchmark",
+                                      detail="nothing exported to --export_dir" if export_dir else
+                                      "its figures above cover the steps it ran")
         if export_dir:
             source = {"arch": config.arch, "num_classes": config.num_classes,
                       "checkpoint": info.path if info is not None else None,
@@ -381,35 +387,42 @@ class Runner:
         return results
 
     def _evaluation_pass(self, eval_step, iterator, num_steps, meter, is_benchmark):
-        """(top-1 hits, top-5 hits, images, images with non-finite logits) over `num_steps` batches, or fewer when
-        a finite input ends first (records skipped as corrupt)."""
+        """(top-1 hits, top-5 hits, images, images with non-finite logits, None) over `num_steps` batches, or fewer
+        when a finite input ends first (records skipped as corrupt). A benchmark stops after the step a signal
+        (SIGINT, SIGTERM, SIGUSR1) arrived in and returns that signal last, so that its figures cover the steps it
+        ran, as a training benchmark's do; an evaluation is interrupted at once (an accuracy of part of the
+        validation split would mislead)."""
         config = self.config
         top1 = top5 = seen = non_finite = 0
         progress = _progress(num_steps, "eval", config.no_progress)
+        stop = StopRequest() if is_benchmark else None
         try:
-            for index in range(num_steps):
-                start = time.perf_counter()
-                try:
-                    images, labels = inputs.next_batch(iterator)
-                except StopIteration:
-                    break
-                hits1, hits5, _, bad = eval_step(images, labels)
-                hits1, hits5 = int(hits1.numpy()), int(hits5.numpy())
-                non_finite += int(bad.numpy())
-                meter.add(time.perf_counter() - start)
-                top1 += hits1
-                top5 += hits5
-                seen += int(labels.shape[0])
-                if is_benchmark and index >= config.warmup_steps and \
-                        (index - config.warmup_steps + 1) % config.display_every == 0:
-                    self.logger.log(step=(0, index + 1), data={"total_ips": meter.last_ips})
-                if progress is not None:
-                    progress.update(1)
+            with stop if stop is not None else contextlib.nullcontext():
+                for index in range(num_steps):
+                    start = time.perf_counter()
+                    try:
+                        images, labels = inputs.next_batch(iterator)
+                    except StopIteration:
+                        break
+                    hits1, hits5, _, bad = eval_step(images, labels)
+                    hits1, hits5 = int(hits1.numpy()), int(hits5.numpy())
+                    non_finite += int(bad.numpy())
+                    meter.add(time.perf_counter() - start)
+                    top1 += hits1
+                    top5 += hits5
+                    seen += int(labels.shape[0])
+                    if is_benchmark and index >= config.warmup_steps and \
+                            (index - config.warmup_steps + 1) % config.display_every == 0:
+                        self.logger.log(step=(0, index + 1), data={"total_ips": meter.last_ips})
+                    if progress is not None:
+                        progress.update(1)
+                    if stop is not None and stop.requested:
+                        break
         finally:
             del iterator  # as in train(): its threads stop now, not at the process's end
         if progress is not None:
             progress.close()
-        return top1, top5, seen, non_finite
+        return top1, top5, seen, non_finite, stop.signum if stop is not None and stop.requested else None
 
     def _evaluate_averages(self, info, eval_step, dataset, num_steps, export_dir):
         """The same images through the checkpoint's EMA weights: {ema_top1_accuracy, ema_top5_accuracy}. The model
@@ -419,8 +432,8 @@ class Runner:
         count = checkpoint.load_averages(model, info, self.config.arch,
                                          checkpoint.describe_model(self.config.arch, self.config.num_classes))
         self.logger.print("Evaluating the EMA weights of {} too ({} averaged variables)".format(info.path, count))
-        top1, top5, seen, _ = self._evaluation_pass(eval_step, iter(dataset), num_steps,
-                                                    ThroughputMeter(1, 0), is_benchmark=False)
+        top1, top5, seen, _, _ = self._evaluation_pass(eval_step, iter(dataset), num_steps,
+                                                       ThroughputMeter(1, 0), is_benchmark=False)
         if export_dir and self.config.use_ema_weights:
             self.logger.print("Exporting the EMA weights (--use_ema_weights)")
         else:
@@ -447,13 +460,13 @@ class Runner:
 
 
 class TrainingInterrupted(Exception):
-    """Training stopped on a signal at `step`, after writing a checkpoint there unless it was a benchmark
-    (`checkpointed` False). `signum`: the signal this process received (None when a peer worker's stop ended the
-    loop)."""
+    """Training (or an inference benchmark, `kind`) stopped on a signal at `step`, after writing a checkpoint there
+    unless it was a benchmark (`checkpointed` False). `signum`: the signal this process received (None when a peer
+    worker's stop ended the loop)."""
 
-    def __init__(self, step, signum=None, checkpointed=True):
-        super().__init__("training stopped by a signal at step {}; {}".format(
-            step, "checkpoint written" if checkpointed else "a benchmark writes no checkpoint"))
+    def __init__(self, step, signum=None, checkpointed=True, kind="training", detail=None):
+        super().__init__("{} stopped by a signal at step {}; {}".format(
+            kind, step, detail or ("checkpoint written" if checkpointed else "a benchmark writes no checkpoint")))
         self.step = step
         self.signum = signum
         self.checkpointed = checkpointed

@@ -120,6 +120,27 @@ def test_ctrl_c_in_a_training_benchmark_says_it_wrote_no_checkpoint(tmp_path):
     assert checkpoint_steps(results) == [] and not glob.glob(str(results / "model.ckpt-*"))
 
 
+def test_ctrl_c_in_an_inference_benchmark_logs_the_figures_of_the_steps_it_ran_and_exports_nothing(tmp_path):
+    """As a training benchmark: Ctrl-C stops it after the current step with its throughput and latency logged over
+    the steps it ran (before, it logged nothing), status 130; the SavedModel asked for is not written."""
+    results, export_dir = tmp_path / "results", tmp_path / "export"
+    process = Process(["--mode", "inference_benchmark", "--batch_size", 2, "--num_iter", 100000, "--iter_unit",
+                       "batch", "--warmup_steps", 1, "--results_dir", results, "--export_dir",
+                       export_dir, *SMALL], tmp_path, "inference_benchmark")
+    process.wait_for(lambda: "- (0, 3) total_ips" in process.stdout(), what="benchmark step 3")
+    process.signal(signal.SIGINT)
+    assert process.finish() == 130, process.stderr()[-3000:]
+    stopped = int(process.stdout().split("inference benchmark stopped by a signal at step ")[1].split(";")[0])
+    assert stopped >= 3
+    final = [record["data"] for record in read_log(str(results / "log.json"))
+             if record["type"] == "LOG" and record["step"] == [] and "eval_throughput" in record["data"]]
+    assert len(final) == 1 and final[0]["eval_throughput"] > 0 and final[0]["eval_latency_avg"] > 0
+    assert process.stderr().strip().splitlines()[-1] == (
+        f"INTERRUPTED: main.py stopped by SIGINT; benchmark stopped at step {stopped}; its throughput line covers "
+        "the steps it ran")
+    assert "nothing exported to --export_dir" in process.stdout() and not export_dir.exists()
+
+
 @pytest.mark.slow
 def test_kill_9_mid_checkpoint_then_double_sigint_then_resume_is_bit_identical(tmp_path, data_dir, reference):
     """kill -9 while checkpoint 2 is being written; then a resumed run gets SIGINT twice (the second one exits at
