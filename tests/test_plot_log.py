@@ -260,6 +260,6 @@ def test_a_log_without_steps_says_which_tool_or_mode_wrote_it(tmp_path, capsys):
         expected = {"evaluate": "--mode evaluate logs no steps, so there is nothing to plot",
                     "predict": "--mode predict logs no steps, so there is nothing to plot",
                     "training_benchmark": "its --mode training_benchmark logged no step: a benchmark logs one every "
-                                          "--display_every 10 steps after its --warmup_steps 5, and it ran --num_iter "
-                                          "3 batch(s)"}[mode]
+                                          "--display_every 10 steps after its --warmup_steps 5, and it was run with "
+                                          "--num_iter 3 --iter_unit batch (or stopped before)"}[mode]
         assert _error([str(path)], capsys).endswith(expected + "\n")

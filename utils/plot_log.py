@@ -313,7 +313,7 @@ def _why_no_steps(parameters):
         return "--mode {} logs no steps, so there is nothing to plot".format(mode)
     if mode in BENCHMARK_MODES:
         return ("its --mode {} logged no step: a benchmark logs one every --display_every {} steps after its "
-                "--warmup_steps {}, and it ran --num_iter {} {}(s)".format(
+                "--warmup_steps {}, and it was run with --num_iter {} --iter_unit {} (or stopped before)".format(
                     mode, parameters.get("display_every"), parameters.get("warmup_steps"),
                     parameters.get("num_iter"), parameters.get("iter_unit")))
     if mode in STEP_MODES:
