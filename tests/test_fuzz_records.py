@@ -81,6 +81,6 @@ def test_payload_corruption_passes_the_framing_check_and_is_skipped_when_read(tm
     assert skipped_total(err) >= 1
     # The read error names no record or file: the warning says what it knows, without empty lists.
     warning = ("WARNING: skipped 1 record(s) of unreadable stream data (a TFRecord read error; the rest of that file "
-               "is lost, see docs/RELIABILITY.md) - total skipped: ")
+               "is lost: `python -m dataprep.verify_records <data_dir>` names the file) - total skipped: ")
     assert any(line.startswith(warning) for line in err.splitlines()), err[-2000:]  # once per pass of the stream
     assert "[] of []" not in err

@@ -101,7 +101,7 @@ def _first_record(filename, boxes):
     try:
         record = next(iter(_read_records_in_cpp(filename)))
     except tf.errors.OpError as error:
-        return (True, _op_error_text(error)), None
+        return (True, op_error_text(error)), None
     try:
         example = tf.train.Example.FromString(record)
     except DecodeError:
@@ -117,7 +117,7 @@ def _first_record(filename, boxes):
         else:
             shape = image_processing.decode_image(images[0]).shape.as_list()
     except tf.errors.OpError as error:
-        return (False, "its image/encoded does not decode: " + _op_error_text(error)), None
+        return (False, "its image/encoded does not decode: " + op_error_text(error)), None
     if boxes:
         values = {key: list(feature["image/object/bbox/" + key].float_list.value)
                   for key in ("ymin", "xmin", "ymax", "xmax")}
@@ -299,7 +299,7 @@ def _record_failure(filename, record_index, training):
                     image_processing.distorted_crop_window(tf.shape(image), bbox)
                 return None
     except tf.errors.OpError as error:
-        return _op_error_text(error)
+        return op_error_text(error)
     return None
 
 
@@ -385,8 +385,8 @@ def _corrupt_record_guard(filenames_t, num_classes, first_position, training, st
 
         def unnamed():  # only read errors of the stream itself: no record index or file to list
             return tf.print("WARNING: skipped", unattributed, "record(s) of unreadable stream data (a TFRecord read "
-                            "error; the rest of that file is lost, see docs/RELIABILITY.md) - total skipped:", total,
-                            output_stream=sys.stderr)
+                            "error; the rest of that file is lost: `python -m dataprep.verify_records <data_dir>` "
+                            "names the file) - total skipped:", total, output_stream=sys.stderr)
 
         return tf.cond(tf.size(names) > 0, lambda: _done(named()), lambda: _done(unnamed()))
 
@@ -630,10 +630,10 @@ def load_inference_image(path, height, width):
     try:
         return image_processing.eval_preprocess(tf.constant(data), height, width).numpy()
     except tf.errors.OpError as error:
-        raise ImageFileError(path, f"cannot decode image ({_op_error_text(error)})") from None
+        raise ImageFileError(path, f"cannot decode image ({op_error_text(error)})") from None
 
 
-def _op_error_text(error):
+def op_error_text(error):
     """The one-line core of a TensorFlow op error, without the `{{function_node ...}}` and `[Op:...]` wrapping."""
     text = " ".join(str(error.message).split())
     text = re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:[^\]]*\]", "", text)

@@ -1,0 +1,87 @@
+"""Reads every record of a dataset's `train-*` / `validation-*` TFRecord shards with TensorFlow's reader, which
+checks each record's data checksum, and names each shard it cannot read to its end.
+
+    python -m dataprep.verify_records <tfrecord_dir> [--split train|validation]
+
+Training and evaluation check only the framing of every shard and its first record before they start (reading
+all of ImageNet's 140 GB there would cost minutes on every run). A record whose payload is damaged later on passes
+that check; when the reader reaches it, it stops reading that shard, and the run warns `skipped N record(s) of
+unreadable stream data` without a file name, because the reader's error carries none. This tool names the shard:
+
+    BAD /data/train-00007-of-01024: its reader stops after 312 of 1,251 records (corrupted record at 41187328)
+
+Delete each shard it names and run the same `dataprep.build_tfrecords` command with `--resume`, which writes the
+missing shards again. Exit status 0 when every shard reads to its end, 1 when one does not.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from dataprep.make_dali_index import list_shards
+from utils import quiet
+from utils.errors import ArgumentParser, UserError, command, on_interrupt
+from utils.tfrecord_framing import count_records
+
+
+def read_to_end(path: str) -> tuple[int, str | None]:
+    """(records TensorFlow's reader returns from `path`, its error or None when it reads to the end)."""
+    import tensorflow as tf
+    from utils.data_utils import op_error_text
+    dataset = tf.data.TFRecordDataset(path, buffer_size=8 << 20)
+    try:
+        return int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1)), None
+    except tf.errors.OpError as error:
+        read = 0  # a bad shard is rare: count what came before the error record by record
+        try:
+            for _ in dataset:
+                read += 1
+        except tf.errors.OpError:
+            pass
+        return read, op_error_text(error)
+
+
+def verify(tfrecord_dir: str, splits=("train", "validation"), log=print) -> list[str]:
+    """One `BAD <shard>: ...` line (also logged) per shard of `splits` that cannot be read to its end; [] when all
+    can. A shard whose framing is broken is named by the framing check, before TensorFlow reads it."""
+    names = [name for name in list_shards(tfrecord_dir) if name.split("-", 1)[0] in splits]
+    if not names:
+        raise UserError(f"no {' or '.join(split + '-*' for split in splits)} files in {tfrecord_dir}")
+    bad, records = [], 0
+    for name in names:
+        path = os.path.join(tfrecord_dir, name)
+        try:
+            framed = count_records(path)
+        except UserError as error:
+            bad.append(f"BAD {path}: {error}")
+            log(bad[-1])
+            continue
+        read, error = read_to_end(path)
+        records += read
+        if error is not None or read != framed:
+            bad.append(f"BAD {path}: its reader stops after {read:,} of {framed:,} records ({error})")
+            log(bad[-1])
+    log(f"Read {len(names):,} shard(s) of {tfrecord_dir}, {records:,} records: " +
+        (f"{len(bad)} cannot be read to the end; delete them and run the same dataprep.build_tfrecords command "
+         "with --resume to write them again" if bad else "every record is readable"))
+    return bad
+
+
+@command
+def main(argv=None):
+    parser = ArgumentParser(prog="python -m dataprep.verify_records", description=__doc__.splitlines()[0],
+                            allow_abbrev=False)
+    parser.add_argument("tfrecord_dir", help="the directory of train-*/validation-* shards (--data_dir)")
+    parser.add_argument("--split", choices=("train", "validation"), default=None,
+                        help="read only this split (default: both)")
+    quiet.add_verbose_flag(parser)
+    args = parser.parse_args(argv)
+    splits = (args.split,) if args.split else ("train", "validation")
+    if not os.path.isdir(args.tfrecord_dir):
+        raise UserError(f"TFRecord directory not found: {args.tfrecord_dir}")
+    with on_interrupt("no shard was changed; run the same command again to read them all"):
+        return 1 if verify(args.tfrecord_dir, splits) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""dataprep/verify_records.py: every record read with TensorFlow's reader, and each shard it cannot read to its end
+named, with how far it got (the file the training warning for unreadable stream data cannot name)."""
+import os
+
+import pytest
+
+from dataprep.dali_index import iter_record_frames
+from tests._cli import tool_in_process
+from tests._data_helpers import write_tfrecord_shards
+
+pytestmark = pytest.mark.shallow
+
+RECORDS = 5
+
+
+def _corrupt_payload(path, record):
+    """Flips a byte inside `record`'s data, leaving its length header and that header's CRC intact: the framing
+    check passes, TensorFlow's reader stops at the record (its data CRC)."""
+    offset = list(iter_record_frames(path))[record][0]
+    with open(path, "r+b") as handle:
+        handle.seek(offset + 12 + 50)
+        byte = handle.read(1)
+        handle.seek(-1, os.SEEK_CUR)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+
+
+def _verify(*args):
+    return tool_in_process("dataprep.verify_records", *map(str, args), check=False)
+
+
+def test_a_readable_dataset_passes_and_a_damaged_shard_is_named_with_how_far_its_reader_got(tmp_path):
+    train = write_tfrecord_shards(str(tmp_path), "train", 2, RECORDS, 16)
+    validation = write_tfrecord_shards(str(tmp_path), "validation", 1, RECORDS, 16, seed=1)
+    result = _verify(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"Read 3 shard(s) of {tmp_path}, 15 records: every record is readable"]
+
+    _corrupt_payload(train[1], 2)
+    result = _verify(tmp_path)
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith(f"BAD {train[1]}: its reader stops after 2 of 5 records (")
+    assert "corrupted record" in lines[0].lower()
+    assert lines[1] == (f"Read 3 shard(s) of {tmp_path}, 12 records: 1 cannot be read to the end; delete them and "
+                        "run the same dataprep.build_tfrecords command with --resume to write them again")
+    assert _verify(tmp_path, "--split", "validation", "--verbose").returncode == 0  # the damaged shard is a train one
+    assert validation  # (written, and read above)
+
+
+def test_a_shard_with_broken_framing_is_named_by_the_framing_check(tmp_path):
+    (path,) = write_tfrecord_shards(str(tmp_path), "train", 1, RECORDS, 16)
+    with open(path, "r+b") as handle:
+        handle.truncate(os.path.getsize(path) - 7)  # ends inside its last record
+    result = _verify(tmp_path)
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[0].startswith(f"BAD {path}: ")
+
+
+def test_a_directory_without_shards_is_one_error_line(tmp_path):
+    result = _verify(tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"ERROR: no train-* or validation-* files in {tmp_path}"
+    result = _verify(tmp_path / "missing")
+    assert result.returncode == 2 and result.stderr.strip() == f"ERROR: TFRecord directory not found: {tmp_path / 'missing'}"
