@@ -92,7 +92,11 @@ def test_resumed_log_keeps_the_later_record_of_a_step(tmp_path):
     assert [(r["global_step"], r["cross_entropy"]) for r in rows] == [(1, 5.0), (2, 3.9), (3, 2.9), (4, 2.0)]
 
 
-def test_benchmark_log_plots_total_ips(tmp_path):
+def test_benchmark_log_plots_total_ips(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+    figures = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), save(self, *a, **k))[1])
     log_path = tmp_path / "log.json"
     logger = DLLogger(str(log_path), stdout=False)
     for index in (10, 20, 30):
@@ -105,6 +109,9 @@ def test_benchmark_log_plots_total_ips(tmp_path):
     assert [(r["global_step"], float(r["total_ips"])) for r in read_csv(table)] == \
         [("10", 110.0), ("20", 120.0), ("30", 130.0)]
     assert (tmp_path / "bench.png").read_bytes()[:8] == PNG_SIGNATURE
+    # A benchmark's panels speak of its steps and its run, not of a training's.
+    labels = {axis.get_title(): axis.get_xlabel() for axis in figures[0].axes}
+    assert labels["Throughput"] == "benchmark step" and "Accuracy (end of the run)" in labels
 
 
 def test_final_results_follow_the_last_training_step(tmp_path):

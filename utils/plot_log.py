@@ -229,9 +229,11 @@ def plot(rows, finals, output, title=""):
             ax_ips.axhline(data["train_throughput"], color="black", linestyle="--", linewidth=1,
                            label="train_throughput {:.1f} img/s".format(data["train_throughput"]))
     ax_ips.set_ylim(0, ax_ips.get_ylim()[1] * 1.1)  # headroom so the top of the curve is not on the frame
-    _finish(ax_ips, "Throughput", "global step (benchmark: step index)", "images / s")
+    _finish(ax_ips, "Throughput", "global step (benchmark: step index)" if train and bench else
+            "global step" if train else "benchmark step", "images / s")
 
-    _plot_accuracy(ax_acc, finals, ax_loss.get_xlim() if train else None)
+    _plot_accuracy(ax_acc, finals, ax_loss.get_xlim() if train else None,
+                   "Accuracy (end of training)" if train else "Accuracy (end of the run)")
 
     _make_parent(output)
     try:
@@ -240,7 +242,7 @@ def plot(rows, finals, output, title=""):
         raise UserError("cannot write {}: {}".format(output, error.strerror or error)) from None
 
 
-def _plot_accuracy(axis, finals, xlim):
+def _plot_accuracy(axis, finals, xlim, title):
     evaluations = [(step, data) for step, data in finals if "top1_accuracy" in data or "top5_accuracy" in data]
     for key, color, offset in (("top1_accuracy", "tab:blue", -14), ("top5_accuracy", "tab:red", 8)):
         points = [(step, 100.0 * data[key]) for step, data in evaluations if key in data]
@@ -270,7 +272,7 @@ def _plot_accuracy(axis, finals, xlim):
     if summary:
         axis.text(0.02, 0.03, "\n".join(summary), transform=axis.transAxes, va="bottom", fontsize=9,
                   bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "0.7"})
-    _finish(axis, "Accuracy (end of training)", "global step", "accuracy (%)", legend=bool(evaluations))
+    _finish(axis, title, "global step", "accuracy (%)", legend=bool(evaluations))
 
 
 def _no_data(axis, text):
