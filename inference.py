@@ -50,9 +50,14 @@ def parse_args(argv=None):
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", default=None, help="SavedModel directory (or .onnx for onnxruntime/tensorrt)")
     source.add_argument("--architecture", choices=ARCH_NAMES, help="build this model with random weights")
-    parser.add_argument("--log-path", default="./log.json")
+    parser.add_argument("--log-path", default="./log.json",
+                        help="the DLLogger JSON log, appended to (default: ./log.json in the current directory, as "
+                             "the original)")
     parser.add_argument("--tf-trt", action="store_true", help="convert the SavedModel with TF-TRT first")
-    parser.add_argument("--amp", action="store_true", help="reduced precision (see --help text above)")
+    parser.add_argument("--amp", action="store_true",
+                        help="--architecture: build the model in mixed precision (bfloat16 on CPU, float16 on a "
+                             "GPU); TF-TRT and TensorRT: an FP16 engine. A given SavedModel or ONNX model keeps the "
+                             "precision it was exported in")
     parser.add_argument("--data-dir", default=None, help="validation TFRecords; random inputs if absent")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--backend", choices=BACKENDS, default="tf")
