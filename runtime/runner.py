@@ -143,6 +143,8 @@ class Runner:
             if saver.latest_checkpoint is None:
                 started = saver.save(current_step)
                 self._copy_labels_file()
+            else:
+                self._note_other_labels_file()
         writer = None
         if distribution.is_chief and not is_benchmark:
             writer = tf.summary.create_file_writer(config.model_dir)
@@ -281,6 +283,20 @@ class Runner:
         elif augmenter == "randaugment":
             log("Augmentation: RandAugment, {} layers at magnitude {:g}".format(config.raug_num_layers,
                                                                                  config.raug_magnitude))
+
+    def _note_other_labels_file(self):
+        """A resume on a dataset whose labels.txt names other classes than the one kept beside the checkpoints (which
+        predict reads): said, since the class names predict prints may no longer be the data's."""
+        if self.config.data_dir is None:
+            return
+        source = os.path.join(self.config.data_dir, "labels.txt")
+        kept = os.path.join(self.config.model_dir, "labels.txt")
+        if os.path.isfile(source) and os.path.isfile(kept):
+            with open(source, encoding="utf-8") as new, open(kept, encoding="utf-8") as old:
+                if new.read().split("\n") != old.read().split("\n"):
+                    self.logger.print("Note: {} names other classes than {}, copied there when this training "
+                                      "started; predict reads that one: replace it if this data's class names are "
+                                      "the ones to show".format(source, kept))
 
     def _copy_labels_file(self):
         """Keeps the dataset's class names beside the checkpoints, so `predict` can name classes."""

@@ -99,6 +99,22 @@ def test_train_checkpoints_resume_and_already_trained(trained):
     assert os.path.isfile(os.path.join(results, "labels.txt"))
 
 
+def test_a_resume_on_data_with_other_class_names_says_predict_keeps_the_first_ones(tmp_path, data_dir, trained):
+    import shutil
+    results = str(tmp_path / "run")
+    shutil.copytree(trained["dir"], results)
+    renamed = tmp_path / "renamed"
+    shutil.copytree(data_dir, renamed)
+    (renamed / "labels.txt").write_text("\n".join("other_%d" % i for i in range(NUM_CLASSES)) + "\n")
+    out = run_main("--mode", "train", "--data_dir", str(renamed), "--batch_size", 8, "--num_iter", 7, "--iter_unit",
+                   "batch", "--results_dir", results, *SMALL).stdout
+    assert (f"Note: {renamed / 'labels.txt'} names other classes than {os.path.join(results, 'labels.txt')}, copied "
+            "there when this training started; predict reads that one") in out
+    assert "Note:" not in run_main("--mode", "train", "--data_dir", data_dir, "--batch_size", 8, "--num_iter", 8,
+                                   "--iter_unit", "batch", "--results_dir", results, *SMALL).stdout.replace(
+        "Note: this CPU computes in bfloat16", "")
+
+
 def test_same_seed_gives_bit_identical_losses(tmp_path, data_dir):
     losses = []
     for run in ("a", "b"):
