@@ -77,8 +77,6 @@ def main(argv=None):
     quiet.add_verbose_flag(parser)
     args = parser.parse_args(argv)
     splits = (args.split,) if args.split else ("train", "validation")
-    if not os.path.isdir(args.tfrecord_dir):
-        raise UserError(f"TFRecord directory not found: {args.tfrecord_dir}")
     with on_interrupt("no shard was changed; run the same command again to read them all"):
         return 1 if verify(args.tfrecord_dir, splits) else 0
 

@@ -293,7 +293,7 @@ class Runner:
         kept = os.path.join(self.config.model_dir, "labels.txt")
         if os.path.isfile(source) and os.path.isfile(kept):
             with open(source, encoding="utf-8") as new, open(kept, encoding="utf-8") as old:
-                if new.read().split("\n") != old.read().split("\n"):
+                if new.read() != old.read():
                     self.logger.print("Note: {} names other classes than {}, copied there when this training "
                                       "started; predict reads that one: replace it if this data's class names are "
                                       "the ones to show".format(source, kept))

@@ -370,16 +370,16 @@ def _training_state_changes(config, info, given, log, replicas, note):
     recorded_amp = recorded.get("amp")
     if recorded_amp is not None and recorded_amp != config.amp:
         note("Checkpoint {} was trained with --amp: this run continues it in float32 (pass --amp to keep mixed "
-            "precision)".format(info.path) if recorded_amp else
-            "Checkpoint {} was trained in float32: this run continues it with --amp".format(info.path))
+             "precision)".format(info.path) if recorded_amp else
+             "Checkpoint {} was trained in float32: this run continues it with --amp".format(info.path))
     # So may the images per step (another --batch_size, GPU count or --grad_accum_steps): the schedule follows them.
     recorded_images, images = recorded.get("images_per_step"), images_per_step(config, replicas)
     if recorded_images is not None and recorded_images != images:
         note("Checkpoint {} was trained at {} images per step: this run continues at {} (--batch_size {} x {} "
-            "replica(s) x --grad_accum_steps {}), and its learning rate and steps per epoch follow from {}{}".format(
-                info.path, recorded_images, images, config.batch_size, replicas, config.grad_accum_steps, images,
-                "; --seed's data stream does not continue where the checkpoint's stopped" if config.seed is not None
-                else ""))
+             "replica(s) x --grad_accum_steps {}), and its learning rate and steps per epoch follow from {}{}".format(
+                 info.path, recorded_images, images, config.batch_size, replicas, config.grad_accum_steps, images,
+                 "; --seed's data stream does not continue where the checkpoint's stopped" if config.seed is not None
+                 else ""))
     return changes
 
 
@@ -409,17 +409,18 @@ def _note_another_schedule(config, info, count, replicas, log):
     if not changed:
         return
     images = images_per_step(config, replicas)
-    num_steps, num_epochs, decay_steps = runner_utils.count_steps(config.iter_unit, count, config.num_iter, images)
-    step = info.step or 0
+
+    def schedule_of(flags):  # the schedule_record of `flags` at this run's images per step and train split
+        num_steps, num_epochs, decay_steps = runner_utils.count_steps(flags.iter_unit, count, flags.num_iter, images)
+        return schedule_record(flags, num_steps, decay_steps, num_steps / num_epochs)
+
+    schedule = schedule_of(config)
+    num_steps, step = schedule["num_steps"], info.step or 0
     if step >= num_steps:
         return  # nothing left to train
-    schedule = schedule_record(config, num_steps, decay_steps, num_steps / num_epochs)
     # The checkpoint's schedule flags at this run's images per step and train split: what the flags alone change
     # (another batch or split changes the rate too, and its own note says so).
-    before = dataclasses.replace(config, **{name: recorded[name] for name in SCHEDULE_FLAGS})
-    steps_before, epochs_before, decay_before = runner_utils.count_steps(before.iter_unit, count, before.num_iter,
-                                                                         images)
-    was = schedule_record(before, steps_before, decay_before, steps_before / epochs_before)
+    was = schedule_of(dataclasses.replace(config, **{name: recorded[name] for name in SCHEDULE_FLAGS}))
     points = {int(point) for point in np.linspace(step, num_steps - 1, 256)}
     points = sorted(points | _schedule_points(schedule, step, num_steps) | _schedule_points(was, step, num_steps))
     rates = learning_rate_at(schedule, images, points)
