@@ -275,12 +275,13 @@ _FIELDS = {field.name: field for field in dataclasses.fields(RunConfig)}
 
 # Checks of several fields together, after the per-field ones: (holds(config), message).
 _COMBINATION_CHECKS: tuple[tuple[Callable[[RunConfig], bool], str], ...] = (
-    (lambda c: not (c.dali and c.data_idx_dir is None),
+    # (predict reads image files: its --dali and --data_idx_dir are only said to be unused)
+    (lambda c: not (c.dali and c.data_idx_dir is None and c.mode != "predict"),
      "--dali needs --data_idx_dir (DALI index files; see `python -m dataprep.make_dali_index`)"),
-    (lambda c: not (c.data_idx_dir and not c.data_dir),
+    (lambda c: not (c.data_idx_dir and not c.data_dir and c.mode != "predict"),
      "--data_idx_dir needs --data_dir (the TFRecords the index files describe)"),
     (lambda c: not (c.amp_dtype and not c.amp), "--amp_dtype only takes effect with --amp"),
-    (lambda c: not (c.augmenter_name != "none" and c.dali),
+    (lambda c: not (c.augmenter_name != "none" and c.dali and c.mode != "predict"),
      "--augmenter_name is implemented in the TFRecord pipeline only; leave out --dali to use it"),
     (lambda c: not (c.augmenter_name != "randaugment" and (c.is_set("raug_num_layers") or c.is_set("raug_magnitude"))),
      "--raug_num_layers and --raug_magnitude only take effect with --augmenter_name randaugment"),

@@ -173,6 +173,16 @@ def test_out_of_range_values_are_clear_errors(argv, fragment):
         parse_cmdline(argv)
 
 
+def test_predict_takes_the_dataset_flags_it_leaves_unused():
+    """predict reads image files: --dali and --data_idx_dir without the dataset they need elsewhere are only noted
+    unused (test_settings), not refused over a requirement predict does not have."""
+    for extra in (["--dali"], ["--dali", "--data_idx_dir", "/x"], ["--data_idx_dir", "/x"]):
+        config = parse_cmdline(["--batch_size", "1", "--mode", "predict", "--to_predict", "x.jpg"] + extra)
+        assert config.mode == "predict" and config.dali == ("--dali" in extra)
+    with pytest.raises(UserError, match=r"\-\-dali needs \-\-data_idx_dir"):
+        parse_cmdline(["--batch_size", "1", "--mode", "evaluate", "--dali"])
+
+
 def test_help_mentions_additions_group():
     text = build_parser().format_help()
     assert "Additions (not in the original)" in text
