@@ -12,6 +12,7 @@ import sys
 
 from dataprep.dali_index import write_dali_index
 from dataprep.records import progress_enabled
+from utils import dataset_manifest
 from utils.errors import ArgumentParser, UserError, command
 from utils.output_paths import check_output_dir
 
@@ -31,6 +32,10 @@ def list_shards(tfrecord_dir: str) -> list[str]:
 def make_dali_indexes(tfrecord_dir: str, idx_dir: str, progress: bool = False) -> dict[str, int]:
     """Indexes every shard of tfrecord_dir into idx_dir; returns {shard name: record count}."""
     names = list_shards(tfrecord_dir)
+    for split in dataset_manifest.SPLITS:  # an unfinished dataprep run's shards: main.py would refuse them anyway
+        facts = dataset_manifest.read_split(tfrecord_dir, split)
+        if facts.files:
+            dataset_manifest.check_complete(facts)
     check_output_dir("idx_dir", idx_dir)
     os.makedirs(idx_dir, exist_ok=True)
     if progress:

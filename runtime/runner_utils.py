@@ -59,6 +59,7 @@ def check_index_matches(index_path, tfrecord_path):
     except (OSError, ValueError, IndexError, UnicodeDecodeError):
         end = None
     if end != os.path.getsize(tfrecord_path):
+        count_records(tfrecord_path)  # a damaged shard is named as such (UserError), not blamed on its index
         raise UserError("DALI index {} does not describe {} (another dataset's, or made before the file was "
                         "rewritten): re-create it with `python -m dataprep.make_dali_index DATA_DIR IDX_DIR`".format(
                             index_path, tfrecord_path))

@@ -544,6 +544,17 @@ def test_dali_index_rejects_truncated_and_foreign_files(built, tmp_path):
     assert make_dali_index.main([str(tmp_path / "nope"), str(tmp_path / "idx")]) == 2
 
 
+def test_dali_index_refuses_an_unfinished_dataset(built, tmp_path, capsys):
+    """A shard missing (dataprep interrupted) gets the trainer's refusal before any index file is written."""
+    out, _ = built
+    half = tmp_path / "half"
+    shutil.copytree(out, half)
+    os.remove(h.shard_paths(str(half), "train")[-1])
+    assert make_dali_index.main([str(half), str(tmp_path / "idx"), "--no_progress"]) == 2
+    assert re.search(r"dataset .*half is incomplete: \d+ of \d+ train shards .*--resume", capsys.readouterr().err)
+    assert not (tmp_path / "idx").exists()
+
+
 # ---- Fashion-MNIST ------------------------------------------------------------------------------------------------
 
 def _shipped_labels(stem, count):

@@ -165,3 +165,8 @@ def test_a_dali_index_of_another_file_is_refused(tmp_path):
     with pytest.raises(UserError, match=r"^DALI index .* does not describe .*a/train-00000-of-00001 \(another "
                                         r"dataset's, or made before the file was rewritten\)"):
         list_index_files(str(tmp_path / "idx"), small)
+    # A shard cut short after its index was made is named itself, not its (then stale) index.
+    with open(large[0], "r+b") as handle:
+        handle.truncate(os.path.getsize(large[0]) - 10)
+    with pytest.raises(UserError, match=r"^TFRecord file .*b/train-00000-of-00001 is corrupt or truncated"):
+        list_index_files(str(tmp_path / "idx"), large)
