@@ -434,8 +434,14 @@ def summarize(split_results: dict[str, list[ShardResult]], pre_skipped: dict | N
         written = sum(r.written for r in results)
         skipped = list((pre_skipped or {}).get(split, [])) + [s for r in results for s in r.skipped]
         resumed = sum(1 for r in results if r.resumed)
-        extra = f", {resumed} shard(s) kept from the interrupted run" if resumed else ""
-        lines.append(f"{split}: {written} images written to {len(results)} shard(s), {len(skipped)} skipped{extra}")
+        if resumed == 0:
+            lines.append(f"{split}: {written} images written to {len(results)} shard(s), {len(skipped)} skipped")
+        elif resumed == len(results):  # a --resume of a finished split
+            lines.append(f"{split}: nothing to write: its {resumed} shard(s) ({written} images, {len(skipped)} "
+                         "skipped) were already complete")
+        else:
+            lines.append(f"{split}: {written} images in {len(results)} shard(s), {len(skipped)} skipped; "
+                         f"{len(results) - resumed} shard(s) written now, {resumed} kept from the interrupted run")
         for name, reason in skipped:
             lines.append(f"  skipped {name}: {reason}")
     text = "\n".join(lines)

@@ -387,13 +387,16 @@ def test_interrupted_run_resumes(tree, built, tmp_path, monkeypatch, capsys):
     assert "already holds train output" in capsys.readouterr().err
 
     assert build(_args(root, out) + ["--resume"]) == 0
-    assert "1 shard(s) kept from the interrupted run" in capsys.readouterr().out
+    assert "2 shard(s) written now, 1 kept from the interrupted run" in capsys.readouterr().out
     again = os.stat(out / "train-00000-of-00003")
     assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)  # not rewritten
     assert not [n for n in os.listdir(out) if n.startswith(".tmp.")]
     for split in ("train", "validation"):
         for mine, theirs in zip(h.shard_paths(str(out), split), h.shard_paths(str(reference), split), strict=True):
             assert open(mine, "rb").read() == open(theirs, "rb").read()
+    capsys.readouterr()
+    assert build(_args(root, out) + ["--resume"]) == 0  # again, on the finished dataset
+    assert "train: nothing to write: its 3 shard(s) (" in capsys.readouterr().out
 
 
 def test_leftover_temp_file_is_not_a_complete_shard(tree, tmp_path):
