@@ -5,6 +5,7 @@ docs/ORIGINAL.md#benchmark-scripts; the script bugs fixed)."""
 import glob
 import os
 import shlex
+import shutil
 import sys
 
 import pytest
@@ -76,15 +77,33 @@ def test_recipe_matches_the_table(script):
 def test_a_recipe_starts_its_launcher_from_any_directory(tmp_path):
     """Run for real from another directory: the launcher imports the project (it once ran runtime/launch.py as a
     file, which put runtime/ on sys.path and failed with ModuleNotFoundError) and checks main.py's flags before
-    starting any worker: a missing data directory is one line and exit 2."""
+    starting any worker: a missing data directory is one line and exit 2. Without PYTHON the recipe runs the
+    repository's .venv (it once ran python3, which lacks TensorFlow outside the venv: a traceback per worker)."""
     script = os.path.join(ROOT, "training", "resnet50v1.5", "DGX1_RN50_AMP_90E.sh")
     environ = {key: value for key, value in os.environ.items() if key not in ("DRY_RUN", "LAUNCHER", "PYTHONPATH")}
-    environ["PYTHON"] = sys.executable
+    environ.pop("PYTHON", None)
+    if not os.access(os.path.join(ROOT, ".venv", "bin", "python"), os.X_OK):
+        environ["PYTHON"] = sys.executable  # (an install without .venv; with it, the recipe's default is tried)
     result = run_command(["bash", script, str(tmp_path / "ws"), str(tmp_path / "absent"), "--cpu"], check=False,
                          env=environ, cwd=str(tmp_path), timeout=120)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [
         "ERROR: --data_dir {} does not exist or is not a directory".format(tmp_path / "absent" / "tfrecords")]
+
+
+def test_a_recipe_runs_the_repositorys_venv_unless_python_is_given(tmp_path):
+    script = os.path.join(ROOT, "training", "resnet50v1.5", "DGX1_RN50_FP32_90E.sh")
+    (command,) = dry_run(script, PYTHON="/opt/py/bin/python3")
+    assert "/opt/py/bin/python3" in command
+    fake_root = tmp_path / "repo"  # a copy of training/ beside a .venv, and one without
+    shutil.copytree(os.path.join(ROOT, "training"), fake_root / "training")
+    without = dry_run(str(fake_root / "training" / "resnet50v1.5" / "DGX1_RN50_FP32_90E.sh"), PYTHON="")[0]
+    assert "python3" in without
+    (fake_root / ".venv" / "bin").mkdir(parents=True)
+    (fake_root / ".venv" / "bin" / "python").write_text("#!/bin/sh\n")
+    (fake_root / ".venv" / "bin" / "python").chmod(0o755)
+    (command,) = dry_run(str(fake_root / "training" / "resnet50v1.5" / "DGX1_RN50_FP32_90E.sh"), PYTHON="")
+    assert str(fake_root / ".venv" / "bin" / "python") in command
 
 
 def test_dgx2_se_amp_250e_trains_se_resnext_with_16_gpus():

@@ -163,6 +163,14 @@ def test_a_second_training_run_into_the_same_model_dir_is_refused(tmp_path):
             "ERROR: model_dir {} is in use by another run (pid {} on host {}, started {}); wait for it to end or "
             "use another --model_dir".format(results, first.popen.pid, socket.gethostname(),
                                              read_lock(str(results))["started"])]
+        # Another model_dir but the same --results_dir: its records would interleave with the first run's log.
+        other = [str(tmp_path / "other") if str(a) == str(results) and i and args[i - 1] == "--model_dir" else a
+                 for args in [train_args()] for i, a in enumerate(args)]
+        third = main_in_process(*other, check=False)
+        assert third.returncode == 2 and third.stderr.strip().splitlines()[-1].startswith(
+            "ERROR: results_dir {} is in use by another run (pid {} on host".format(results, first.popen.pid))
+        assert third.stderr.strip().endswith("use another --results_dir")
+        assert not (tmp_path / "other").exists()
         assert first.popen.poll() is None, "the first run must still be training"
         first.signal(signal.SIGTERM)  # end it the normal way: finish the step, checkpoint, exit 0
         assert first.finish() == 0, first.stderr()[-3000:]

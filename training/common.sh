@@ -11,13 +11,16 @@
 #   LAUNCHER=horovod       horovodrun -np NP [-H $HOROVOD_HOSTS]  (Horovod backend; scripts/install_horovod.sh)
 #   LAUNCHER=mpirun        mpirun --allow-run-as-root [--bind-to socket] -np NP  (Horovod backend, as the original)
 #   BIND_TO_SOCKET=any     adds --bind-to socket with LAUNCHER=mpirun (the original's variable)
-#   PYTHON=python3         the interpreter
+#   PYTHON=...             the interpreter (default: the repository's .venv/bin/python when it exists, else python3)
 #   DRY_RUN=1              print the command(s) instead of running them
 #   NUM_GPUS=N             GPUs for training_perf.sh's multi-GPU runs (default: nvidia-smi -L count)
 # Several nodes: see training/slurm_example.sbatch and docs/SCALING.md.
 
 TRAINING_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PYTHON=${PYTHON:-python3}
+if [ -z "${PYTHON:-}" ]; then
+  PYTHON=python3
+  [ -x "$TRAINING_ROOT/.venv/bin/python" ] && PYTHON="$TRAINING_ROOT/.venv/bin/python"  # scripts/install.sh's
+fi
 
 # Prints (DRY_RUN=1) or runs a command.
 _run_or_print() {

@@ -65,8 +65,9 @@ class RunLock:
     `held` tells whether this object holds the lock (False after a failed acquire or on a file system without
     lock support)."""
 
-    def __init__(self, model_dir, warn=None, argv=None):
+    def __init__(self, model_dir, warn=None, argv=None, flag="--model_dir"):
         self.model_dir = model_dir
+        self.flag = flag  # the flag that named the directory, for the messages (--results_dir for a log's)
         self.path = os.path.join(model_dir, LOCK_NAME)
         self._warn = warn or _print_stderr
         self._argv = list(sys.argv if argv is None else argv)
@@ -82,7 +83,7 @@ class RunLock:
         try:
             os.makedirs(self.model_dir, exist_ok=True)
         except OSError as error:
-            raise UserError("cannot create --model_dir {}: {}".format(self.model_dir, error.strerror or error)) \
+            raise UserError("cannot create {} {}: {}".format(self.flag, self.model_dir, error.strerror or error)) \
                 from None
         for _ in range(_ACQUIRE_ATTEMPTS):
             fd = self._open()
@@ -102,7 +103,7 @@ class RunLock:
                 break
             os.close(fd)  # the file was deleted by a releasing run after we opened it: open the new one
         else:
-            raise UserError("cannot lock --model_dir {}: {} keeps being replaced".format(self.model_dir, self.path))
+            raise UserError("cannot lock {} {}: {} keeps being replaced".format(self.flag, self.model_dir, self.path))
         try:
             self._take(fd)
         except BaseException:
@@ -145,8 +146,8 @@ class RunLock:
         try:
             return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as error:
-            raise UserError("cannot create the lock file {} in --model_dir: {}".format(
-                self.path, error.strerror or error)) from None
+            raise UserError("cannot create the lock file {} in {}: {}".format(
+                self.path, self.flag, error.strerror or error)) from None
 
     def _lock(self, fd):
         """True when locked; raises UserError when another run holds it; None when the file system cannot lock."""
@@ -154,15 +155,15 @@ class RunLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
-            raise UserError("model_dir {} is in use by another run ({}); wait for it to end or use another "
-                            "--model_dir".format(self.model_dir, describe_holder(_read_holder(fd)))) from None
+            raise UserError("{} {} is in use by another run ({}); wait for it to end or use another {}".format(
+                self.flag.lstrip("-"), self.model_dir, describe_holder(_read_holder(fd)), self.flag)) from None
         except OSError as error:
             if error.errno not in _UNSUPPORTED:
-                raise UserError("cannot lock --model_dir {}: {}".format(self.model_dir, error.strerror or error)) \
+                raise UserError("cannot lock {} {}: {}".format(self.flag, self.model_dir, error.strerror or error)) \
                     from None
-            self._warn("WARNING: the file system of --model_dir {} cannot lock files ({}); this run is not "
+            self._warn("WARNING: the file system of {} {} cannot lock files ({}); this run is not "
                        "protected against another run writing into the same directory".format(
-                           self.model_dir, error.strerror or error))
+                           self.flag, self.model_dir, error.strerror or error))
             return None
 
     def _is_current(self, fd):
