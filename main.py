@@ -60,17 +60,31 @@ def run(argv=None, runner_class=None, own_process=False):
     platform, precision = startup.set_up(config, engine)
     distribution = distributed.create(engine, platform.replica_devices)
     with contextlib.ExitStack() as stack:
-        if config.mode in run_settings.TRAINING_MODES and distribution.is_chief:
-            # The run owns model_dir from before it reads the checkpoint to after its last write (docs/RELIABILITY.md).
-            from utils.run_lock import RunLock
-            stack.enter_context(RunLock(config.model_dir))
-        if distribution.is_chief and not (config.mode in run_settings.TRAINING_MODES and
-                                          os.path.realpath(config.results_dir) == os.path.realpath(config.model_dir)):
-            # ... and every run its log's directory: two runs never append to one log.json.
-            from utils.run_lock import RunLock
-            stack.enter_context(RunLock(config.results_dir, flag="--results_dir"))
-        resolved = run_settings.resolve(config, given, replicas=distribution.num_replicas, workers=distribution.size)
-        return run_mode(resolved, distribution, platform, precision, runner_class)
+        try:
+            if config.mode in run_settings.TRAINING_MODES and distribution.is_chief:
+                # The run owns model_dir from before it reads the checkpoint to after its last write
+                # (docs/RELIABILITY.md).
+                from utils.run_lock import RunLock
+                stack.enter_context(RunLock(config.model_dir))
+            if distribution.is_chief and not (config.mode in run_settings.TRAINING_MODES and os.path.realpath(
+                    config.results_dir) == os.path.realpath(config.model_dir)):
+                # ... and every run its log's directory: two runs never append to one log.json.
+                from utils.run_lock import RunLock
+                stack.enter_context(RunLock(config.results_dir, flag="--results_dir"))
+            resolved = run_settings.resolve(config, given, replicas=distribution.num_replicas,
+                                            workers=distribution.size)
+        except UserError as error:
+            distribution.start_together(error)
+        distribution.start_together()
+        try:
+            return run_mode(resolved, distribution, platform, precision, runner_class)
+        except UserError:
+            raise  # its own line, whatever its cause
+        except Exception as error:
+            failure = distribution.peer_failure(error)
+            if failure is None:
+                raise
+            raise failure from None
 
 
 def run_mode(resolved, distribution, platform, precision, runner_class=None):
@@ -132,9 +146,15 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None):
     distribution.barrier()
     logger.close()
     if interrupted is not None:
-        print(str(interrupted), flush=True)
+        if distribution.is_chief:
+            print(str(interrupted), flush=True)
+            if interrupted.by_user:
+                print(interrupt_line("main.py", signal.SIGINT, interrupted.outcome), file=sys.stderr, flush=True)
+        else:  # rank 0's lines say what was kept: the others' would repeat them, and rank 0 alone checkpoints
+            print("worker {} stopped with the others at step {}{}".format(
+                distribution.rank, interrupted.step, "; rank 0 wrote the checkpoint" if interrupted.checkpointed
+                else ""), flush=True)
         if interrupted.by_user:
-            print(interrupt_line("main.py", signal.SIGINT, interrupted.outcome), file=sys.stderr, flush=True)
             return INTERRUPT_STATUS[signal.SIGINT]
     return 1 if predict_failed else 0
 

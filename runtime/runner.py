@@ -24,18 +24,27 @@ from utils.logger import progress_enabled
 from utils.precision import Precision, cpu_bfloat16_note
 
 SUMMARY_EVERY_STEPS = 100
+# What a run stopped at once by a second signal leaves (StopRequest).
+CHECKPOINT_KEPT = "the last complete checkpoint is kept: run the same command again to resume from it"
+BENCHMARK_KEEPS = "a benchmark writes no checkpoint"
 
 
 class StopRequest:
-    """SIGTERM / SIGINT / SIGUSR1: finish the current step, checkpoint, stop. A second signal exits at once."""
+    """SIGTERM / SIGINT / SIGUSR1: finish the current step, checkpoint, stop. A second signal exits at once, with
+    one line ending in `kept`: what is left of the run."""
 
-    def __init__(self):
+    def __init__(self, kept):
         self.requested = False
         self.signum = None  # the first signal received (None when a peer worker's stop ended the loop)
+        self.kept = kept
         self._previous = {}
 
     def _handle(self, signum, frame):
         if self.requested:
+            # At once, wherever the main thread is: the line is written straight to the descriptor (as a handler
+            # may), and nothing is cleaned up. Checkpoints are renamed into place whole: the last complete one stays.
+            os.write(2, "INTERRUPTED: main.py stopped by a second {}, at once; {}\n".format(
+                signal.Signals(signum).name, self.kept).encode())
             os._exit(128 + signum)
         self.requested = True
         self.signum = signum
@@ -158,7 +167,7 @@ class Runner:
         stopped_by_signal = False
         stepped = False
         try:
-            with StopRequest() as stop:
+            with StopRequest(BENCHMARK_KEEPS if is_benchmark else CHECKPOINT_KEPT) as stop:
                 for index in range(run_iter):
                     start = time.perf_counter()
                     images, labels = inputs.next_training_batch(iterator, config, current_step + index)
@@ -181,7 +190,7 @@ class Runner:
                     if distribution.any_worker_flag(stop.requested):
                         stopped_by_signal = True
                         break
-        except Exception as error:
+        except Exception:
             if started is not None and not stepped:
                 # A run that failed before its first step (a label the classifier cannot hold, unreadable data)
                 # trained nothing: its start checkpoint would only bind the corrected command to the failed one's
@@ -189,10 +198,7 @@ class Runner:
                 saver.discard_only(started)
                 log.print("Removed {}: this run stopped before its first step, so the next starts afresh".format(
                     started))
-            peer_failure = distribution.peer_failure(error)
-            if peer_failure is not None:
-                raise peer_failure from None
-            raise
+            raise  # (main.py turns a collective's failure after another worker's loss into one line)
         finally:
             # An exception leaves this frame in its traceback, and a traceback caught by a context manager can sit
             # in a reference cycle until the process ends: the input's threads would then still run while the
@@ -411,7 +417,7 @@ class Runner:
         config = self.config
         top1 = top5 = seen = non_finite = 0
         progress = _progress(num_steps, "eval", config.no_progress)
-        stop = StopRequest() if is_benchmark else None
+        stop = StopRequest(BENCHMARK_KEEPS) if is_benchmark else None
         try:
             with stop if stop is not None else contextlib.nullcontext():
                 for index in range(num_steps):

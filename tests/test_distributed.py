@@ -179,6 +179,23 @@ def test_inference_modes_refuse_several_workers(tmp_path):
         2, "ERROR: Only single GPU inference is implemented.", "")
 
 
+def test_a_run_into_a_busy_model_dir_stops_every_worker_with_one_line_each(tmp_path, data_dir):
+    """Rank 0 cannot take model_dir's lock (another run holds it): it says so, and worker 1, which would otherwise
+    build the model and fail in a collective rank 0 never joins (a 45-line traceback), stops at the start with
+    one line too."""
+    from utils.run_lock import RunLock
+    results_dir = tmp_path / "results"
+    with RunLock(str(results_dir)):  # another run's, as far as the workers can tell
+        result = _launch(*_train_args(data_dir, results_dir, -1, str(tmp_path / "weights")))
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-3000:]
+    assert "Traceback" not in output and "Current step" not in output
+    assert "ERROR: model_dir {} is in use by another run (pid {}".format(results_dir, os.getpid()) in output
+    assert "[worker 1] ERROR: worker 1 stopped: another worker could not start this run (its ERROR line says " \
+           "why)" in output.splitlines()
+    assert _checkpoint_steps(results_dir) == []
+
+
 def test_a_collective_that_failed_because_another_worker_is_gone_is_one_line():
     """The worker that is left gets TensorFlow's UnavailableError (connection refused, reset) from the collective:
     its line says so instead of a traceback; one process, and errors of another kind, are left as they are."""
@@ -193,3 +210,42 @@ def test_a_collective_that_failed_because_another_worker_is_gone_is_one_line():
     assert Distribution(tf.distribute.get_strategy()).peer_failure(gone) is None
     assert Distribution(tf.distribute.get_strategy(), rank=1, size=2).peer_failure(
         tf.errors.InvalidArgumentError(None, None, "a shape")) is None
+    # Keras re-raises an error from a layer's call (building the model: variables are broadcast from rank 0) as a
+    # TypeError when it cannot rebuild TensorFlow's, with the collective's error as its context.
+    try:
+        try:
+            raise gone
+        except tf.errors.UnavailableError:
+            raise TypeError("UnavailableError.__init__() missing 2 required positional arguments") from None
+    except TypeError as wrapped:
+        failure = Distribution(tf.distribute.get_strategy(), rank=1, size=2).peer_failure(wrapped)
+    assert str(failure).startswith("worker 1 stopped: a collective with the other workers failed (UnavailableError)")
+    assert Distribution(tf.distribute.get_strategy(), rank=1, size=2).peer_failure(TypeError("a bug")) is None
+
+
+def test_workers_start_together_and_one_that_cannot_stops_the_others():
+    from utils.distributed import Distribution
+    from utils.errors import UserError
+
+    class _Workers(Distribution):
+        """Two workers whose sum over workers is given (no collective runs)."""
+
+        def __init__(self, rank, total):
+            super().__init__(None, rank=rank, size=2)
+            self.total = total
+
+        def _sum_over_workers(self, value):
+            return self.total
+
+    _Workers(rank=1, total=0.0).start_together()  # every worker started
+    own = UserError("model_dir m is in use by another run")
+    with pytest.raises(UserError) as raised:
+        _Workers(rank=0, total=1.0).start_together(own)
+    assert raised.value is own  # rank 0 says its own reason
+    with pytest.raises(UserError, match=r"^worker 1 stopped: another worker could not start this run \(its ERROR "
+                                        r"line says why\)$"):
+        _Workers(rank=1, total=1.0).start_together()
+    with pytest.raises(UserError) as raised:  # both failed: each says its own reason
+        _Workers(rank=1, total=2.0).start_together(own)
+    assert raised.value is own
+    Distribution(None).start_together()  # one process: nothing to agree on

@@ -119,16 +119,40 @@ class Distribution:
     def _sum_over_workers(self, value):
         return float(_strategy_sum(self.strategy, value))
 
+    def start_together(self, error=None):
+        """Several workers: each tells the others whether it could start (rank 0's locks, the run's settings), so a
+        worker whose peer stopped at the start says so in one line instead of failing later, in a collective the
+        peer never joins. Raises `error` (this worker's own) if given, else a UserError when another worker could
+        not start; returns when every worker could."""
+        own = 0.0 if error is None else 1.0
+        failed_elsewhere = self.size > 1 and self._sum_over_workers(own) - own > 0
+        if error is not None:
+            raise error
+        if failed_elsewhere:
+            raise UserError("worker {} stopped: another worker could not start this run (its ERROR line says "
+                            "why)".format(self.rank))
+
     def peer_failure(self, error):
-        """The UserError for `error` when it is a collective that failed because another worker is gone (it
-        stopped on its own error, which it prints, or was killed), else None: this worker's one line then says
-        so, instead of a traceback that blames the network."""
-        if self.size == 1 or not isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError,
-                                                    tf.errors.CancelledError)):
+        """The UserError for `error` when it is (or was raised while handling) a collective that failed because
+        another worker is gone (it stopped on its own error, which it prints, or was killed), else None: this
+        worker's one line then says so, instead of a traceback that blames the network. Keras re-raises an
+        error from a layer's call as another type (a TypeError when it cannot rebuild TensorFlow's), so the
+        chain of causes is searched."""
+        if self.size == 1:
             return None
-        return UserError("worker {} stopped: a collective with the other workers failed ({}) because another "
-                         "worker stopped (its own ERROR line says why) or lost its connection".format(
-                             self.rank, type(error).__name__))
+        seen = set()
+        while error is not None and id(error) not in seen:
+            if isinstance(error, PEER_FAILURE_ERRORS):
+                return UserError("worker {} stopped: a collective with the other workers failed ({}) because another "
+                                 "worker stopped (its own ERROR line says why) or lost its connection".format(
+                                     self.rank, type(error).__name__))
+            seen.add(id(error))
+            error = error.__cause__ or error.__context__
+        return None
+
+
+# The errors a collective raises when a peer worker has gone (connection refused or reset, the executor aborted).
+PEER_FAILURE_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError)
 
 
 def _no_cross_replica_reduction(grads_and_vars):
