@@ -78,13 +78,14 @@ RECIPE_FLAGS = ("weight_decay", "momentum", "label_smoothing", "mixup", "cutmix"
                 "static_loss_scale")
 
 
-def training_state(config, replicas=1, train_images=None, length=None):
+def training_state(config, replicas=1, train_images=None, length=None, workers=1):
     """{name: value} of the training state a checkpoint records (model/checkpoint.metadata), so a resume
-    continues it: the TRAINING_STATE fields, the images of one optimizer step, the RECIPE_FLAGS, (`train_images`,
+    continues it: the TRAINING_STATE fields, the images of one optimizer step and the processes (`workers`) that
+    read them, the RECIPE_FLAGS, (`train_images`,
     None on synthetic data) the records of the train split, which count the run's epochs, and (`length`, the run's
     runtime/inputs.TrainingLength) its learning-rate schedule."""
     state = dict({name: getattr(config, name) for name in TRAINING_STATE},
-                 images_per_step=images_per_step(config, replicas),
+                 images_per_step=images_per_step(config, replicas), processes=int(workers),
                  recipe={name: getattr(config, name) for name in RECIPE_FLAGS})
     if train_images is not None:
         state["train_images"] = int(train_images)
@@ -332,9 +333,9 @@ def _model_changes(config, info, given, log):
     return changes
 
 
-def _training_state_changes(config, info, given, log, replicas, note):
+def _training_state_changes(config, info, given, log, replicas, note, workers=1):
     """What a resume continues of the QAT and EMA state, and the one line for each choice; `note` takes the lines on
-    what changes from the checkpoint's run (mixed precision, images per step)."""
+    what changes from the checkpoint's run (mixed precision, images per step, with --seed the processes)."""
     source = "checkpoint {}".format(info.path)
     recorded = info.recorded_settings()
     changes = {}
@@ -380,6 +381,13 @@ def _training_state_changes(config, info, given, log, replicas, note):
                  info.path, recorded_images, images, config.batch_size, replicas, config.grad_accum_steps, images,
                  "; --seed's data stream does not continue where the checkpoint's stopped" if config.seed is not None
                  else ""))
+    elif config.seed is not None and not config.uses_dali and recorded.get("processes") not in (None, workers):
+        # The same images per step read by another number of processes, each reading its own share of the train
+        # files: the seeded stream is another one (DALI's resume has its own note).
+        processes = recorded["processes"]
+        note("Checkpoint {} was trained by {} process{}, each reading its own share of the train files: this run has "
+             "{}, so --seed's data stream does not continue where the checkpoint's stopped (the same {} images per "
+             "step, other images in them)".format(info.path, processes, "es" * (processes != 1), workers, images))
     return changes
 
 
@@ -606,7 +614,7 @@ def resolve(config, given, log=print, replicas=1, workers=1):
                 log("WARNING: --finetune_checkpoint {} is ignored: model_dir {} already has checkpoint {}, and "
                     "training resumes from it (use a new --model_dir to fine-tune)".format(
                         config.finetune_checkpoint, config.model_dir, info.path))
-            changes.update(_training_state_changes(config, info, given, log, replicas, notes.append))
+            changes.update(_training_state_changes(config, info, given, log, replicas, notes.append, workers))
             _note_another_recipe(dataclasses.replace(config, **changes), info, notes.append)
             if config.uses_dali and config.seed is not None:
                 notes.append("Note: DALI's input cannot skip to step {}: this resume reads its data stream from the "

@@ -94,4 +94,5 @@ def create_train_state(config, platform, precision, distribution, length, *, mod
         checkpoint_metadata=checkpoint.metadata(config.arch, config.num_classes, config.input_size,
                                                 config.use_final_conv, config.uses_dali,
                                                 settings.training_state(config, distribution.num_replicas,
-                                                                        length.num_samples, length)))
+                                                                        length.num_samples, length,
+                                                                        workers=distribution.size)))

@@ -297,6 +297,31 @@ def test_a_resume_at_another_number_of_images_per_step_says_so_and_goes_on(tmp_p
     assert resolve(tmp_path, batch_size=5, **dict(model, mode="evaluate"))[1] == []  # inference continues nothing
 
 
+def test_a_seeded_resume_by_another_number_of_processes_says_its_stream_is_another(tmp_path):
+    """The same images per step read by another number of processes: each process reads its own share of the train
+    files, so --seed's stream does not continue the checkpoint's. Said (a silent change before 2026-12-05)."""
+    model = {"mode": "train", "num_classes": 10, "image_size": 32}
+    path = fake_checkpoint(tmp_path, training={"moving_average_decay": 0.0, "images_per_step": 16, "processes": 2})
+    lines = []
+    config = RunConfig(model_dir=str(tmp_path), batch_size=16, seed=1, **model)
+    settings.resolve(config, {"batch_size", "seed"} | set(model), log=lines.append, replicas=1, workers=1)
+    assert lines == [f"Checkpoint {path} was trained by 2 processes, each reading its own share of the train files: "
+                     "this run has 1, so --seed's data stream does not continue where the checkpoint's stopped (the "
+                     "same 16 images per step, other images in them)"]
+    lines = []  # the same processes, or no --seed (no exact stream to continue): nothing to say
+    settings.resolve(RunConfig(model_dir=str(tmp_path), batch_size=8, seed=1, **model), {"batch_size", "seed"} |
+                     set(model), log=lines.append, replicas=2, workers=2)
+    assert lines == []
+    assert resolve(tmp_path, batch_size=16, **model)[1] == []
+    fake_checkpoint(tmp_path / "older", training={"moving_average_decay": 0.0, "images_per_step": 16})
+    assert resolve(tmp_path / "older", batch_size=16, seed=1, **model)[1] == []  # before processes were recorded
+
+
+def test_a_training_checkpoint_records_the_processes_that_read_its_data():
+    state = settings.training_state(RunConfig(mode="train", batch_size=8), replicas=2, workers=2)
+    assert (state["images_per_step"], state["processes"]) == (16, 2)
+
+
 def test_a_seeded_resume_on_dali_says_it_is_not_exact(tmp_path, monkeypatch):
     fake_checkpoint(tmp_path, step=3)
     monkeypatch.setattr(settings, "check_data", lambda *_, **__: {})  # the dataset's checks are not this test's
@@ -353,12 +378,13 @@ def test_a_finetune_takes_the_architecture_of_its_checkpoint_and_the_classes_and
 def test_the_recorded_training_state_round_trips_through_the_metadata(tmp_path):
     config = RunConfig(batch_size=2, mode="train", quantize=True, symmetric=True, quant_delay=7,
                        moving_average_decay=0.5, amp=True)
-    path = fake_checkpoint(tmp_path, training=settings.training_state(config, replicas=4, train_images=12),
-                           ranges=True, averages=True)
+    path = fake_checkpoint(tmp_path, training=settings.training_state(config, replicas=4, train_images=12,
+                                                                      workers=2), ranges=True, averages=True)
     recorded = checkpoint.inspect(path).recorded_settings()
-    assert {name: recorded[name] for name in settings.TRAINING_STATE + ("images_per_step", "train_images", "recipe")} \
-        == settings.training_state(config, replicas=4, train_images=12)
-    assert (recorded["images_per_step"], recorded["train_images"]) == (8, 12)
+    assert {name: recorded[name] for name in settings.TRAINING_STATE + ("images_per_step", "processes",
+                                                                        "train_images", "recipe")} \
+        == settings.training_state(config, replicas=4, train_images=12, workers=2)
+    assert (recorded["images_per_step"], recorded["processes"], recorded["train_images"]) == (8, 2, 12)
     assert "train_images" not in settings.training_state(config)  # synthetic data: no train split
     assert "schedule" not in settings.training_state(config)  # no run length: no schedule
 
