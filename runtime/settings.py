@@ -442,9 +442,13 @@ def _note_another_schedule(config, info, count, replicas, log):
                       "--{} {} (was {})".format(name, _shown(getattr(config, name)), _shown(recorded[name]))
                       for name in changed)
     same = "" if first == 0 else "the rate is the same up to step {}; ".format(points[first - 1])
+    # At another images per step the checkpoint's run never had that rate: it is what its flags give at this one.
+    other_images = info.recorded_settings().get("images_per_step") not in (None, images)
     log("Note: this run's learning-rate schedule is not the one checkpoint {} was trained with: {}; {}at step {} the "
-        "rate is {:.6g} where that schedule had {:.6g}{}".format(
-            info.path, flags, same, points[first], rates[first], were[first],
+        "rate is {:.6g} where {} {:.6g}{}{}".format(
+            info.path, flags, same, points[first], rates[first],
+            "the checkpoint's flags give" if other_images else "that schedule had", were[first],
+            " at this run's {} images per step".format(images) if other_images else "",
             ", over {} steps in all (was {})".format(num_steps, recorded["num_steps"])
             if num_steps != recorded["num_steps"] else ""))
 

@@ -517,8 +517,9 @@ def test_a_schedule_note_is_about_the_schedule_flags_not_a_batch_change(tmp_path
     assert lines == [f"Checkpoint {path} was trained at 1 images per step: this run continues at 2 (--batch_size 2 x "
                      "1 replica(s) x --grad_accum_steps 1), and its learning rate and steps per epoch follow from 2"]
     assert resolve(tmp_path / "run", batch_size=2, num_iter=4, **dict(flags, lr_init=0.512))[1][1].endswith(
-        f"--lr_init 0.512 (was 0.256), --num_iter 4 (was 3); at step 2 the rate is {0.512 * 2 / 256:.6g} where that "
-        f"schedule had {0.256 * 2 / 256:.6g}, over 4 steps in all (was 3)")  # both at this run's 2 images per step
+        f"--lr_init 0.512 (was 0.256), --num_iter 4 (was 3); at step 2 the rate is {0.512 * 2 / 256:.6g} where the "
+        f"checkpoint's flags give {0.256 * 2 / 256:.6g} at this run's 2 images per step, over 4 steps in all (was 3)")
+    # (both at this run's 2 images per step: the checkpoint's run, at 1, never had that rate, and the line says so)
 
 
 def test_a_resume_with_nothing_left_to_train_says_nothing_of_what_it_would_change(tmp_path):
