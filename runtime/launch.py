@@ -14,7 +14,9 @@ sessions, so a terminal's Ctrl-C reaches them only through here): each finishes 
 checkpoint and stop (after a Ctrl-C the job exits 130, as each worker does). A second signal is forwarded again
 (workers then exit at once).
 Failure: when a worker exits with a non-zero status, the launcher names it (rank, pid, exit code or signal),
-terminates the others (SIGTERM, then SIGKILL after --grace seconds) and exits non-zero.
+terminates the others (SIGTERM, then SIGKILL after --grace seconds) and exits with its status. A worker that
+stopped only because another did (status 3, utils.errors.PeerStopped) is not named while the other one's failure
+can still be seen: the launcher waits up to --grace seconds for it.
 """
 
 import argparse
@@ -28,7 +30,7 @@ import sys
 import threading
 import time
 
-from utils.errors import ArgumentParser, command
+from utils.errors import ArgumentParser, PeerStopped, command
 
 
 def free_ports(count, host="127.0.0.1"):
@@ -149,7 +151,7 @@ class Launcher:
             codes = [process.poll() for process in self.processes]
             failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0, stopped)]
             if failed:
-                rank, code = failed[0]
+                rank, code = self._cause(failed, stopped)
                 message = "runtime.launch: worker {} (rank {}, pid {}) {}; terminating the other workers".format(
                     rank, rank, self.processes[rank].pid, describe_exit(code))
                 with self._lock:
@@ -164,6 +166,18 @@ class Launcher:
                 self._join_output()
                 return max(codes)  # 0, or 130 when a worker stopped on the Ctrl-C
             time.sleep(0.2)
+
+    def _cause(self, failed, stopped):
+        """(rank, exit code) of the worker whose failure stopped the job, among `failed` ones. A worker that stopped
+        because another did exits with PeerStopped's status: while only such workers have failed, the others get up
+        to --grace seconds to show the cause (the worker that could not start, failed or was killed)."""
+        deadline = time.monotonic() + self.grace
+        while all(code == PeerStopped.status for _, code in failed) and time.monotonic() < deadline and \
+                any(process.poll() is None for process in self.processes):
+            time.sleep(0.1)
+            failed = [(rank, code) for rank, code in enumerate(process.poll() for process in self.processes)
+                      if code not in (None, 0, stopped)]
+        return next(((rank, code) for rank, code in failed if code != PeerStopped.status), failed[0])
 
     def _join_output(self):
         for thread in self.threads:

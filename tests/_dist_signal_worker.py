@@ -2,6 +2,8 @@
 
     python tests/_dist_signal_worker.py OUT_DIR MODE
 MODE "die":  rank 1 kills itself with SIGKILL after 1 s; rank 0 sleeps (the launcher must stop it).
+MODE "peer": rank 1 exits at once with PeerStopped's status 3 (it stopped because another worker did); rank 0,
+  the cause, prints an ERROR line and exits 2 after 2 s.
 MODE "wait": every rank writes ready-<rank> and waits for SIGTERM, then writes got-<rank>-<SIGNAME> and exits 0.
 MODE "ctrl_c": as main.py's training on SIGINT: rank 1 exits 130 at once, rank 0 first takes 2 s to write
   stopped-0 (its checkpoint); a SIGTERM meanwhile is recorded as terminated-<rank>.
@@ -22,6 +24,13 @@ if mode == "die":
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(120)
     open(os.path.join(out_dir, "survived-{}".format(rank)), "w").close()
+elif mode == "peer":
+    if rank == 1:
+        print("ERROR: worker 1 stopped: another worker could not start this run", file=sys.stderr, flush=True)
+        sys.exit(3)
+    time.sleep(2)
+    print("ERROR: the cause", file=sys.stderr, flush=True)
+    sys.exit(2)
 elif mode == "wait":
     received = []
     signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signal.Signals(signum).name))

@@ -193,6 +193,8 @@ def test_a_run_into_a_busy_model_dir_stops_every_worker_with_one_line_each(tmp_p
     assert "ERROR: model_dir {} is in use by another run (pid {}".format(results_dir, os.getpid()) in output
     assert "[worker 1] ERROR: worker 1 stopped: another worker could not start this run (its ERROR line says " \
            "why)" in output.splitlines()
+    # worker 1 may exit first, but the launcher names rank 0 as the cause (worker 1's status says it followed)
+    assert "runtime.launch: job failed: worker 0 exited with code 2" in output.splitlines()
     assert _checkpoint_steps(results_dir) == []
 
 

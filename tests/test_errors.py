@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from utils.errors import (ArgumentParser, InterruptHandlers, Terminated, UserError, command, deliver_pending_interrupt, interrupt_line,
-                          on_interrupt)
+from utils.errors import (ArgumentParser, InterruptHandlers, PeerStopped, Terminated, UserError, command,
+                          deliver_pending_interrupt, interrupt_line, on_interrupt)
 
 STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -21,6 +21,16 @@ def test_user_error_is_one_line_on_stderr_with_status_2(capsys):
     assert main(["/data"]) == 2
     captured = capsys.readouterr()
     assert captured.err == "ERROR: no train-* files in /data\n" and captured.out == ""
+
+
+def test_a_worker_stopped_by_another_is_one_line_with_status_3(capsys):
+    """Its own status, so that runtime.launch names the other worker as the cause."""
+    @command
+    def main(argv=None):
+        raise PeerStopped("worker 1 stopped: another worker could not start this run")
+
+    assert main([]) == 3
+    assert capsys.readouterr().err == "ERROR: worker 1 stopped: another worker could not start this run\n"
 
 
 def test_usage_errors_are_one_line_with_status_2(capsys):

@@ -46,6 +46,16 @@ def test_launcher_stops_the_job_when_a_worker_dies(tmp_path):
     assert time.monotonic() - start < 60
 
 
+def test_the_launcher_names_the_worker_that_caused_the_stop_not_one_that_followed(tmp_path):
+    """Worker 1 exits first, but with PeerStopped's status (it stopped because another worker did): the launcher
+    waits for the cause, rank 0, names it and exits with its status."""
+    result = _launch("tests/_dist_signal_worker.py", tmp_path, "peer")
+    assert result.returncode == 2, result.stderr
+    assert "runtime.launch: worker 0 (rank 0, pid" in result.stderr and "exited with code 2" in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "runtime.launch: job failed: worker 0 exited with code 2"
+    assert "worker 1 (rank 1" not in result.stderr
+
+
 def _launch_ready_workers(out_dir, mode):
     """The launcher of two tests/_dist_signal_worker.py workers in `mode`, once both are waiting for a signal."""
     process = subprocess.Popen([PYTHON, "-m", "runtime.launch", "--nproc", "2", "tests/_dist_signal_worker.py",

@@ -31,7 +31,7 @@ import os
 import tensorflow as tf
 
 from utils.engines import Engine, detect_engine, int_env  # noqa: F401 - detect_engine: re-exported
-from utils.errors import UserError
+from utils.errors import PeerStopped, UserError
 
 # How often (in steps) the workers agree on a stop request (the original's TrainingPartitionHook sync_freq).
 SIGNAL_SYNC_EVERY = 10
@@ -122,19 +122,19 @@ class Distribution:
     def start_together(self, error=None):
         """Several workers: each tells the others whether it could start (rank 0's locks, the run's settings), so a
         worker whose peer stopped at the start says so in one line instead of failing later, in a collective the
-        peer never joins. Raises `error` (this worker's own) if given, else a UserError when another worker could
+        peer never joins. Raises `error` (this worker's own) if given, else PeerStopped when another worker could
         not start; returns when every worker could."""
         own = 0.0 if error is None else 1.0
         failed_elsewhere = self.size > 1 and self._sum_over_workers(own) - own > 0
         if error is not None:
             raise error
         if failed_elsewhere:
-            raise UserError("worker {} stopped: another worker could not start this run (its ERROR line says "
+            raise PeerStopped("worker {} stopped: another worker could not start this run (its ERROR line says "
                             "why)".format(self.rank))
 
     def peer_failure(self, error):
-        """The UserError for `error` when it is (or was raised while handling) a collective that failed because
-        another worker is gone (it stopped on its own error, which it prints, or was killed), else None: this
+        """The PeerStopped error for `error` when it is (or was raised while handling) a collective that failed
+        because another worker is gone (it stopped on its own error, which it prints, or was killed), else None: this
         worker's one line then says so, instead of a traceback that blames the network. Keras re-raises an
         error from a layer's call as another type (a TypeError when it cannot rebuild TensorFlow's), so the
         chain of causes is searched."""
@@ -143,7 +143,7 @@ class Distribution:
         seen = set()
         while error is not None and id(error) not in seen:
             if isinstance(error, PEER_FAILURE_ERRORS):
-                return UserError("worker {} stopped: a collective with the other workers failed ({}) because another "
+                return PeerStopped("worker {} stopped: a collective with the other workers failed ({}) because another "
                                  "worker stopped (its own ERROR line says why) or lost its connection".format(
                                      self.rank, type(error).__name__))
             seen.add(id(error))

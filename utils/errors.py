@@ -18,7 +18,16 @@ DEFAULT_KEPT = "its work is not complete; run the same command again"
 
 
 class UserError(Exception):
-    """Raised for bad input; the CLI prints `ERROR: <message>` on one line and exits non-zero."""
+    """Raised for bad input; the CLI prints `ERROR: <message>` on one line and exits with `status`."""
+
+    status = 2
+
+
+class PeerStopped(UserError):
+    """A worker of a multi-worker job stopped because another one did (could not start, failed, was killed): its
+    own status, so that runtime.launch names the other worker as the cause."""
+
+    status = 3
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -207,8 +216,8 @@ def _tool_name(body):
 
 def command(body):
     """Decorates a tool's `main(argv=None)`: restricts the umask, turns a UserError into one line
-    `ERROR: <message>` on stderr and exit status 2, and maps a `None` return to 0. Usage errors of the tools'
-    parsers (`ArgumentParser` above: one line, SystemExit 2) pass through unchanged.
+    `ERROR: <message>` on stderr and exit status 2 (3 for PeerStopped), and maps a `None` return to 0. Usage errors
+    of the tools' parsers (`ArgumentParser` above: one line, SystemExit 2) pass through unchanged.
 
     Interrupts: for the duration of the call SIGTERM raises Terminated and SIGINT KeyboardInterrupt, only in this
     repository's code and outside TensorFlow's tracing (`_on_signal`); the previous handlers are restored after.
@@ -234,7 +243,7 @@ def command(body):
                 status = body(argv)
             except UserError as error:
                 print(f"ERROR: {error}", file=sys.stderr, flush=True)
-                return 2
+                return error.status
             except STOPPING as stop:
                 handlers.restore()  # a second signal from here on ends the process the default way
                 signum = stop.signum if isinstance(stop, Terminated) else signal.SIGINT
