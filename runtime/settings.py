@@ -81,9 +81,8 @@ RECIPE_FLAGS = ("weight_decay", "momentum", "label_smoothing", "mixup", "cutmix"
 def training_state(config, replicas=1, train_images=None, length=None, workers=1):
     """{name: value} of the training state a checkpoint records (model/checkpoint.metadata), so a resume
     continues it: the TRAINING_STATE fields, the images of one optimizer step and the processes (`workers`) that
-    read them, the RECIPE_FLAGS, (`train_images`,
-    None on synthetic data) the records of the train split, which count the run's epochs, and (`length`, the run's
-    runtime/inputs.TrainingLength) its learning-rate schedule."""
+    read them, the RECIPE_FLAGS, (`train_images`, None on synthetic data) the records of the train split, which
+    count the run's epochs, and (`length`, the run's runtime/inputs.TrainingLength) its learning-rate schedule."""
     state = dict({name: getattr(config, name) for name in TRAINING_STATE},
                  images_per_step=images_per_step(config, replicas), processes=int(workers),
                  recipe={name: getattr(config, name) for name in RECIPE_FLAGS})
