@@ -34,6 +34,12 @@ def note_unused_averages(info, log=print):
         log(f"Using the raw weights of {info.path}; it also holds EMA weights, which --use_ema_weights would use")
 
 
+def no_checkpoint(model_dir):
+    """The error of a mode that needs a checkpoint in a model_dir that has none."""
+    return UserError("no checkpoint in model_dir {} (train first, or point --model_dir at a directory with "
+                     "model.ckpt-* files)".format(model_dir))
+
+
 def restore_for_inference(model, global_step, model_dir, arch, num_classes, *, use_final_conv=False, required=True,
                           ema=False, note_raw=True, log=print):
     """Evaluate / predict / inference_benchmark: every variable of `model` from model_dir's newest complete
@@ -44,8 +50,7 @@ def restore_for_inference(model, global_step, model_dir, arch, num_classes, *, u
     path = checkpoint.latest_checkpoint(model_dir, warn=log)
     if path is None:
         if required or ema:
-            raise UserError("no checkpoint in model_dir {} (train first, or point --model_dir at a directory with "
-                            "model.ckpt-* files)".format(model_dir))
+            raise no_checkpoint(model_dir)
         log("No checkpoint in {}: running with freshly initialised weights".format(model_dir))
         return None
     info = checkpoint.inspect(path)

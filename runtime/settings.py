@@ -598,6 +598,10 @@ def resolve(config, given, log=print, replicas=1, workers=1):
     if sized:  # the size follows a given flag, which a checkpoint's size does not override
         config, given = dataclasses.replace(config, **sized), given | {"synthetic_data_size"}
     info, resumes = _checkpoint_read_by(config, log)
+    if info is None and (config.mode in ("evaluate", "predict") or
+                         config.mode == "inference_benchmark" and config.use_ema_weights):
+        from runtime.checkpoints import no_checkpoint
+        raise no_checkpoint(config.model_dir)  # before the lines on the dataset of a run that cannot go on
     changes, finetune = {}, None
     notes = []  # a resume's lines on what changes from the checkpoint's run: said only if it has steps to train
     # The run uses the checkpoint's model as it is (its class count and size): a resume, an inference mode, the

@@ -46,9 +46,34 @@ def test_incomplete_newest_checkpoint_falls_back_with_a_warning(trained_model, t
     os.remove(tf.io.gfile.glob(str(tmp_path / "model.ckpt-2.data-*"))[0])
     warnings = []
     assert checkpoint.latest_checkpoint(str(tmp_path), warn=warnings.append).endswith("model.ckpt-1")
-    assert len(warnings) == 1 and "model.ckpt-2 is incomplete" in warnings[0]
+    assert warnings == [f"WARNING: checkpoint {tmp_path}/model.ckpt-2 is incomplete (its data files are missing); "
+                        f"using the newest complete one, {tmp_path}/model.ckpt-1"]
+    # said once per process: resolving a run's settings and restoring look for the checkpoint in turn
+    assert checkpoint.latest_checkpoint(str(tmp_path), warn=warnings.append).endswith("model.ckpt-1")
+    assert len(warnings) == 1
     with pytest.raises(UserError, match="incomplete"):
         checkpoint.find_checkpoint(str(tmp_path / "model.ckpt-2"), "--checkpoint")
+
+
+def test_a_directory_whose_checkpoints_are_all_damaged_or_missing_is_refused(trained_model, tmp_path):
+    """Not taken for an empty one: training would start afresh over the run it was meant to continue (it did, as a
+    1001-class 224 px model, until 2026-12-05), and the inference modes would say there is nothing to load."""
+    writer, _, _ = save_named(tmp_path, trained_model, step=1)
+    os.remove(str(tmp_path / "model.ckpt-1.index"))
+    with pytest.raises(UserError) as raised:
+        checkpoint.latest_checkpoint(str(tmp_path))
+    assert str(raised.value) == (
+        f"{tmp_path} has no complete checkpoint: {tmp_path}/model.ckpt-1 is incomplete (its .index file is missing); "
+        "restore the files, or move the checkpoint files and the `checkpoint` state file away to start afresh")
+    stale = tmp_path / "stale"  # a state file naming a checkpoint none of whose files is there
+    stale.mkdir()
+    checkpoint.write_state_file(str(stale), ["model.ckpt-5", "model.ckpt-9"])
+    with pytest.raises(UserError, match=r"model.ckpt-9 is missing \(the `checkpoint` state file names it, but none "
+                                        r"of its files is there\), as are the 1 older one\(s\) it names; "):
+        checkpoint.latest_checkpoint(str(stale))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert checkpoint.latest_checkpoint(str(empty)) is None  # no checkpoint at all: a new run's directory
 
 
 # ---------------------------------------------------------------- the object format

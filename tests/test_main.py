@@ -299,6 +299,7 @@ def test_predict_and_evaluate_without_checkpoint_fail_clearly(tmp_path, data_dir
     result = run_main("--mode", "evaluate", "--data_dir", data_dir, "--batch_size", 4, "--results_dir",
                       tmp_path / "empty2", *SMALL, check=False)
     assert result.returncode == 2 and "no checkpoint in model_dir" in result.stderr
+    assert "Dataset" not in result.stdout and "preprocessing" not in result.stdout  # said first, nothing else
 
 
 def test_no_train_files_is_a_clear_error(tmp_path):

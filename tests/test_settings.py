@@ -153,8 +153,9 @@ def test_evaluate_says_synthetic_data_size_unused_at_the_size_the_checkpoint_giv
 
 def test_a_run_on_real_images_says_it_leaves_synthetic_data_size_unused(tmp_path):
     lines = []
-    config = RunConfig(mode="predict", model_dir=str(tmp_path / "new"), to_predict=str(tmp_path),
-                       synthetic_data_size=64, image_size=40)
+    fake_checkpoint(tmp_path / "run", image_size=40)
+    config = RunConfig(mode="predict", model_dir=str(tmp_path / "run"), to_predict=str(tmp_path),
+                       synthetic_data_size=64, image_size=40, num_classes=10)
     assert settings.resolve(config, {"synthetic_data_size", "image_size"}, log=lines.append).config.input_size == 40
     assert lines == ["Note: --synthetic_data_size 64 is not used: this run reads no synthetic data"]
 

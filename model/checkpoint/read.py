@@ -125,15 +125,41 @@ def candidates(directory):
     return ordered
 
 
+def _what_is_missing(prefix):
+    """Why checkpoint `prefix` (a candidate) is not complete, as the rest of a sentence."""
+    has_index = os.path.isfile(prefix + ".index")
+    if not has_index and not glob.glob(glob.escape(prefix) + ".data-*"):
+        return "is missing (the `checkpoint` state file names it, but none of its files is there)"
+    return "is incomplete (its {} missing)".format("data files are" if has_index else ".index file is")
+
+
+_reported = set()  # incomplete checkpoints already warned about in this process (several steps look for one)
+
+
 def latest_checkpoint(directory, warn=print):
-    """The newest complete checkpoint of `directory`, or None. Skipped incomplete ones are reported."""
+    """The newest complete checkpoint of `directory`, or None when it has no checkpoint at all. A newer one that is
+    incomplete or missing (its files damaged or deleted after the save: a save writes the index last and the state
+    file after it) is reported once, with the one used instead. When every checkpoint the directory names is
+    incomplete or missing, a UserError: a training run would start afresh there over the run it was meant to
+    continue, and no other mode would find anything to load."""
     if not directory or not os.path.isdir(directory):
         return None
+    skipped = []
     for prefix in candidates(directory):
         if is_complete(prefix):
+            for bad in skipped:
+                if os.path.abspath(bad) not in _reported:
+                    _reported.add(os.path.abspath(bad))
+                    warn(f"WARNING: checkpoint {bad} {_what_is_missing(bad)}; using the newest complete one, "
+                         f"{prefix}")
             return prefix
-        warn(f"WARNING: checkpoint {prefix} is incomplete (missing .index or .data files); "
-             "using the newest complete one before it")
+        skipped.append(prefix)
+    if skipped:
+        older = len(skipped) - 1
+        raise UserError(f"{directory} has no complete checkpoint: {skipped[0]} {_what_is_missing(skipped[0])}"
+                        + (f", as are the {older} older one(s) it names" if older else "")
+                        + "; restore the files, or move the checkpoint files and the `checkpoint` state file away to "
+                        "start afresh")
     return None
 
 
