@@ -436,11 +436,12 @@ def batches(args, num_classes=None, log=print):
 def benchmark(run, data, steps, batch_size, warmup_steps, logger, records=None):
     """Runs `run` on every batch of `data` and logs the figures; `records`: (validation images, SkippedRecords) of
     the batches (a line says how many of them were scored), None for random inputs."""
-    times, correct, counted = [], 0, 0
+    times, correct, counted, non_finite = [], 0, 0, 0
     for index, (images, labels) in enumerate(data):
         start = time.perf_counter()
         probabilities = run(images)
         times.append(time.perf_counter() - start)
+        non_finite += int(np.sum(~np.all(np.isfinite(probabilities), axis=-1)))
         if labels is not None:
             correct += int(np.sum(np.argmax(probabilities, axis=1) == labels))
             counted += len(labels)
@@ -448,7 +449,12 @@ def benchmark(run, data, steps, batch_size, warmup_steps, logger, records=None):
             # The model's time over the last LOG_EVERY steps: the measure of the final throughput too (not the
             # wall time, which would add the input's).
             logger.log(step=(0, index), data={"throughput": LOG_EVERY * batch_size / sum(times[-LOG_EVERY:])})
-    from runtime.metrics import latency_percentiles, warmup_warning
+    from runtime.metrics import NON_FINITE_CAUSES, latency_percentiles, non_finite_warning, warmup_warning
+    if non_finite and counted:
+        logger.print(non_finite_warning(non_finite, counted))
+    elif non_finite:
+        logger.print("WARNING: {:,} of the {:,} random inputs got non-finite outputs: {}".format(
+            non_finite, len(times) * batch_size, NON_FINITE_CAUSES))
     measured = times[warmup_steps:] if len(times) > warmup_steps else times
     warning = warmup_warning(len(times), warmup_steps, "--warmup-steps")
     if warning:

@@ -119,6 +119,17 @@ def evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size, 
     return line + " ({})".format("; ".join(notes)) if notes else line
 
 
+# Why a model computes non-finite outputs, for the lines that report them (evaluation, predict, inference.py).
+NON_FINITE_CAUSES = ("the model is not usable as it stands (trained for only a few steps, its BN moving statistics "
+                     "not settled, or its training diverged)")
+
+
+def non_finite_warning(count, seen):
+    """The line of an evaluation in which `count` of `seen` images got non-finite outputs (counted as misses)."""
+    return "WARNING: {:,} of {:,} evaluated images got non-finite outputs and count as misses: {}".format(
+        count, seen, NON_FINITE_CAUSES)
+
+
 def warmup_warning(steps, warmup, flag="--warmup_steps"):
     """The warning for throughput and latency figures of `steps` steps that include the warm-up (no step ran after
     the `warmup` steps `flag` leaves out), else None."""

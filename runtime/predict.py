@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 
+from runtime.metrics import NON_FINITE_CAUSES
 from utils import data_utils
 from utils.errors import UserError, on_interrupt
 
@@ -44,9 +45,12 @@ def predict_files(predict_step, files, image_size, batch_size, class_names=None)
                                                                skip):
             probabilities = predict_step(images).numpy()
             for probs, name in zip(probabilities, names):
+                if not np.all(np.isfinite(probs)):  # a ranking of NaNs would be a made-up answer
+                    skip(name, "the model's outputs for it are not finite: " + NON_FINITE_CAUSES)
+                    continue
                 top = np.argsort(-probs, kind="stable")[:5]
                 print(format_prediction(name, probs, top, class_names), flush=True)
-            counts.predicted += len(names)
+                counts.predicted += 1
     print("Ending Inference ...", flush=True)
     print("predicted {}, failed {}".format(counts.predicted, counts.failed), flush=True)
     return counts

@@ -17,7 +17,8 @@ import tensorflow as tf
 
 from model import checkpoint, export
 from runtime import checkpoints, inputs, predict, runner_utils, startup, train_state, train_step
-from runtime.metrics import ThroughputMeter, TrainStats, evaluated_images_line, require_evaluated
+from runtime.metrics import (ThroughputMeter, TrainStats, evaluated_images_line, non_finite_warning,
+                             require_evaluated)
 from utils import errors, learning_rate
 from utils.devices import Platform, cpu_bfloat16_support
 from utils.logger import progress_enabled
@@ -370,9 +371,7 @@ class Runner:
         if is_benchmark and meter.warmup_warning():
             log.print(meter.warmup_warning())
         if non_finite:
-            log.print("WARNING: {:,} of {:,} evaluated images got non-finite logits and count as misses (often a "
-                      "model trained for only a few steps, whose BN moving statistics have not settled)".format(
-                          non_finite, seen))
+            log.print(non_finite_warning(non_finite, seen))
         results = {"top1_accuracy": top1 / max(seen, 1), "top5_accuracy": top5 / max(seen, 1)}
         if config.data_dir is None:  # synthetic labels are random: an accuracy of them would mean nothing
             results = {}

@@ -420,6 +420,34 @@ def test_the_periodic_and_final_throughput_count_the_same_time_the_models(monkey
     assert periodic == pytest.approx([400.0, 400.0]) and results["throughput"] == pytest.approx(400.0)
 
 
+def test_non_finite_outputs_are_said_and_count_as_misses():
+    """A diverged model's NaN outputs: the accuracy counts them as misses and a line says so, as main.py's
+    evaluation does (until 2026-12-05 inference.py reported `accuracy : 0.0` and nothing else)."""
+    import numpy as np
+
+    import inference
+    logged = []
+
+    class Logger:
+        def log(self, step, data):
+            logged.append((step, data))
+
+        def print(self, line):
+            logged.append(line)
+
+    def model(images):
+        outputs = np.eye(4, 5, dtype=np.float32)  # image i -> class i
+        outputs[3, 0] = np.nan
+        return outputs
+
+    labels = np.arange(4)
+    results = inference.benchmark(model, [(np.zeros((4, 8, 8, 3), np.float32), labels)] * 2, 2, 4, 0, Logger())
+    assert results["accuracy"] == pytest.approx(6 / 8)
+    assert "WARNING: 2 of 8 evaluated images got non-finite outputs and count as misses: the model is not usable as " \
+           "it stands (trained for only a few steps, its BN moving statistics not settled, or its training " \
+           "diverged)" in logged
+
+
 def test_a_given_model_is_described_by_what_its_export_recorded(tmp_path):
     """A SavedModel records its architecture, classes, size and the checkpoint and weights it came from
     (model/export.save_saved_model); inference.py says it for the SavedModel and for its ONNX conversion, which

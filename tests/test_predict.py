@@ -57,6 +57,26 @@ def test_a_link_out_of_the_directory_is_skipped_and_the_others_are_predicted(tmp
     assert lines[-2:] == ["Ending Inference ...", "predicted 2, failed 3"]
 
 
+def test_a_file_whose_outputs_are_not_finite_is_reported_and_counts_as_failed(tmp_path, capsys):
+    """A diverged model's NaN probabilities are no ranking: each such file is a SKIPPED line naming the cause (the
+    run then exits 1), the others are predicted. Until 2026-12-05 it printed `0 nan, 1 nan, ...` and exit 0."""
+    images = photo_dir(tmp_path, ["a.jpg", "b.jpg", "c.jpg"])
+
+    def step(batch):
+        probabilities = fake_step(batch).numpy()
+        probabilities[1, 2] = np.nan  # the second image of each batch
+        return tf.constant(probabilities)
+
+    counts = predict_files(step, [str(images / name) for name in ("a.jpg", "b.jpg", "c.jpg")], 16, 3)
+    out, err = capsys.readouterr()
+    assert (counts.predicted, counts.failed) == (2, 1)
+    assert err.splitlines() == ["SKIPPED {}: the model's outputs for it are not finite: the model is not usable as it "
+                                "stands (trained for only a few steps, its BN moving statistics not settled, or its "
+                                "training diverged)".format(images / "b.jpg")]
+    assert [line.split(": ", 1)[0] for line in out.splitlines()[:2]] == [str(images / "a.jpg"), str(images / "c.jpg")]
+    assert out.splitlines()[-1] == "predicted 2, failed 1"
+
+
 def test_a_plain_list_of_files_still_works(tmp_path, capsys):
     images = photo_dir(tmp_path, ["a.jpg"])
     counts = predict_files(fake_step, [str(images / "a.jpg")], 16, 4)
