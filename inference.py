@@ -538,8 +538,10 @@ def run(args):
                                     f"export_onnx.py --input {saved_model_dir} --output <name>.onnx and pass that with "
                                     "--backend onnxruntime")
                 if not os.path.isdir(saved_model_dir):
-                    raise UserError(f"--model {saved_model_dir} is not a directory (expected a SavedModel: the "
-                                    "timestamped subdirectory of main.py's --export_dir)")
+                    from model.export import checkpoint_prefix_hint
+                    raise checkpoint_prefix_hint("--model", saved_model_dir) or UserError(
+                        f"--model {saved_model_dir} is not a directory (expected a SavedModel: the timestamped "
+                        "subdirectory of main.py's --export_dir)")
             data_checked = bool(args.architecture)
             if saved_model_dir is not None and not args.architecture and args.backend != "tf":
                 # The SavedModel's signature is checked against the flags and the data before its (slow) conversion.

@@ -123,6 +123,16 @@ def load_serving_signature(saved_model_dir):
     return loaded, signature
 
 
+def checkpoint_prefix_hint(flag, path):
+    """The UserError of a tool that serves or converts exported models when `path` is a training checkpoint (a
+    prefix whose .index is on disk), else None: how to export it first, from that very checkpoint."""
+    if os.path.exists(path) or not os.path.isfile(path + ".index"):
+        return None
+    return UserError(f"{flag} {path} is a training checkpoint, not an exported model: export it first, e.g. python "
+                     f"export_frozen_graph.py --checkpoint {path} --output_file <name>.pb, then "
+                     f"python export_onnx.py --input <name>.pb --output <name>.onnx")
+
+
 def _what_to_pass_instead(path):
     """The hint of a path that is not a SavedModel: the newest export under an --export_dir, or how to export a
     training directory's checkpoint."""
@@ -327,7 +337,7 @@ def frozen_graph_to_onnx(graph_def_path, output_path, opset=DEFAULT_OPSET):
 def to_onnx(input_path, output_path, opset=DEFAULT_OPSET):
     """A SavedModel directory or a frozen GraphDef file -> ONNX model written to `output_path`; returns it."""
     if not os.path.exists(input_path):
-        raise UserError(f"--input {input_path} does not exist")
+        raise checkpoint_prefix_hint("--input", input_path) or UserError(f"--input {input_path} does not exist")
     if os.path.isdir(input_path):
         return saved_model_to_onnx(input_path, output_path, opset)
     return frozen_graph_to_onnx(input_path, output_path, opset)

@@ -1,5 +1,6 @@
 """export_frozen_graph.py, export_onnx.py and model/export.py: frozen graphs and ONNX models equal the Keras model."""
 import os
+import re
 
 import numpy as np
 import pytest
@@ -485,3 +486,18 @@ def test_a_quantised_export_of_a_float_checkpoint_takes_the_grid_asked_for(tmp_p
     args = export_frozen_graph.parse_args(argv + [prefixes["qat"]])
     with pytest.raises(UserError, match="--symmetric True contradicts checkpoint"):
         export_frozen_graph.resolve_settings(args, checkpoint.inspect(prefixes["qat"]), log=lambda *_: None)
+
+
+def test_a_checkpoint_given_where_an_export_is_expected_says_how_to_export_it(tmp_path):
+    """export_onnx.py --input and inference.py --model take exports; a training checkpoint's prefix there said it
+    "does not exist" (export_onnx.py) or that a SavedModel was expected."""
+    prefix = tmp_path / "model.ckpt-7"
+    (tmp_path / "model.ckpt-7.index").write_bytes(b"")
+    expected = (f"--input {prefix} is a training checkpoint, not an exported model: export it first, e.g. python "
+                f"export_frozen_graph.py --checkpoint {prefix} --output_file <name>.pb, then python export_onnx.py "
+                "--input <name>.pb --output <name>.onnx")
+    with pytest.raises(UserError, match="^" + re.escape(expected) + "$"):
+        export.to_onnx(str(prefix), str(tmp_path / "x.onnx"))
+    assert export.checkpoint_prefix_hint("--model", str(tmp_path / "model.ckpt-8")) is None  # no such checkpoint
+    with pytest.raises(UserError, match="does not exist"):
+        export.to_onnx(str(tmp_path / "nothing"), str(tmp_path / "x.onnx"))

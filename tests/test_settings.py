@@ -298,6 +298,18 @@ def test_a_resume_at_another_number_of_images_per_step_says_so_and_goes_on(tmp_p
     assert resolve(tmp_path, batch_size=5, **dict(model, mode="evaluate"))[1] == []  # inference continues nothing
 
 
+def test_a_checkpoint_prefix_for_model_dir_is_refused_naming_its_directory(tmp_path):
+    """--model_dir is a directory (a prefix there said "no checkpoint ... train first", and training would have made a
+    directory of that name); the tool that takes one checkpoint is named."""
+    path = fake_checkpoint(tmp_path / "run")
+    for mode, tail in (("evaluate", "; export_frozen_graph.py --checkpoint takes this one"), ("train", "")):
+        with pytest.raises(UserError) as raised:
+            settings.check_mode_arguments(RunConfig(mode=mode, model_dir=path, data_dir=str(tmp_path), batch_size=2))
+        assert str(raised.value) == (f"--model_dir {path} is a checkpoint, not a directory: --model_dir takes the "
+                                     f"directory ({tmp_path / 'run'}), whose newest complete checkpoint every mode "
+                                     f"uses{tail}")
+
+
 def test_a_seeded_resume_by_another_number_of_processes_says_its_stream_is_another(tmp_path):
     """The same images per step read by another number of processes: each process reads its own share of the train
     files, so --seed's stream does not continue the checkpoint's. Said (a silent change before 2026-12-05)."""
