@@ -308,8 +308,8 @@ def describe_given_model(args, saved_model_dir, onnx_model, log):
     if source is not None:
         log(f"Model: {args.model}: {export.describe_source(source)}")
     elif onnx_model is not None or saved_model_dir is not None:
-        log(f"Model: {args.model}: it records no architecture or checkpoint (a conversion of a frozen graph, an "
-            "export of a version before 2026-12-04, or not ours); its input size and classes are read from its "
+        log(f"Model: {args.model}: it records no architecture or checkpoint (an export, or a frozen graph's "
+            "conversion, of a version before 2026-12-05, or not ours); its input size and classes are read from its "
             "graph")
 
 

@@ -95,8 +95,10 @@ def describe_source(source):
     origin = ("freshly initialised weights" if weights == "fresh" or not source.get("checkpoint") else
               "the {}weights of checkpoint {} (step {})".format("EMA " if weights == "ema" else "",
                                                                 source["checkpoint"], source.get("step")))
-    return "{}, {} classes, {size}x{size}, {}".format(source.get("arch"), source.get("num_classes"), origin,
-                                                      size=source.get("image_size"))
+    return "{}, {} classes, {size}x{size}, {}{}".format(
+        source.get("arch"), source.get("num_classes"), origin,
+        ", quantisation-aware (fake-quantised{})".format(", symmetric" if source.get("symmetric") else "")
+        if source.get("quantized") else "", size=source.get("image_size"))
 
 
 def _resource_variable(variable):
@@ -163,21 +165,40 @@ def describe_input_pixels(value):
             NORMALIZED: "normalised pixels, (pixels - mean) / std per RGB channel"}.get(value, f"unknown ({value!r})")
 
 
-def _add_input_pixels_marker(graph_def, value):
+# The marker node of a frozen graph that records what it is (a SavedModel's source.json; the ONNX metadata `source`).
+SOURCE_NODE = "export_source"
+
+
+def _add_marker(graph_def, name, value):
+    """A string constant `name` holding `value`, connected to nothing: a fact the graph's readers look up."""
     from tensorflow.core.framework import types_pb2
-    node = graph_def.node.add(name=INPUT_PIXELS, op="Const")
+    node = graph_def.node.add(name=name, op="Const")
     node.attr["dtype"].type = types_pb2.DT_STRING
     node.attr["value"].tensor.dtype = types_pb2.DT_STRING
     node.attr["value"].tensor.string_val.append(value.encode())
 
 
+def _marker(graph_def, name):
+    for node in graph_def.node:
+        if node.name == name and node.op == "Const" and node.attr["value"].tensor.string_val:
+            return node.attr["value"].tensor.string_val[0].decode()
+    return None
+
+
 def graph_input_pixels(graph_def):
     """A frozen graph's `input_pixels` fact ("raw" or "normalized"), or None when it records none (a graph of the
     original's export_frozen_graph.py, or of an earlier version of this one)."""
-    for node in graph_def.node:
-        if node.name == INPUT_PIXELS and node.op == "Const" and node.attr["value"].tensor.string_val:
-            return node.attr["value"].tensor.string_val[0].decode()
-    return None
+    return _marker(graph_def, INPUT_PIXELS)
+
+
+def graph_source(graph_def):
+    """What a frozen graph of ours records it is (`source`, as a SavedModel's source.json), or None (graphs written
+    before 2026-12-05, the original's)."""
+    try:
+        source = json.loads(_marker(graph_def, SOURCE_NODE) or "null")
+    except ValueError:
+        return None
+    return source if isinstance(source, dict) else None
 
 
 def probabilities_function(model, arch, image_size, input_format="NHWC", batch_size=None):
@@ -218,12 +239,15 @@ def freeze(concrete_function, output_name=None):
     return graph_def
 
 
-def frozen_graph(model, arch, image_size, input_format="NHWC", batch_size=None):
+def frozen_graph(model, arch, image_size, input_format="NHWC", batch_size=None, source=None):
     """The frozen GraphDef of `model`'s probabilities (placeholder `input` -> `<arch>/output/softmax`), marked with
-    what its input must be (`input_pixels`): a model built with `input_normalized=True` takes normalised pixels."""
+    what its input must be (`input_pixels`): a model built with `input_normalized=True` takes normalised pixels;
+    and with `source` (as save_saved_model's), what it is, for its ONNX conversion to carry."""
     function = probabilities_function(model, arch, image_size, input_format, batch_size)
     graph_def = freeze(function.get_concrete_function(), output_node_name(arch))
-    _add_input_pixels_marker(graph_def, NORMALIZED if getattr(model, "input_normalized", False) else RAW)
+    _add_marker(graph_def, INPUT_PIXELS, NORMALIZED if getattr(model, "input_normalized", False) else RAW)
+    if source is not None:
+        _add_marker(graph_def, SOURCE_NODE, json.dumps(dict(source, image_size=image_size), sort_keys=True))
     return graph_def
 
 
@@ -330,6 +354,9 @@ def frozen_graph_to_onnx(graph_def_path, output_path, opset=DEFAULT_OPSET):
     pixels = graph_input_pixels(graph_def)
     if pixels is not None:
         _set_metadata(model_proto, INPUT_PIXELS, pixels)
+    source = graph_source(graph_def)
+    if source is not None:
+        _set_metadata(model_proto, SOURCE_KEY, json.dumps(source, sort_keys=True))
     _save_onnx(model_proto, output_path)
     return model_proto
 
@@ -383,7 +410,7 @@ def onnx_signature(model_proto):
     return "{} -> {}".format(described(model_proto.graph.input), described(model_proto.graph.output))
 
 
-SOURCE_KEY = "source"  # the ONNX metadata key of a SavedModel's source.json
+SOURCE_KEY = "source"  # the ONNX metadata key of a SavedModel's source.json or a frozen graph's SOURCE_NODE
 
 
 def _metadata(model_proto, key):
@@ -398,7 +425,8 @@ def _set_metadata(model_proto, key, value):
 
 
 def onnx_source(model_proto):
-    """The `source` of the SavedModel an ONNX model was converted from (metadata `source`), or None."""
+    """The `source` of the SavedModel or frozen graph an ONNX model was converted from (metadata `source`), or
+    None."""
     try:
         source = json.loads(_metadata(model_proto, SOURCE_KEY) or "null")
     except ValueError:

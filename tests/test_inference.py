@@ -469,5 +469,5 @@ def test_a_given_model_is_described_by_what_its_export_recorded(tmp_path):
     result = run("--model", saved, "--num-iter", "2", "--log-path", str(tmp_path / "log.json"), *SMALL)
     assert result.returncode == 0, result.stderr[-2000:]
     assert [line for line in result.stdout.splitlines() if line.startswith("Model:")] == [
-        f"Model: {saved}: it records no architecture or checkpoint (a conversion of a frozen graph, an export of a "
-        "version before 2026-12-04, or not ours); its input size and classes are read from its graph"]
+        f"Model: {saved}: it records no architecture or checkpoint (an export, or a frozen graph's conversion, of a "
+        "version before 2026-12-05, or not ours); its input size and classes are read from its graph"]
