@@ -17,6 +17,19 @@ def run(*args):
     return tool_in_process("inference", *args, check=False)
 
 
+class RecordingLogger:
+    """inference.benchmark's logger, keeping what it is given: (step, data) records and printed lines."""
+
+    def __init__(self):
+        self.logged = []
+
+    def log(self, step, data):
+        self.logged.append((step, data))
+
+    def print(self, line):
+        self.logged.append(line)
+
+
 def final_record(log_path):
     records = [json.loads(line[5:]) for line in open(log_path, encoding="utf-8") if line.startswith("DLLL ")]
     finals = [r for r in records if r["type"] == "LOG" and r["step"] == []]
@@ -405,17 +418,9 @@ def test_the_periodic_and_final_throughput_count_the_same_time_the_models(monkey
         clock[0] += 0.01  # the model's time
         return np.zeros((4, 11), np.float32)
 
-    logged = []
-
-    class Logger:
-        def log(self, step, data):
-            logged.append((step, data))
-
-        def print(self, line):
-            logged.append(line)
-
-    results = inference.benchmark(model, data(), 201, 4, 1, Logger())
-    periodic = [data["throughput"] for step, data in (entry for entry in logged if isinstance(entry, tuple))
+    logger = RecordingLogger()
+    results = inference.benchmark(model, data(), 201, 4, 1, logger)
+    periodic = [data["throughput"] for step, data in (entry for entry in logger.logged if isinstance(entry, tuple))
                 if step != ()]
     assert periodic == pytest.approx([400.0, 400.0]) and results["throughput"] == pytest.approx(400.0)
 
@@ -426,14 +431,6 @@ def test_non_finite_outputs_are_said_and_count_as_misses():
     import numpy as np
 
     import inference
-    logged = []
-
-    class Logger:
-        def log(self, step, data):
-            logged.append((step, data))
-
-        def print(self, line):
-            logged.append(line)
 
     def model(images):
         outputs = np.eye(4, 5, dtype=np.float32)  # image i -> class i
@@ -441,11 +438,12 @@ def test_non_finite_outputs_are_said_and_count_as_misses():
         return outputs
 
     labels = np.arange(4)
-    results = inference.benchmark(model, [(np.zeros((4, 8, 8, 3), np.float32), labels)] * 2, 2, 4, 0, Logger())
+    logger = RecordingLogger()
+    results = inference.benchmark(model, [(np.zeros((4, 8, 8, 3), np.float32), labels)] * 2, 2, 4, 0, logger)
     assert results["accuracy"] == pytest.approx(6 / 8)
     assert "WARNING: 2 of 8 evaluated images got non-finite outputs and count as misses: the model is not usable as " \
            "it stands (trained for only a few steps, its BN moving statistics not settled, or its training " \
-           "diverged)" in logged
+           "diverged)" in logger.logged
 
 
 def test_a_given_model_is_described_by_what_its_export_recorded(tmp_path):
