@@ -441,9 +441,10 @@ def benchmark(run, data, steps, batch_size, warmup_steps, logger, records=None):
         start = time.perf_counter()
         probabilities = run(images)
         times.append(time.perf_counter() - start)
-        non_finite += int(np.sum(~np.all(np.isfinite(probabilities), axis=-1)))
-        if labels is not None:
-            correct += int(np.sum(np.argmax(probabilities, axis=1) == labels))
+        finite = np.all(np.isfinite(probabilities), axis=-1)
+        non_finite += int(np.sum(~finite))
+        if labels is not None:  # (a row of NaNs has an argmax too: it counts as a miss)
+            correct += int(np.sum((np.argmax(probabilities, axis=1) == labels) & finite))
             counted += len(labels)
         if index > 0 and index % LOG_EVERY == 0:
             # The model's time over the last LOG_EVERY steps: the measure of the final throughput too (not the
