@@ -223,6 +223,17 @@ def test_a_collective_that_failed_because_another_worker_is_gone_is_one_line():
         failure = Distribution(tf.distribute.get_strategy(), rank=1, size=2).peer_failure(wrapped)
     assert str(failure).startswith("worker 1 stopped: a collective with the other workers failed (UnavailableError)")
     assert Distribution(tf.distribute.get_strategy(), rank=1, size=2).peer_failure(TypeError("a bug")) is None
+    # Horovod's all-reduce after a peer was killed (seen 2026-12-05, in two wordings: a 40-line traceback on rank 0)
+    for message, sign in (("Horovod has been shut down. This was caused by an exception on one of the ranks ...",
+                           "Horovod has been shut down"),
+                          ("[gloo/transport/tcp/pair.cc:589] Read error [127.0.0.1]:19877: Connection reset by peer\n"
+                           "\t [[{{node HorovodGroupedAllreduce_AddN_17_0_AddN_71_0}}]]", "Horovod: Connection reset by peer")):
+        error = tf.errors.UnknownError(None, None, "Graph execution error:\n... " + message)
+        assert str(Distribution(tf.distribute.get_strategy(), rank=0, size=2).peer_failure(error)) == (
+            "worker 0 stopped: a collective with the other workers failed ({}) because another worker "
+            "stopped (its own ERROR line says why) or lost its connection".format(sign))
+    assert Distribution(tf.distribute.get_strategy(), rank=0, size=2).peer_failure(
+        tf.errors.UnknownError(None, None, "Connection reset by peer")) is None  # not a Horovod op's
 
 
 def test_workers_start_together_and_one_that_cannot_stops_the_others():

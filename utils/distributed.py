@@ -142,10 +142,12 @@ class Distribution:
             return None
         seen = set()
         while error is not None and id(error) not in seen:
-            if isinstance(error, PEER_FAILURE_ERRORS):
-                return PeerStopped("worker {} stopped: a collective with the other workers failed ({}) because another "
-                                 "worker stopped (its own ERROR line says why) or lost its connection".format(
-                                     self.rank, type(error).__name__))
+            reason = _horovod_peer_gone(error) or (type(error).__name__ if isinstance(error, PEER_FAILURE_ERRORS)
+                                                   else None)
+            if reason:
+                return PeerStopped("worker {} stopped: a collective with the other workers failed ({}) because "
+                                   "another worker stopped (its own ERROR line says why) or lost its connection".format(
+                                       self.rank, reason))
             seen.add(id(error))
             error = error.__cause__ or error.__context__
         return None
@@ -153,6 +155,16 @@ class Distribution:
 
 # The errors a collective raises when a peer worker has gone (connection refused or reset, the executor aborted).
 PEER_FAILURE_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError)
+# Horovod's ops raise an UnknownError instead, saying one of these (seen with gloo when a peer was killed).
+HOROVOD_PEER_GONE = ("Horovod has been shut down", "Connection reset by peer", "Connection closed by peer",
+                     "Connection refused")
+
+
+def _horovod_peer_gone(error):
+    """What a Horovod op's error says of a peer's loss (one of HOROVOD_PEER_GONE, naming Horovod), or None."""
+    message = str(error) if isinstance(error, tf.errors.OpError) else ""
+    sign = next((sign for sign in HOROVOD_PEER_GONE if sign in message), None) if "Horovod" in message else None
+    return sign if sign is None or sign.startswith("Horovod") else "Horovod: " + sign
 
 
 def _no_cross_replica_reduction(grads_and_vars):
