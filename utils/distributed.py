@@ -130,7 +130,7 @@ class Distribution:
             raise error
         if failed_elsewhere:
             raise PeerStopped("worker {} stopped: another worker could not start this run (its ERROR line says "
-                            "why)".format(self.rank))
+                              "why)".format(self.rank))
 
     def peer_failure(self, error):
         """The PeerStopped error for `error` when it is (or was raised while handling) a collective that failed
