@@ -57,9 +57,15 @@ class ThroughputMeter:
         return latency_percentiles(self._measured(), "eval_")
 
 
+# A weights' L2 term that grows this many times in one step: the weights blew up (weight decay and a sane rate
+# change it by a fraction of a percent a step), even while the loss is still finite.
+L2_JUMP = 100.0
+
+
 class TrainStats:
     """Non-finite checks: in fp32 a non-finite loss stops the run; with dynamic loss scaling skipped steps are
-    counted and `max_skipped` in a row stop it."""
+    counted and `max_skipped` in a row stop it. A finite blow-up of the weights (the L2 term jumping L2_JUMP
+    times in one step) is warned about once: `check` returns the line."""
 
     def __init__(self, dynamic_loss_scaling, max_skipped, remedy="lower --lr_init or check the data"):
         self.dynamic_loss_scaling = dynamic_loss_scaling
@@ -67,8 +73,23 @@ class TrainStats:
         self.remedy = remedy
         self.skipped_total = 0
         self.skipped_in_a_row = 0
+        self._last_l2 = None
+        self._warned = False
 
     def check(self, values, step):
+        self._check_finite(values, step)
+        if "l2_loss" not in values:
+            return None
+        l2, last = float(values["l2_loss"]), self._last_l2
+        self._last_l2 = l2
+        if not self._warned and last and math.isfinite(l2) and l2 > L2_JUMP * last:
+            self._warned = True
+            return ("WARNING: at step {} the weights' L2 term jumped from {:.4g} to {:.4g} in one step: the training "
+                    "is diverging, and a model this far gone computes garbage or NaN (lower --lr_init, or raise "
+                    "--batch_size: batch norm over a few images is unstable)".format(step, last, l2))
+        return None
+
+    def _check_finite(self, values, step):
         if self.dynamic_loss_scaling:
             if bool(values["skipped"]):
                 self.skipped_total += 1

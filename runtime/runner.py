@@ -176,8 +176,10 @@ class Runner:
                     stepped = True
                     meter.add(time.perf_counter() - start)
                     step = int(global_step.numpy())
-                    stats.check(values, step)
+                    diverging = stats.check(values, step)
                     if distribution.is_chief:
+                        if diverging:
+                            log.print(diverging)
                         self._log_train_step(values, step, index, meter, length.steps_per_epoch, is_benchmark)
                         if writer is not None and step % SUMMARY_EVERY_STEPS == 0:
                             with writer.as_default(step=step):

@@ -3,7 +3,8 @@
 
 import pytest
 
-from runtime.metrics import ThroughputMeter, evaluated_images_line, latency_percentiles, require_evaluated
+from runtime.metrics import (ThroughputMeter, TrainStats, evaluated_images_line, latency_percentiles,
+                             require_evaluated)
 from utils.errors import UserError
 
 
@@ -81,3 +82,17 @@ def test_an_evaluation_without_a_whole_batch_says_where_the_records_went():
                                         r"were skipped as corrupt and 20 were not delivered by the input, perhaps "
                                         r"unreadable stream data \(see the warnings above\)$"):
         require_evaluated(0, 24, 8, 4)
+
+
+def test_a_blow_up_of_the_weights_is_warned_about_once_while_the_loss_is_still_finite():
+    """ResNet-50 at 32 px, batch 2, the default rate: the L2 term went 2.25 -> 6.6e8 in one step, the loss stayed
+    finite, and the run ended with status 0 and a model that computes NaN (2026-12-05)."""
+    stats = TrainStats(dynamic_loss_scaling=False, max_skipped=3)
+    lines = [stats.check({"total_loss": 7.0, "l2_loss": l2}, step)
+             for step, l2 in enumerate([2.2547, 2.2549, 6.5933e8, 7e10, 1e14], start=1)]
+    assert lines == [None, None, "WARNING: at step 3 the weights' L2 term jumped from 2.255 to 6.593e+08 in one step: "
+                     "the training is diverging, and a model this far gone computes garbage or NaN (lower --lr_init, "
+                     "or raise --batch_size: batch norm over a few images is unstable)", None, None]
+    healthy = TrainStats(dynamic_loss_scaling=False, max_skipped=3)  # weight decay's drift, and no weight decay
+    assert [healthy.check({"total_loss": 2.0, "l2_loss": l2}, step) for step, l2 in
+            enumerate([2.25, 2.2, 0.0, 0.0, 2.0, 1.9], start=1)] == [None] * 6
