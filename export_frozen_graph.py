@@ -136,10 +136,9 @@ def export(args, log=print):
                 "their initial [-6, 6]")
     else:
         log("No --checkpoint: exporting random weights")
-    source = {"arch": args.model_name, "num_classes": args.num_classes,
-              "checkpoint": info.path if info is not None else None, "step": info.step if info is not None else None,
-              "weights": "fresh" if info is None else "ema" if args.use_ema_weights else "raw",
-              "quantized": quantization is not None, "symmetric": bool(quantization is not None and args.symmetric)}
+    source = model_export.source_record(args.model_name, args.num_classes, info, args.use_ema_weights,
+                                        quantized=quantization is not None,
+                                        symmetric=bool(quantization is not None and args.symmetric))
     graph_def = model_export.frozen_graph(model, args.model_name, args.image_size, args.input_format, args.batch_size,
                                           source)
     replaced = os.path.exists(args.output_file)  # rewritten as the original did, and said

@@ -61,15 +61,14 @@ def run(argv=None, runner_class=None, own_process=False):
     distribution = distributed.create(engine, platform.replica_devices)
     with contextlib.ExitStack() as stack:
         try:
+            from utils.run_lock import RunLock
             if config.mode in run_settings.TRAINING_MODES and distribution.is_chief:
                 # The run owns model_dir from before it reads the checkpoint to after its last write
                 # (docs/RELIABILITY.md).
-                from utils.run_lock import RunLock
                 stack.enter_context(RunLock(config.model_dir))
             if distribution.is_chief and not (config.mode in run_settings.TRAINING_MODES and os.path.realpath(
                     config.results_dir) == os.path.realpath(config.model_dir)):
                 # ... and every run its log's directory: two runs never append to one log.json.
-                from utils.run_lock import RunLock
                 stack.enter_context(RunLock(config.results_dir, flag="--results_dir"))
             resolved = run_settings.resolve(config, given, replicas=distribution.num_replicas,
                                             workers=distribution.size)

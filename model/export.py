@@ -89,6 +89,15 @@ def read_source(saved_model_dir):
     return source if isinstance(source, dict) else None
 
 
+def source_record(arch, num_classes, info, ema, **extra):
+    """What an export is, for its record (save_saved_model's source.json, a frozen graph's SOURCE_NODE): the
+    architecture, classes, the checkpoint (model/checkpoint.CheckpointInfo, None for fresh weights) and step its
+    weights came from and which weights (`ema`: its EMA ones), plus `extra` facts (a frozen graph's quantisation)."""
+    return dict({"arch": arch, "num_classes": num_classes, "checkpoint": info.path if info is not None else None,
+                 "step": info.step if info is not None else None,
+                 "weights": "fresh" if info is None else "ema" if ema else "raw"}, **extra)
+
+
 def describe_source(source):
     """"resnet50, 10 classes, 40x40, the EMA weights of checkpoint <path> (step 1124)": a model's `source` in words."""
     weights = source.get("weights")

@@ -97,6 +97,12 @@ def describe_exit(code):
     return "exited with code {}".format(code)
 
 
+def _failed(codes, stopped):
+    """(rank, exit code) of each worker whose exit code in `codes` (None: running) is a failure: non-zero and not
+    `stopped` (the status of a worker that stopped on the forwarded Ctrl-C)."""
+    return [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0, stopped)]
+
+
 class Launcher:
     def __init__(self, command, nproc, quiet_workers=False, grace=10.0):
         self.command = command
@@ -149,7 +155,7 @@ class Launcher:
             # A worker that stopped on the Ctrl-C forwarded to it exits with the shell's status for SIGINT.
             stopped = 128 + signal.SIGINT if signal.SIGINT in self.forwarded else None
             codes = [process.poll() for process in self.processes]
-            failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0, stopped)]
+            failed = _failed(codes, stopped)
             if failed:
                 rank, code = self._cause(failed, stopped)
                 message = "runtime.launch: worker {} (rank {}, pid {}) {}; terminating the other workers".format(
@@ -175,9 +181,9 @@ class Launcher:
         while all(code == PeerStopped.status for _, code in failed) and time.monotonic() < deadline and \
                 any(process.poll() is None for process in self.processes):
             time.sleep(0.1)
-            failed = [(rank, code) for rank, code in enumerate(process.poll() for process in self.processes)
-                      if code not in (None, 0, stopped)]
+            failed = _failed([process.poll() for process in self.processes], stopped)
         return next(((rank, code) for rank, code in failed if code != PeerStopped.status), failed[0])
+
 
     def _join_output(self):
         for thread in self.threads:

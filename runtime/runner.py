@@ -398,10 +398,7 @@ class Runner:
                                       detail="nothing exported to --export_dir" if export_dir else
                                       "its figures above cover the steps it ran")
         if export_dir:
-            source = {"arch": config.arch, "num_classes": config.num_classes,
-                      "checkpoint": info.path if info is not None else None,
-                      "step": info.step if info is not None else None,
-                      "weights": "fresh" if info is None else "ema" if config.use_ema_weights else "raw"}
+            source = export.source_record(config.arch, config.num_classes, info, config.use_ema_weights)
             self.exported_path = export.save_saved_model(model, config.input_size, export_dir, source)
             log.log(step=(), data={"export_dir": self.exported_path})
             if info is None:  # a benchmark without a checkpoint: said, so the export is not taken for a model
