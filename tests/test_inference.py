@@ -134,9 +134,10 @@ def test_architecture_with_few_steps(tmp_path):
            "accuracy on --data-dir is chance; serve a trained model with --model)" in result.stdout.splitlines()
 
 
-def test_tf_trt_message():
-    result = run("--architecture", "resnet50", "--tf-trt", *SMALL)
+def test_tf_trt_message(tmp_path):
+    result = run("--architecture", "resnet50", "--tf-trt", "--log-path", str(tmp_path / "log.json"), *SMALL)
     assert result.returncode == 2
+    assert not (tmp_path / "log.json").exists()  # a refused run leaves no log behind
     assert result.stderr.strip().splitlines()[-1] == ("ERROR: Tensorflow has not been built with TensorRT support (TF-TRT is absent "
                                      "from TF 2.18+ pip builds); use --backend onnxruntime, or --backend tensorrt "
                                      "(TensorRT engine from ONNX, needs a GPU)")

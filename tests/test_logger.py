@@ -38,6 +38,32 @@ def test_disabled_logger_writes_nothing(tmp_path, capsys):
     assert capsys.readouterr().out == ""
 
 
+def test_a_logger_that_logged_no_record_leaves_no_file_and_adds_nothing(tmp_path):
+    """A run refused before its first LOG record (its PARAMETER record) writes no file, and appends nothing to an
+    earlier run's log; the METADATA records made before the first LOG record come first when it is written."""
+    path = tmp_path / "log.json"
+    DLLogger(str(path), stdout=False).close()
+    assert not path.exists()
+    logger = DLLogger(str(path), stdout=False)
+    logger.metadata("latency", {"unit": "ms"})
+    logger.log(step="PARAMETER", data={"batch_size": 8})
+    logger.close()
+    records = read_log(str(path))
+    assert [r["type"] for r in records] == ["METADATA"] * 11 + ["LOG"]
+    assert records[10]["metric"] == "latency"
+    before = path.read_text()
+    DLLogger(str(path), stdout=False).close()
+    assert path.read_text() == before
+
+
+def test_a_log_that_cannot_be_created_is_refused_when_the_logger_is_made(tmp_path):
+    """The callers turn this OSError into their one-line error before any work, as when the file was opened first."""
+    import pytest
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(OSError):
+        DLLogger(str(tmp_path / "a_file" / "log.json"), stdout=False)
+
+
 def test_read_log_skips_a_torn_last_line(tmp_path):
     path = tmp_path / "log.json"
     path.write_text('DLLL {"type": "LOG", "step": [], "data": {"a": 1}}\nDLLL {"type": "LO')

@@ -8,6 +8,7 @@ line being written, never leave a half line followed by more data. Non-chief ran
 """
 
 import datetime
+import errno
 import json
 import os
 import sys
@@ -41,24 +42,42 @@ class DLLogger:
         self.start = time.time()
         self.units = {}
         self._file = None
-        if enabled and json_path:
-            directory = os.path.dirname(os.path.abspath(json_path))
+        self._path = json_path if enabled and json_path else None
+        # The file is opened at the run's first LOG record, and the METADATA records made before it wait for it:
+        # a run refused before it logs anything leaves no file, and adds nothing to an earlier run's log.
+        self._pending = []
+        if self._path:
+            directory = os.path.dirname(os.path.abspath(self._path))
             os.makedirs(directory, exist_ok=True)
-            # Append: a resumed run continues the same log, as dllogger's JSONStreamBackend(append) would.
-            self._file = open(json_path, "a", encoding="utf-8")
-            if _ends_with_torn_line(json_path):
-                self._file.write("\n")  # a killed run's half line stays alone: read_log skips just that one
+            for target in (self._path, directory):  # unwritable: the caller's OSError now, not at the first record
+                if os.path.exists(target) and not os.access(target, os.W_OK):
+                    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), target)
         for metric, meta in DEFAULT_METADATA.items():
             self.metadata(metric, meta)
 
+    def _open(self):
+        # Append: a resumed run continues the same log, as dllogger's JSONStreamBackend(append) would.
+        self._file = open(self._path, "a", encoding="utf-8")
+        if _ends_with_torn_line(self._path):
+            self._file.write("\n")  # a killed run's half line stays alone: read_log skips just that one
+
     def _write_json(self, record):
-        if self._file is not None:
-            try:
-                self._file.write("DLLL " + json.dumps(record) + "\n")
-                self._file.flush()
-            except OSError as error:  # disk full, quota: one clear line instead of a traceback
-                from utils.errors import UserError
-                raise UserError("cannot write the log {}: {}".format(self._file.name, error)) from None
+        if self._path is None:
+            return
+        if self._file is None and record["type"] != "LOG":
+            self._pending.append(record)
+            return
+        try:
+            if self._file is None:
+                self._open()
+            lines, self._pending = self._pending + [record], []
+            self._file.write("".join("DLLL " + json.dumps(line) + "\n" for line in lines))
+            self._file.flush()
+        except OSError as error:  # disk full, quota: one clear line instead of a traceback
+            from utils.errors import UserError
+            path = self._path
+            self._drop_file()
+            raise UserError("cannot write the log {}: {}".format(path, error.strerror or error)) from None
 
     def _record(self, kind):
         now = datetime.datetime.now()
@@ -100,6 +119,15 @@ class DLLogger:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+    def _drop_file(self):
+        """After a failed write: no more writes, and a close that does not retry the lost bytes."""
+        file, self._file, self._path = self._file, None, None
+        if file is not None:
+            try:
+                file.close()
+            except OSError:
+                pass
 
 
 def _ends_with_torn_line(path):
