@@ -126,6 +126,9 @@ def export(args, log=print):
                     f"--use_final_conv {args.use_final_conv}")
         checkpoints.check_fits(info, args.model_name, args.num_classes, arch_flag="--model_name")
         log(checkpoint.restore_model(model, info, args.model_name, describe).describe())
+        unsettled = checkpoint.unsettled_statistics(info.step, f"checkpoint {info.path}")
+        if unsettled:
+            log(unsettled)
         if args.use_ema_weights:
             checkpoints.require_averages(info)
             checkpoint.use_averages(model, info, args.model_name, describe, log)

@@ -300,13 +300,17 @@ class TensorRTRunner:
 def describe_given_model(args, saved_model_dir, onnx_model, log):
     """One line saying what --model is, from what its export recorded (model/export.read_source; an ONNX model
     converted from a SavedModel carries it), when it recorded it."""
-    from model import export
+    from model import checkpoint, export
     if args.model is None:
         return
     source = export.onnx_source(onnx_model) if onnx_model is not None else \
         export.read_source(saved_model_dir) if saved_model_dir is not None else None
     if source is not None:
         log(f"Model: {args.model}: {export.describe_source(source)}")
+        unsettled = checkpoint.unsettled_statistics(source.get("step"), f"--model {args.model}") \
+            if args.data_dir and source.get("checkpoint") else None
+        if unsettled:  # an accuracy is measured
+            log(unsettled)
     elif onnx_model is not None or saved_model_dir is not None:
         log(f"Model: {args.model}: it records no architecture or checkpoint (an export, or a frozen graph's "
             "conversion, of a version before 2026-12-05, or not ours); its input size and classes are read from its "

@@ -41,11 +41,12 @@ def no_checkpoint(model_dir):
 
 
 def restore_for_inference(model, global_step, model_dir, arch, num_classes, *, use_final_conv=False, required=True,
-                          ema=False, note_raw=True, log=print):
+                          ema=False, note_raw=True, note_unsettled=True, log=print):
     """Evaluate / predict / inference_benchmark: every variable of `model` from model_dir's newest complete
     checkpoint (verified), `global_step` set to its step; returns its CheckpointInfo. `ema`: then the EMA weights
     over the raw ones (a UserError if it has none); else, with `note_raw`, a line saying the raw ones are used when
-    it has EMA weights too. With no checkpoint: a UserError when `required` or `ema`, else None (fresh weights,
+    it has EMA weights too; with `note_unsettled`, a WARNING when it was trained too few steps for its BN moving
+    statistics to be its own. With no checkpoint: a UserError when `required` or `ema`, else None (fresh weights,
     said so)."""
     path = checkpoint.latest_checkpoint(model_dir, warn=log)
     if path is None:
@@ -59,6 +60,9 @@ def restore_for_inference(model, global_step, model_dir, arch, num_classes, *, u
     report = checkpoint.restore_model(model, info, arch, describe)
     global_step.assign(info.step or 0)  # evaluation summaries land at the checkpoint's step
     log(report.describe())
+    unsettled = checkpoint.unsettled_statistics(info.step, f"checkpoint {path}") if note_unsettled else None
+    if unsettled:
+        log(unsettled)
     if ema:
         require_averages(info)
         checkpoint.use_averages(model, info, arch, describe, log)

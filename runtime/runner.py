@@ -93,13 +93,14 @@ class Runner:
                                train_state.create_step_counter())
         return self._inference
 
-    def restore_for_inference(self, required, ema=False, note_raw=True):
+    def restore_for_inference(self, required, ema=False, note_raw=True, note_unsettled=True):
         """model_dir's newest checkpoint (its EMA weights with `ema`) into the inference model
         (runtime/checkpoints.py); its CheckpointInfo, or None."""
         model, global_step = self.inference_model()
         config = self.config
         return checkpoints.restore_for_inference(model, global_step, config.model_dir, required=required, ema=ema,
-                                                 note_raw=note_raw, arch=config.arch, num_classes=config.num_classes,
+                                                 note_raw=note_raw, note_unsettled=note_unsettled,
+                                                 arch=config.arch, num_classes=config.num_classes,
                                                  use_final_conv=config.use_final_conv, log=self.logger.print)
 
     # ------------------------------------------------------------------ training
@@ -349,8 +350,9 @@ class Runner:
         dataset = inputs.eval_dataset(config, self.platform, batch_size, log=log.print, num_epochs=passes,
                                       skipped=skipped)
         # An evaluation reports the raw and the EMA weights' accuracy; a benchmark runs the ones asked for.
+        # A benchmark's outputs are not read, unless it exports them.
         info = self.restore_for_inference(required=not is_benchmark, ema=is_benchmark and config.use_ema_weights,
-                                          note_raw=is_benchmark)
+                                          note_raw=is_benchmark, note_unsettled=not is_benchmark or bool(export_dir))
         if config.use_ema_weights and info is not None:
             checkpoints.require_averages(info)
 

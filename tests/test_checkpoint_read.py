@@ -33,6 +33,20 @@ def tiny_architectures(monkeypatch):
 
 # ---------------------------------------------------------------- finding a checkpoint
 
+@pytest.mark.parametrize("step, share", [(0, "100%"), (3, "73%"), (43, "1%"), (44, None), (1124, None), (None, None)])
+def test_a_model_trained_too_few_steps_for_its_bn_statistics_is_warned_about(step, share):
+    """Decay 0.9 per step from mean 0 / variance 1: 0.9 ** 43 = 0.0108 still holds 1% of them, 0.9 ** 44 = 0.0097
+    does not; a checkpoint that records no step is not judged."""
+    line = checkpoint.unsettled_statistics(step, "checkpoint /x/model.ckpt-7")
+    if share is None:
+        assert line is None
+    else:
+        assert line == (f"WARNING: checkpoint /x/model.ckpt-7 was trained {step} step(s): its BN moving statistics "
+                        f"still hold {share} of their starting values (mean 0, variance 1, where a training or a "
+                        "--finetune_checkpoint fine-tune starts them), so it normalises with statistics that are not "
+                        "its data's and its outputs are unreliable; train it to step 44 or beyond (under 1% left)")
+
+
 def test_missing_checkpoint_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="no such checkpoint"):
         checkpoint.find_checkpoint(str(tmp_path / "nothing"), "--checkpoint")

@@ -197,6 +197,8 @@ def test_a_frozen_graph_and_its_onnx_say_whether_they_take_raw_or_normalised_pix
                                                *(["--no_normalization"] if normalized else [])), log=lines.append)
         expected = "normalized" if normalized else "raw"
         assert export.graph_input_pixels(load_graph_def(output)) == expected
+        assert [line for line in lines if line.startswith("WARNING")] == [
+            checkpoint.unsettled_statistics(7, f"checkpoint {prefix}")]  # step 7: 48% of the BN starting values
         assert lines[-1].endswith("; it takes " + ("normalised pixels, (pixels - mean) / std per RGB channel"
                                                    if normalized else "raw 0..255 RGB pixels (normalised in the model)"))
         onnx_path = tmp_path / f"{normalized}.onnx"

@@ -51,6 +51,31 @@ def saved_model(tmp_path_factory):
     return export.save_saved_model(model, 32, directory)
 
 
+def test_a_model_exported_from_a_checkpoint_of_few_steps_is_warned_about_when_its_accuracy_is_measured(tmp_path):
+    """The step its export records: at 3 steps its BN moving statistics hold 73% (0.9 ** 3) of their starting
+    values, which an accuracy on --data-dir should not be read without; a benchmark on random inputs, or a model of
+    1000 steps, says nothing."""
+    from model import export, resnet
+    model = resnet.build_model("resnet50", num_classes=11, image_size=32, purpose="inference")
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "validation", 1, 4, 40, num_classes=11)
+    warnings, saved_models = {}, {}
+    for step in (3, 1000):
+        source = {"arch": "resnet50", "num_classes": 11, "image_size": 32, "checkpoint": f"/x/model.ckpt-{step}",
+                  "step": step, "weights": "raw"}
+        saved = saved_models[step] = export.save_saved_model(model, 32, str(tmp_path / str(step)), source)
+        for where in (["--data-dir", str(data)], ["--num-iter", "2"]):
+            result = run("--model", saved, *where, "--log-path", str(tmp_path / "log.json"), *SMALL)
+            assert result.returncode == 0, result.stderr
+            warnings[step, where[0]] = [line for line in result.stdout.splitlines() if line.startswith("WARNING")]
+    assert warnings.pop((3, "--data-dir")) == [
+        f"WARNING: --model {saved_models[3]} was trained 3 step(s): its BN moving "
+        "statistics still hold 73% of their starting values (mean 0, variance 1, where a training or a "
+        "--finetune_checkpoint fine-tune starts them), so it normalises with statistics that are not its data's and "
+        "its outputs are unreliable; train it to step 44 or beyond (under 1% left)"]
+    assert warnings == {key: [] for key in warnings}
+
+
 def test_tf_backend_on_tfrecords(saved_model, tmp_path):
     data = tmp_path / "data"
     write_tfrecord_shards(str(data), "validation", 1, 6, 40, num_classes=11)

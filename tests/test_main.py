@@ -145,6 +145,9 @@ def test_evaluate_logs_accuracy_and_latency(trained, data_dir):
     out = run_main("--mode", "evaluate", "--data_dir", data_dir, "--batch_size", 5, "--results_dir", results,
                    "--warmup_steps", 1, *SMALL).stdout
     assert "Model evaluation finished" in out and "Evaluation Steps 4" in out
+    # 6 steps: 0.9 ** 6 = 53% of the BN moving statistics' starting values are left in them
+    assert (f"WARNING: checkpoint {os.path.join(results, 'model.ckpt-6')} was trained 6 step(s): its BN moving "
+            "statistics still hold 53% of their starting values") in out
     final = logged(results, "top1_accuracy")[-1]["data"]
     assert 0.0 <= final["top1_accuracy"] <= final["top5_accuracy"] <= 1.0
     for key in ("eval_throughput", "eval_throughput_total", "eval_latency_avg", "eval_latency_p90",

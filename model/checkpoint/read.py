@@ -16,6 +16,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from model.layers.batch_norm import BN_MOMENTUM
 from model.resnet import ARCHITECTURES
 from utils.ema import EMA_SUFFIX
 from utils.errors import UserError, first_line
@@ -288,6 +289,26 @@ def object_model(reader):
     stem = min(int(_OPERATION_KEY.match(k).group(1)) for k in paths if _OPERATION_KEY.match(k) and "/conv/" in k)
     quantized = any("quant" in k for k in paths)
     return ObjectModel(arch, int(kernels[0][-1]), len(kernels[0]) == 4, stem == 1, quantized, len(paths))
+
+
+# Below this share of their starting values left in the BN moving statistics, a model's outputs are its own.
+SETTLED_SHARE = 0.01
+
+
+def unsettled_statistics(step, what):
+    """A WARNING line when a model trained `step` steps still holds 1% or more of its BN moving statistics'
+    starting values (mean 0, variance 1: every training, and the original's --finetune_checkpoint fine-tune, starts
+    them there at step 0, and each step keeps BN_MOMENTUM of them); else None. `what` names the model."""
+    if step is None or step < 0:
+        return None
+    share = BN_MOMENTUM ** step
+    if share < SETTLED_SHARE:
+        return None
+    settled = next(k for k in range(step, 10000) if BN_MOMENTUM ** k < SETTLED_SHARE)
+    return (f"WARNING: {what} was trained {step} step(s): its BN moving statistics still hold {share:.0%} of their "
+            "starting values (mean 0, variance 1, where a training or a --finetune_checkpoint fine-tune starts them), "
+            "so it normalises with statistics that are not its data's and its outputs are unreliable; train it to "
+            f"step {settled} or beyond (under {SETTLED_SHARE:.0%} left)")
 
 
 def inspect(path):
