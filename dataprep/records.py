@@ -30,6 +30,7 @@ import signal
 import sys
 from typing import Callable, Sequence
 
+from utils import pixels
 from utils.errors import UserError, first_line, on_interrupt
 from utils.logger import progress_enabled  # noqa: F401 - the dataprep tools' progress check
 from utils.tfrecord_framing import count_records
@@ -79,7 +80,8 @@ def to_rgb_jpeg(data: bytes) -> tuple[bytes, int, int, bool]:
     """Returns (jpeg_bytes, height, width, converted).
 
     Valid RGB JPEGs are returned unchanged (same bytes). Anything else PIL can decode (greyscale or CMYK JPEG, PNG,
-    palette, RGBA, ... whatever the file extension says) is converted to RGB and re-encoded as JPEG at quality 100.
+    palette, RGBA, 16-bit, ... whatever the file extension says) is converted to RGB by utils/pixels.as_rgb, the
+    conversion predict applies too, and re-encoded as JPEG at quality 100.
     Raises UnreadableImage for empty, non-image or corrupt files.
     """
     from PIL import Image, UnidentifiedImageError
@@ -99,15 +101,8 @@ def to_rgb_jpeg(data: bytes) -> tuple[bytes, int, int, bool]:
         raise UnreadableImage("image has zero size")
     if image_format in ("JPEG", "MPO") and image.mode == "RGB":
         return data, height, width, False
-    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
-        # Drop alpha the way a viewer on white would show it, rather than keeping whatever the hidden RGB holds.
-        rgba = image.convert("RGBA")
-        rgb = Image.new("RGB", rgba.size, (255, 255, 255))
-        rgb.paste(rgba, mask=rgba.getchannel("A"))
-    else:
-        rgb = image.convert("RGB")
     out = io.BytesIO()
-    rgb.save(out, format="JPEG", quality=JPEG_QUALITY_CONVERTED)
+    pixels.as_rgb(image).save(out, format="JPEG", quality=JPEG_QUALITY_CONVERTED)  # predict's conversion too
     return out.getvalue(), height, width, True
 
 

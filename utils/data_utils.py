@@ -68,7 +68,7 @@ import numpy as np
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
-from utils import image_processing
+from utils import image_processing, pixels
 from utils.errors import UserError
 
 SHUFFLE_BUFFER = 4096
@@ -627,6 +627,8 @@ def load_inference_image(path, height, width):
     """float32 [H, W, 3] in 0..255 of one predict input with the eval preprocessing; raises ImageFileError naming
     the file when it cannot be read, is not a complete JPEG or PNG, or TensorFlow cannot decode it."""
     data = read_image_file(path)
+    if data.startswith(b"\x89PNG"):  # transparency and 16-bit greyscale as dataprep converts them (utils/pixels.py)
+        data = pixels.png_for_model(data)
     try:
         return image_processing.eval_preprocess(tf.constant(data), height, width).numpy()
     except tf.errors.OpError as error:
