@@ -127,6 +127,7 @@ class Runner:
                 num_classes=config.num_classes, use_final_conv=config.use_final_conv, log=log.print)
             if finetuned:
                 log.log(step="PARAMETER", data={"Restoring variables from checkpoint": finetuned})
+                self._note_finetuned_classes(finetuned)
         distribution.broadcast_variables(state.variables)
         current_step = int(global_step.numpy())
         run_iter = runner_utils.steps_this_run(config.run_iter, config.iter_unit, length.steps_per_epoch,
@@ -299,14 +300,36 @@ class Runner:
         predict reads): said, since the class names predict prints may no longer be the data's."""
         if self.config.data_dir is None:
             return
-        source = os.path.join(self.config.data_dir, "labels.txt")
-        kept = os.path.join(self.config.model_dir, "labels.txt")
-        if os.path.isfile(source) and os.path.isfile(kept):
-            with open(source, encoding="utf-8") as new, open(kept, encoding="utf-8") as old:
-                if new.read() != old.read():
-                    self.logger.print("Note: {} names other classes than {}, copied there when this training "
-                                      "started; predict reads that one: replace it if this data's class names are "
-                                      "the ones to show".format(source, kept))
+        other = runner_utils.other_class_names(os.path.join(self.config.data_dir, "labels.txt"),
+                                               os.path.join(self.config.model_dir, "labels.txt"))
+        if other:
+            self.logger.print("Note: {}, copied there when this training started; predict reads that one: replace it "
+                              "if this data's class names are the ones to show".format(other))
+
+    def _note_finetuned_classes(self, finetuned):
+        """A fine-tune that keeps the checkpoint's classifier (same class count) onto data whose labels.txt names
+        other classes than the one beside the checkpoint: said, since output k starts as the checkpoint's class k."""
+        config = self.config
+        if config.data_dir is None or checkpoint.inspect(finetuned).num_classes != config.num_classes:
+            return
+        other = runner_utils.other_class_names(os.path.join(config.data_dir, "labels.txt"),
+                                               os.path.join(os.path.dirname(finetuned), "labels.txt"))
+        if other:
+            self.logger.print("Note: {}, beside --finetune_checkpoint: its classifier is kept (the same {} classes), "
+                              "so output k starts as that checkpoint's class k and is trained to this data's "
+                              "label k".format(other, config.num_classes))
+
+    def _note_evaluated_classes(self):
+        """evaluate on data whose labels.txt names other classes than the one beside the checkpoints: a WARNING,
+        since the accuracy compares output k with label k."""
+        config = self.config
+        if config.data_dir is None or config.mode == "train_and_evaluate":
+            return  # (a training run said it at its start)
+        other = runner_utils.other_class_names(os.path.join(config.data_dir, "labels.txt"),
+                                               os.path.join(config.model_dir, "labels.txt"))
+        if other:
+            self.logger.print("WARNING: {}, the classes this checkpoint was trained on: the accuracy compares output "
+                              "k with label k, which names another class here".format(other))
 
     def _copy_labels_file(self):
         """Keeps the dataset's class names beside the checkpoints, so `predict` can name classes."""
@@ -355,6 +378,8 @@ class Runner:
                                           note_raw=is_benchmark, note_unsettled=not is_benchmark or bool(export_dir))
         if config.use_ema_weights and info is not None:
             checkpoints.require_averages(info)
+        if info is not None:
+            self._note_evaluated_classes()
 
         log.print("Starting Model Evaluation...")
         log.print("Evaluation Epochs", num_epochs)

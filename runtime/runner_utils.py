@@ -117,6 +117,30 @@ class InferenceFiles(list):
         self.ignored = ignored
 
 
+def read_class_names(path):
+    """The class names of a labels file (one per line, blank lines skipped), or None when there is no such file."""
+    if not path or not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return [line.strip() for line in handle if line.strip()]
+
+
+def other_class_names(path, reference):
+    """None when labels file `path` names the classes of labels file `reference` (or either is absent); else
+    "<path> names other classes than <reference> (<the first difference>)"."""
+    names, expected = read_class_names(path), read_class_names(reference)
+    if names is None or expected is None or names == expected:
+        return None
+    if len(names) != len(expected):
+        difference = "{} classes against {}".format(len(names), len(expected))
+    elif sorted(names) == sorted(expected):
+        difference = "the same names in another order"
+    else:
+        index = next(i for i, (a, b) in enumerate(zip(names, expected)) if a != b)
+        difference = "label {}: {!r} against {!r}".format(index + 1, names[index], expected[index])
+    return "{} names other classes than {} ({})".format(path, reference, difference)
+
+
 def parse_inference_input(to_predict):
     """A file, or the image files (by extension, non-recursive) of a directory in sorted order: InferenceFiles.
 

@@ -108,7 +108,8 @@ def test_a_resume_on_data_with_other_class_names_says_predict_keeps_the_first_on
     (renamed / "labels.txt").write_text("\n".join("other_%d" % i for i in range(NUM_CLASSES)) + "\n")
     out = run_main("--mode", "train", "--data_dir", str(renamed), "--batch_size", 8, "--num_iter", 7, "--iter_unit",
                    "batch", "--results_dir", results, *SMALL).stdout
-    assert (f"Note: {renamed / 'labels.txt'} names other classes than {os.path.join(results, 'labels.txt')}, copied "
+    assert (f"Note: {renamed / 'labels.txt'} names other classes than {os.path.join(results, 'labels.txt')} (label "
+            "1: 'other_0' against 'class_0'), copied "
             "there when this training started; predict reads that one") in out
     assert "Note:" not in run_main("--mode", "train", "--data_dir", data_dir, "--batch_size", 8, "--num_iter", 8,
                                    "--iter_unit", "batch", "--results_dir", results, *SMALL).stdout.replace(
@@ -145,6 +146,7 @@ def test_evaluate_logs_accuracy_and_latency(trained, data_dir):
     out = run_main("--mode", "evaluate", "--data_dir", data_dir, "--batch_size", 5, "--results_dir", results,
                    "--warmup_steps", 1, *SMALL).stdout
     assert "Model evaluation finished" in out and "Evaluation Steps 4" in out
+    assert "names other classes" not in out
     # 6 steps: 0.9 ** 6 = 53% of the BN moving statistics' starting values are left in them
     assert (f"WARNING: checkpoint {os.path.join(results, 'model.ckpt-6')} was trained 6 step(s): its BN moving "
             "statistics still hold 53% of their starting values") in out
@@ -153,6 +155,28 @@ def test_evaluate_logs_accuracy_and_latency(trained, data_dir):
     for key in ("eval_throughput", "eval_throughput_total", "eval_latency_avg", "eval_latency_p90",
                 "eval_latency_p95", "eval_latency_p99"):
         assert final[key] > 0, key
+
+
+def test_evaluate_and_finetune_on_data_that_names_other_classes_say_so(trained, data_dir, tmp_path):
+    """The same images with labels.txt naming the classes in another order: the checkpoint's output k no longer
+    means label k, so evaluate's accuracy means nothing and says why, and a fine-tune that keeps the classifier
+    says its outputs start as the checkpoint's classes."""
+    import shutil
+    permuted = tmp_path / "permuted"
+    shutil.copytree(data_dir, permuted)
+    (permuted / "labels.txt").write_text("\n".join("class_%d" % i for i in reversed(range(NUM_CLASSES))) + "\n")
+    kept = os.path.join(trained["dir"], "labels.txt")
+    out = run_main("--mode", "evaluate", "--data_dir", permuted, "--batch_size", 5, "--results_dir", trained["dir"],
+                   *SMALL).stdout
+    assert (f"WARNING: {permuted / 'labels.txt'} names other classes than {kept} (the same names in another order), "
+            "the classes this checkpoint was trained on: the accuracy compares output k with label k, which names "
+            "another class here") in out.splitlines()
+    out = run_main("--mode", "train", "--data_dir", permuted, "--batch_size", 8, "--num_iter", 1, "--iter_unit",
+                   "batch", "--results_dir", tmp_path / "tuned", "--finetune_checkpoint", trained["dir"],
+                   *SMALL).stdout
+    assert (f"Note: {permuted / 'labels.txt'} names other classes than {kept} (the same names in another order), "
+            f"beside --finetune_checkpoint: its classifier is kept (the same {NUM_CLASSES} classes), so output k "
+            "starts as that checkpoint's class k and is trained to this data's label k") in out.splitlines()
 
 
 def test_inference_benchmark_runs_on_fresh_weights(tmp_path):

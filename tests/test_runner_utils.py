@@ -170,3 +170,18 @@ def test_a_dali_index_of_another_file_is_refused(tmp_path):
         handle.truncate(os.path.getsize(large[0]) - 10)
     with pytest.raises(UserError, match=r"^TFRecord file .*b/train-00000-of-00001 is corrupt or truncated"):
         list_index_files(str(tmp_path / "idx"), large)
+
+
+def test_other_class_names_says_how_two_labels_files_differ(tmp_path):
+    def labels(name, *names):
+        (tmp_path / name).write_text("".join(f"{n}\n" for n in names))
+        return str(tmp_path / name)
+    data = labels("data.txt", "tench, Tinca tinca", "zebra", "mango")
+    assert runner_utils.other_class_names(data, labels("same.txt", "tench, Tinca tinca", "zebra", "", "mango")) is None
+    assert runner_utils.other_class_names(data, str(tmp_path / "absent.txt")) is None
+    assert runner_utils.other_class_names(data, labels("order.txt", "zebra", "mango", "tench, Tinca tinca")) == (
+        f"{data} names other classes than {tmp_path / 'order.txt'} (the same names in another order)")
+    assert runner_utils.other_class_names(data, labels("other.txt", "tench, Tinca tinca", "apple", "mango")) == (
+        f"{data} names other classes than {tmp_path / 'other.txt'} (label 2: 'zebra' against 'apple')")
+    assert runner_utils.other_class_names(data, labels("ten.txt", *map(str, range(10)))) == (
+        f"{data} names other classes than {tmp_path / 'ten.txt'} (3 classes against 10)")
