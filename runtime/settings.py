@@ -585,6 +585,8 @@ def check_data(config, log=print, workers=1, classes_from=None):
                             "shards (python -m dataprep.build_tfrecords --train_shards N)".format(
                                 config.data_dir, files, "s" * (files > 1), workers, workers, files,
                                 "s" * (files > 1)))
+        if split == "validation" and config.mode == "train_and_evaluate":
+            _check_evaluation_batch(config, split_facts)
         if split_facts.num_classes is not None:
             log("Dataset {} {}: {} images in {} shard{}, labels {}..{} ({} classes; the classifier has {} "
                 "outputs)".format(config.data_dir, split, split_facts.num_images, split_facts.present_shards,
@@ -592,6 +594,17 @@ def check_data(config, log=print, workers=1, classes_from=None):
                                   split_facts.num_classes, config.num_classes))
         facts[split] = split_facts
     return facts
+
+
+def _check_evaluation_batch(config, split_facts):
+    """train_and_evaluate's evaluation needs one whole batch of --batch_size validation images: refused before the
+    training rather than after it."""
+    from runtime.runner_utils import count_samples
+    images = split_facts.num_images if split_facts.num_images is not None else count_samples(split_facts.files)
+    if images < config.batch_size:
+        raise UserError("--data_dir {} has {} validation images, fewer than one evaluation batch of --batch_size {}: "
+                        "train_and_evaluate would train, then fail to evaluate; use a --batch_size of at most {}, or "
+                        "--mode train".format(config.data_dir, images, config.batch_size, images))
 
 
 def resolve(config, given, log=print, replicas=1, workers=1):

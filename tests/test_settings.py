@@ -703,3 +703,20 @@ def test_a_job_of_more_workers_than_train_files_is_refused_but_dali_shards_recor
     dali = RunConfig(mode="train", data_dir=str(data), num_classes=11, batch_size=2, model_dir=str(tmp_path),
                      dali=True, data_idx_dir=str(index))
     assert len(settings.check_data(dali, workers=3)["train"].files) == 2
+
+
+def test_train_and_evaluate_with_fewer_validation_images_than_a_batch_is_refused_before_training(tmp_path):
+    """Its evaluation would have no whole batch: refused at the start, not after the training (as it was)."""
+    from tests._data_helpers import write_tfrecord_shards
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "train", 1, 30, 32)
+    write_tfrecord_shards(str(data), "validation", 1, 20, 32)
+    config = RunConfig(mode="train_and_evaluate", data_dir=str(data), num_classes=11, batch_size=24,
+                       model_dir=str(tmp_path))
+    with pytest.raises(UserError, match=re.escape(
+            f"--data_dir {data} has 20 validation images, fewer than one evaluation batch of --batch_size 24: "
+            "train_and_evaluate would train, then fail to evaluate; use a --batch_size of at most 20, or --mode "
+            "train")):
+        settings.check_data(config)
+    assert set(settings.check_data(dataclasses.replace(config, batch_size=20))) == {"train", "validation"}
+    assert set(settings.check_data(dataclasses.replace(config, mode="train"))) == {"train"}
