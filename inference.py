@@ -472,7 +472,8 @@ def benchmark(run, data, steps, batch_size, warmup_steps, logger, records=None):
         from runtime.metrics import evaluated_images_line, require_evaluated
         num_samples, skipped = records
         require_evaluated(counted, num_samples, batch_size, skipped.count)
-        logger.print(evaluated_images_line(counted, num_samples, 1, "epoch", batch_size, skipped.count))
+        logger.print(evaluated_images_line(counted, num_samples, 1, "epoch", batch_size, skipped.count,
+                                           skipped.read))
     logger.log(step=(), data=results)
     return results
 

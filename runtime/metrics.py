@@ -116,10 +116,12 @@ def require_evaluated(seen, num_samples, batch_size, skipped):
     raise UserError(text + " (see the warnings above)")
 
 
-def evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size, skipped=0):
+def evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size, skipped=0, read=None):
     """How much of the validation set an evaluation covered. Batches are whole (drop_remainder, as the original),
     so up to batch_size - 1 images of every pass are left out. `skipped`: records the input dropped as corrupt
-    (an evaluation in epochs reads each record once per epoch, so `seen` counts distinct images)."""
+    (an evaluation in epochs reads each record once per epoch, so `seen` counts distinct images); `read`: records
+    the reader took from the files (SkippedRecords.read), which tells the records a read error left unread from
+    the last partial batch once a one-pass input ended short."""
     corrupt = "{:,} skipped as corrupt, see the warnings above".format(skipped) if skipped else None
     if iter_unit != "epoch":
         line = "Evaluated {:,} images ({:,} batches of {}) of the {:,} in the validation set".format(
@@ -128,7 +130,14 @@ def evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size, 
     total = num_samples * num_epochs
     notes = [corrupt] if corrupt else []
     dropped = total - skipped - seen
-    if 0 < dropped < batch_size and num_epochs == 1:
+    ended_short = seen < total // batch_size * batch_size  # the input ended: every record it could read was read
+    if num_epochs == 1 and ended_short and read is not None and read < total:
+        notes.append("{:,} more not read: a read error cut a shard short (unreadable stream data)".format(
+            total - read))
+        dropped = read - skipped - seen
+        if dropped > 0:
+            notes.append("the last partial batch of {:,} is dropped, as the original".format(dropped))
+    elif 0 < dropped < batch_size and num_epochs == 1:
         notes.append("the last partial batch of {:,} is dropped, as the original".format(dropped))
     elif dropped > 0 and num_epochs == 1:
         # More than a partial batch missing from one pass: the input ended early without naming them.

@@ -396,7 +396,8 @@ class Runner:
             require_evaluated(seen, num_samples, batch_size, skipped.count)
         if config.data_dir is not None:
             log.print(evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size,
-                                            skipped=skipped.count if passes is not None else 0))
+                                            skipped=skipped.count if passes is not None else 0,
+                                            read=skipped.read if passes is not None else None))
         if is_benchmark and meter.warmup_warning():
             log.print(meter.warmup_warning())
         if non_finite:

@@ -18,6 +18,43 @@ def test_evaluation_line_counts_the_dropped_partial_batch():
         "Evaluated 96 images (3 batches of 32) of the 10,000 in the validation set"
 
 
+def test_evaluation_line_tells_records_a_read_error_left_unread_from_the_partial_batch():
+    """30 records, batch 10: a read error in record 7 of a 15-record shard loses it (1 skipped) and the 7 after it
+    (never read: the reader took 23), the 22 delivered make 2 batches and a partial one of 2. Before, all 9 missing
+    from 30 - 1 - 20 were called the last partial batch."""
+    assert evaluated_images_line(20, 30, 1, "epoch", 10, skipped=1, read=23) == \
+        "Evaluated 20 of 30 images (1 skipped as corrupt, see the warnings above; 7 more not read: a read error cut " \
+        "a shard short (unreadable stream data); the last partial batch of 2 is dropped, as the original)"
+    # Every record read: the reader's count changes nothing.
+    assert evaluated_images_line(20, 30, 1, "epoch", 10, skipped=1, read=30) == \
+        "Evaluated 20 of 30 images (1 skipped as corrupt, see the warnings above; the last partial batch of 9 is " \
+        "dropped, as the original)"
+    # Whole batches all delivered (the input did not end short): the reader may not have reached the last records.
+    assert evaluated_images_line(20, 25, 1, "epoch", 10, read=21) == \
+        "Evaluated 20 of 25 images (the last partial batch of 5 is dropped, as the original)"
+
+
+def test_a_read_error_in_a_one_pass_input_is_counted_where_it_happened(tmp_path):
+    """The pipeline's own counts (SkippedRecords.count and .read) on a shard whose record 7's payload is damaged."""
+    import os
+    from dataprep.dali_index import iter_record_frames
+    from tests._data_helpers import write_tfrecord_shards
+    from utils import data_utils
+    paths = write_tfrecord_shards(str(tmp_path), "validation", 2, 15, 16, num_classes=11)
+    offset = list(iter_record_frames(paths[0]))[7][0]
+    with open(paths[0], "r+b") as handle:
+        handle.seek(offset + 12 + 50)  # inside the payload: the framing stays intact
+        byte = handle.read(1)
+        handle.seek(-1, os.SEEK_CUR)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    skipped = data_utils.SkippedRecords()
+    dataset = data_utils.get_tfrecords_input_fn(paths, 10, 16, 16, training=False, deterministic=True,
+                                                num_classes=11, num_epochs=1, skipped=skipped)
+    seen = sum(int(images.shape[0]) for images, _ in dataset)
+    assert (seen, skipped.count, skipped.read) == (20, 1, 23)
+    assert "7 more not read" in evaluated_images_line(seen, 30, 1, "epoch", 10, skipped.count, skipped.read)
+
+
 def test_evaluation_line_counts_the_records_skipped_as_corrupt():
     assert evaluated_images_line(16, 24, 1, "epoch", 8, skipped=8) == \
         "Evaluated 16 of 24 images (8 skipped as corrupt, see the warnings above)"

@@ -314,13 +314,20 @@ class SkippedRecords:
 
     def __init__(self):
         self._variable = None
+        self._read = None
 
-    def attach(self, variable):
-        self._variable = variable
+    def attach(self, variable, read=None):
+        self._variable, self._read = variable, read
 
     @property
     def count(self) -> int:
         return 0 if self._variable is None else int(self._variable.numpy())
+
+    @property
+    def read(self):
+        """Records the reader took from the files so far (those dropped after it included), or None when not known.
+        Below the records the files hold once the stream has ended when a read error cut a file short."""
+        return None if self._read is None else int(self._read.numpy())
 
 
 @functools.lru_cache(maxsize=None)
@@ -339,7 +346,7 @@ def _done(operation):
 
 
 def _corrupt_record_guard(filenames_t, num_classes, first_position, training, stop_after=None):
-    """(remember, check_gap, check_label, end_marker, counter): the cheap sequential stages around `ignore_errors`
+    """(remember, check_gap, check_label, end_marker, counter, end): the cheap sequential stages around `ignore_errors`
     (see the module docstring). The warning they print carries the running total of skipped records (`counter`);
     `end_marker(shape)` is the element that closes a finite stream (file index -1, filtered out after the scan);
     check_label checks each label and makes it 0-based.
@@ -418,7 +425,7 @@ def _corrupt_record_guard(filenames_t, num_classes, first_position, training, st
             end.read_value(), tf.zeros(image_shape, tf.float32), tf.constant(-1, tf.int32),
             tf.constant(-1, tf.int64), tf.constant(-1, tf.int64))))
 
-    return remember, check_gap, check_label, end_marker, counter
+    return remember, check_gap, check_label, end_marker, counter, end
 
 
 def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_threads=10, deterministic=False,
@@ -456,10 +463,10 @@ def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_t
         from utils.tfrecord_framing import count_records
         shard = filenames[shard_index::num_shards] if training and num_shards > 1 else filenames
         stop_after = (sum(count_records(name) for name in shard), 4 * num_threads + 64)
-    remember, check_gap, check_label, end_marker, counter = _corrupt_record_guard(
+    remember, check_gap, check_label, end_marker, counter, end = _corrupt_record_guard(
         filenames_t, num_classes, first_position, training, stop_after)
     if skipped is not None:
-        skipped.attach(counter)
+        skipped.attach(counter, end if not first_position else None)
     dataset = records.map(as_written(remember))
     preprocess = _preprocess_fn(filenames_t, height, width, training, seed, min_crop_area, augment)
     dataset = dataset.map(as_written(preprocess), num_parallel_calls=num_threads, deterministic=True)
