@@ -24,29 +24,13 @@ from utils.errors import ArgumentParser, UserError, command, on_interrupt
 from utils.tfrecord_framing import count_records
 
 
-def read_to_end(path: str) -> tuple[int, str | None]:
-    """(records TensorFlow's reader returns from `path`, its error or None when it reads to the end)."""
-    import tensorflow as tf
-    from utils.data_utils import op_error_text
-    dataset = tf.data.TFRecordDataset(path, buffer_size=8 << 20)
-    try:
-        return int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1)), None
-    except tf.errors.OpError as error:
-        read = 0  # a bad shard is rare: count what came before the error record by record
-        try:
-            for _ in dataset:
-                read += 1
-        except tf.errors.OpError:
-            pass
-        return read, op_error_text(error)
-
-
 def verify(tfrecord_dir: str, splits=("train", "validation"), log=print) -> list[str]:
     """One `BAD <shard>: ...` line (also logged) per shard of `splits` that cannot be read to its end; [] when all
     can. A shard whose framing is broken is named by the framing check, before TensorFlow reads it."""
     names = [name for name in list_shards(tfrecord_dir) if name.split("-", 1)[0] in splits]
     if not names:
         raise UserError(f"no {' or '.join(split + '-*' for split in splits)} files in {tfrecord_dir}")
+    from utils.data_utils import read_to_end  # (TensorFlow: imported once the arguments are checked)
     bad, records = [], 0
     for name in names:
         path = os.path.join(tfrecord_dir, name)

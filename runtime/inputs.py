@@ -103,6 +103,11 @@ def eval_preprocessing(size, pipeline):
         pipeline, eval_resize_min(size, size), size, size)
 
 
+DALI_DAMAGED_RECORD = ("DALI reads records without checking their data checksums and would evaluate a damaged one as "
+                       "it is: delete the shard and run the same dataprep.build_tfrecords command with --resume to "
+                       "write it again, or evaluate without --dali (tf.data skips damaged records, with a warning)")
+
+
 def eval_dataset(config, platform, batch_size, log=print, *, num_epochs=None, skipped=None):
     """Evaluation batches: synthetic without --data_dir (the benchmark), else the validation split in order.
 
@@ -120,6 +125,10 @@ def eval_dataset(config, platform, batch_size, log=print, *, num_epochs=None, sk
     data_utils.check_tfrecord_files(filenames, log)
     log(eval_preprocessing(size, "DALI" if config.uses_dali else "tf.data"))
     if config.uses_dali:
+        # DALI reads each record where its index says and checks no data checksum: a damaged record would be
+        # evaluated as it is, where tf.data skips it. The validation split is read once here (its pages then
+        # serve DALI's read), so both inputs evaluate the same records or this one refuses.
+        data_utils.check_read_to_end(filenames, DALI_DAMAGED_RECORD)
         return _dali(config, filenames, batch_size, log, training=False, use_gpu=platform.gpu)
     return data_utils.get_tfrecords_input_fn(filenames, batch_size, size, size, training=False,
                                              num_classes=config.num_classes, num_epochs=num_epochs,

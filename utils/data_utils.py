@@ -428,6 +428,34 @@ def _corrupt_record_guard(filenames_t, num_classes, first_position, training, st
     return remember, check_gap, check_label, end_marker, counter, end
 
 
+def read_to_end(path: str) -> tuple[int, str | None]:
+    """(records TensorFlow's reader returns from `path`, its error or None when it reads to the end). The reader
+    checks every record's data checksum, which the framing walk (count_records) and DALI's reader do not."""
+    dataset = tf.data.TFRecordDataset(path, buffer_size=8 << 20)
+    try:
+        return int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1)), None
+    except tf.errors.OpError as error:
+        read = 0  # a bad shard is rare: count what came before the error record by record
+        try:
+            for _ in dataset:
+                read += 1
+        except tf.errors.OpError:
+            pass
+        return read, op_error_text(error)
+
+
+def check_read_to_end(filenames, why):
+    """UserError naming the first of `filenames` TensorFlow's reader cannot read to its end (a record whose data
+    no longer matches its checksum), with `why` it matters; the count of each file's framing is the reference."""
+    from utils.tfrecord_framing import count_records
+    for path in filenames:
+        framed = count_records(path)
+        read, error = read_to_end(path)
+        if error is not None or read != framed:
+            raise UserError("{} cannot be read to its end: its reader stops after {:,} of {:,} records ({}); {}".format(
+                path, read, framed, error, why))
+
+
 def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_threads=10, deterministic=False,
                            seed=None, num_shards=1, shard_index=0, *, num_classes=1001, start_step=0,
                            min_crop_area=image_processing.AREA_RANGE[0], augment=None, num_epochs=None,
