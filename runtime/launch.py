@@ -223,7 +223,8 @@ def main(argv=None):
     launcher = Launcher([sys.executable, "-u", args.script, *args.script_args], args.nproc,
                         quiet_workers=args.quiet_workers, grace=args.grace)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
-        signal.signal(signum, launcher.forward)
+        if signal.getsignal(signum) != signal.SIG_IGN:  # one the parent set to be ignored stays ignored
+            signal.signal(signum, launcher.forward)
     launcher.start()
     return launcher.wait()
 

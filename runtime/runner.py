@@ -55,6 +55,8 @@ class StopRequest:
     def __enter__(self):
         errors.deliver_pending_interrupt()  # a signal from before the loop, still waiting for a line of ours
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            if signal.getsignal(signum) == signal.SIG_IGN:
+                continue  # ignored by the parent (a job started with & from a script, nohup): stays ignored
             try:
                 self._previous[signum] = signal.signal(signum, self._handle)
             except ValueError:  # not in the main thread

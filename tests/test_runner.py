@@ -117,3 +117,22 @@ def test_an_evaluation_stopped_by_an_exception_lets_go_of_its_input_at_once(tmp_
         runner._evaluation_pass(interrupted_step, held.pop(), 5, ThroughputMeter(4, 0), is_benchmark=False)
     assert caught.value.__traceback__ is not None  # the frames are still held here...
     assert iterator() is None  # ...but not the iterator
+
+
+def test_the_training_loop_leaves_a_signal_its_parent_ignored_ignored():
+    """A job started with & from a script inherits SIGINT ignored: before, the loop's handler took it anyway, so
+    a SIGINT before the first step was lost and one during training stopped it. The others get the handler, and
+    everything is restored after."""
+    import signal
+    from runtime.runner import StopRequest
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with StopRequest("kept") as stop:
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) == stop._handle
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == (signal.SIG_IGN, signal.SIG_DFL)
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
