@@ -255,3 +255,26 @@ def test_revisions_sets_the_head_env_in_head_processes_only_and_divides_by_the_c
         revisions._relative({"ours": 1.0}, "onnx")
     with pytest.raises(SystemExit):
         revisions.main(["--base", "HEAD", "--head_env", "NOEQUALS", "--", "bench.inference"])
+
+
+@pytest.mark.slow
+def test_qat_backends_compares_tensorflow_with_onnx_runtime_both_ways(tmp_path):
+    """A random-weight quantised graph at 32 px on 6 images: each comparison's keys and ranges (the figures are
+    docs/DEVIATIONS.md's, measured on a trained QAT checkpoint)."""
+    import export_frozen_graph
+    from bench import qat_backends
+    from tests._data_helpers import write_tfrecord_shards
+    graph = tmp_path / "qat.pb"
+    export_frozen_graph.export(export_frozen_graph.parse_args([
+        "--model_name", "resnet50", "--num_classes", "10", "--image_size", "32", "--input_format", "NHWC",
+        "--compute_format", "NHWC", "--quantize", "--output_file", str(graph)]), log=lambda *_: None)
+    write_tfrecord_shards(str(tmp_path / "data"), "validation", 1, 6, 40, num_classes=10)
+    out = tmp_path / "qat.json"
+    assert qat_backends.main(["--graph", str(graph), "--data_dir", str(tmp_path / "data"), "--batch_size", "3",
+                              "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert results["images"] == 6 and set(results["top1"]) == {"tf", "tf_scaled", "ort", "ort_unoptimised"}
+    for name in ("tf_vs_ort", "tf_vs_ort_unoptimised", "tf_vs_tf_input_scaled_1e-6"):
+        row = results[name]
+        assert 0 <= row["median_abs_diff"] <= row["p99_abs_diff"] <= row["max_abs_diff"] <= 1
+        assert 0 <= row["top1_agreement"] <= 1

@@ -1,0 +1,88 @@
+"""A quantisation-aware frozen graph in TensorFlow against its ONNX conversion in ONNX Runtime, over a validation
+split: how often the two give another top class, how far their probabilities differ, and their accuracies.
+
+    python -m bench.qat_backends --graph qat.pb --data_dir DIR [--json out.json]
+
+The graph is export_frozen_graph.py --quantize's (NHWC input); it is converted here as export_onnx.py does.
+ONNX Runtime runs twice: with its default optimisations, which turn the Q/DQ pairs around each conv into int8
+kernels (QLinearConv), and with them off, where it computes the dequantised values in float as TensorFlow does.
+As a yardstick, TensorFlow against itself on inputs scaled by 1 + 1e-6: how many top classes a float rounding of
+the input moves in a fake-quantised model, where a value near a bin's edge lands in the neighbouring bin.
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+
+def compare(first, second):
+    """{top-1 agreement, |p1 - p2| max / median / p99 per image} of two [N, K] probability arrays."""
+    difference = np.abs(first - second).max(axis=1)
+    return {"top1_agreement": float(np.mean(first.argmax(1) == second.argmax(1))),
+            "max_abs_diff": float(difference.max()), "median_abs_diff": float(np.median(difference)),
+            "p99_abs_diff": float(np.quantile(difference, 0.99))}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m bench.qat_backends", description=__doc__.splitlines()[0])
+    parser.add_argument("--graph", required=True, help="a frozen graph of export_frozen_graph.py --quantize")
+    parser.add_argument("--data_dir", required=True, help="TFRecords with validation-* shards")
+    parser.add_argument("--batch_size", type=int, default=100)
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+    import onnxruntime as ort
+    import tensorflow as tf
+    from model import export
+    from runtime import runner_utils
+    from utils import data_utils
+
+    graph_def = tf.compat.v1.GraphDef()
+    with open(args.graph, "rb") as handle:
+        graph_def.ParseFromString(handle.read())
+    source = export.graph_source(graph_def) or {}
+    size = source.get("image_size") or int(next(node for node in graph_def.node if node.name == "input")
+                                             .attr["shape"].shape.dim[1].size)
+    graph = tf.compat.v1.wrap_function(
+        lambda x: tf.graph_util.import_graph_def(graph_def, input_map={"input:0": x},
+                                                 return_elements=["resnet50/output/softmax:0"])[0],
+        [tf.TensorSpec([None, size, size, 3], tf.float32)])
+    with tempfile.TemporaryDirectory() as work:
+        onnx_path = os.path.join(work, "qat.onnx")
+        export.to_onnx(args.graph, onnx_path)
+        sessions = {}
+        for name, level in (("ort", ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
+                            ("ort_unoptimised", ort.GraphOptimizationLevel.ORT_DISABLE_ALL)):
+            options = ort.SessionOptions()
+            options.graph_optimization_level = level
+            sessions[name] = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+    filenames = runner_utils.list_filenames_in_dataset(args.data_dir, "validation")
+    dataset = data_utils.get_tfrecords_input_fn(filenames, args.batch_size, size, size, training=False,
+                                                num_threads=2, deterministic=True,
+                                                num_classes=source.get("num_classes") or 1001, num_epochs=1)
+    outputs = {name: [] for name in ("tf", "tf_scaled", *sessions)}
+    labels = []
+    for images, batch_labels in dataset:
+        outputs["tf"].append(graph(images).numpy())
+        outputs["tf_scaled"].append(graph(images * (1 + 1e-6)).numpy())
+        for name, session in sessions.items():
+            outputs[name].append(session.run(None, {session.get_inputs()[0].name: images.numpy()})[0])
+        labels.append(batch_labels.numpy())
+    outputs = {name: np.concatenate(values) for name, values in outputs.items()}
+    labels = np.concatenate(labels)
+    results = {"graph": args.graph, "source": source, "images": int(len(labels)),
+               "top1": {name: float(np.mean(values.argmax(1) == labels)) for name, values in outputs.items()},
+               "tf_vs_ort": compare(outputs["tf"], outputs["ort"]),
+               "tf_vs_ort_unoptimised": compare(outputs["tf"], outputs["ort_unoptimised"]),
+               "tf_vs_tf_input_scaled_1e-6": compare(outputs["tf"], outputs["tf_scaled"])}
+    print(json.dumps(results, indent=2))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
