@@ -344,6 +344,18 @@ def _suggestion(arg: str, options: Sequence[str]) -> str:
     return " (did you mean {}?)".format(" or ".join(close[:3])) if close else ""
 
 
+def _unknown_flags(argv: Sequence[str], unknown: Sequence[str]) -> list:
+    """`unknown` (parse_known_args' leftovers of `argv`) less each value that directly follows an unknown `--flag`:
+    `--batch 8` is one unknown flag, not also an unknown `8` (the original reported both)."""
+    def is_flag(arg):
+        return arg.startswith("-") and not arg[1:].replace(".", "", 1).isdigit()  # -1 and -0.5 are values
+    left = list(unknown)
+    for flag, value in zip(argv, argv[1:]):
+        if flag.startswith("--") and "=" not in flag and flag in unknown and not is_flag(value) and value in left:
+            left.remove(value)
+    return left
+
+
 def given_options(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> frozenset:
     """The destinations `argv` sets explicitly on `parser` (an option left at its default is not among them); any
     tool's parser, its defaults left as they were."""
@@ -379,7 +391,7 @@ def parse_cmdline(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         action.required = True
     if unknown:
         options = [option for action in parser._actions for option in action.option_strings]
-        for arg in unknown:
+        for arg in _unknown_flags(argv, unknown):
             print("ERROR: Unknown command line arg: {}{}".format(arg, _suggestion(arg, options)), file=sys.stderr)
         raise UserError("Invalid command line arg(s)")
     args = parser.parse_args(argv)

@@ -144,6 +144,18 @@ def test_unknown_argument_prints_the_original_message(capsys):
     assert "ERROR: Unknown command line arg: --no_such_flag" in capsys.readouterr().err
 
 
+def test_the_value_of_an_unknown_flag_is_not_reported_as_another_unknown_arg(capsys):
+    """`--batch 8` is one mistake (a misspelt --batch_size), not also an unknown `8`; a value that follows
+    `--flag=value` or a known flag's value is still reported, and a negative number is a value, not a flag."""
+    with pytest.raises(UserError, match="Invalid command line arg"):
+        parse_cmdline(["--mode", "train", "--batch", "8", "--lr", "-1", "--batch_size", "2", "--bogus=1", "stray"])
+    assert capsys.readouterr().err.splitlines() == [
+        "ERROR: Unknown command line arg: --batch (did you mean --batch_size?)",
+        "ERROR: Unknown command line arg: --lr (did you mean --lr_init or --lr_warmup_epochs?)",
+        "ERROR: Unknown command line arg: --bogus=1",
+        "ERROR: Unknown command line arg: stray"]
+
+
 @pytest.mark.parametrize("flag,value", [("--arch", "resnet18"), ("--mode", "serve"), ("--iter_unit", "day"),
                                         ("--data_format", "NDHWC"), ("--weight_init", "uniform"),
                                         ("--batch_size", "eight")])
