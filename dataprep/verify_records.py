@@ -53,7 +53,7 @@ def verify(tfrecord_dir: str, splits=("train", "validation"), log=print) -> list
 
 @command
 def main(argv=None):
-    parser = ArgumentParser(prog="python -m dataprep.verify_records", description=__doc__.splitlines()[0],
+    parser = ArgumentParser(prog="python -m dataprep.verify_records", description=__doc__.split("\n\n")[0],
                             allow_abbrev=False)
     parser.add_argument("tfrecord_dir", help="the directory of train-*/validation-* shards (--data_dir)")
     parser.add_argument("--split", choices=("train", "validation"), default=None,

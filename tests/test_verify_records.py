@@ -62,3 +62,13 @@ def test_a_directory_without_shards_is_one_error_line(tmp_path):
     assert result.stderr.strip() == f"ERROR: no train-* or validation-* files in {tmp_path}"
     result = _verify(tmp_path / "missing")
     assert result.returncode == 2 and result.stderr.strip() == f"ERROR: TFRecord directory not found: {tmp_path / 'missing'}"
+
+
+@pytest.mark.parametrize("module", ["dataprep.verify_records", "dataprep.build_tfrecords", "dataprep.make_dali_index",
+                                    "dataprep.process_bounding_boxes", "dataprep.fashion_mnist"])
+def test_each_dataprep_tool_s_help_describes_it_in_whole_sentences(module):
+    """The description under the usage is a whole paragraph of the docstring (verify_records' stopped at the end of
+    its docstring's first line: "...with TensorFlow's reader, which")."""
+    result = tool_in_process(module, "--help")
+    description = " ".join(result.stdout.split("\n\n")[1].split())
+    assert description.endswith("."), description
