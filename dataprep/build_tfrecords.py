@@ -335,6 +335,11 @@ def discover(args) -> tuple[ClassList, dict[str, SplitInput], bool]:
     return classes, splits, imagenet
 
 
+def _first_names(names: list[str], shown: int = 4) -> str:
+    """The first `shown` class names, each quoted: ImageNet's hold commas ("tench, Tinca tinca")."""
+    return ", ".join(f'"{name}"' for name in names[:shown]) + (", ..." if len(names) > shown else "")
+
+
 def _check_labels_of_other_splits(output_dir: str, splits, classes: ClassList) -> None:
     """A run that writes one split beside another split's shards must label its images as those are: refused when
     the labels.txt there (written with them) names other classes than this run's, which it would overwrite."""
@@ -347,9 +352,8 @@ def _check_labels_of_other_splits(output_dir: str, splits, classes: ClassList) -
         written = [line.rstrip("\n") for line in handle]
     if written != list(classes.texts):
         raise UserError(f"{output_dir} holds {others[0]} shards labelled by its labels.txt ({len(written)} classes: "
-                        f"{', '.join(written[:4])}{', ...' if len(written) > 4 else ''}), and this run's "
-                        f"{len(classes.texts)} classes ({', '.join(classes.texts[:4])}"
-                        f"{', ...' if len(classes.texts) > 4 else ''}) would label the images otherwise: pass "
+                        f"{_first_names(written)}), and this run's {len(classes.texts)} classes "
+                        f"({_first_names(classes.texts)}) would label the images otherwise: pass "
                         "--labels_file with the class folders of that run in label order (for a folder dataset, "
                         f"{path}), or write both splits in one run")
 

@@ -701,6 +701,12 @@ def test_an_empty_class_folder_keeps_its_label_with_a_warning(tmp_path, capsys):
     assert json.loads((out / ".dataprep-train.json").read_text())["num_classes"] == 3
 
 
+def test_the_class_names_of_an_error_are_quoted_since_imagenet_s_hold_commas():
+    assert build_tfrecords._first_names(["tench, Tinca tinca", "goldfish, Carassius auratus"]) == \
+        '"tench, Tinca tinca", "goldfish, Carassius auratus"'
+    assert build_tfrecords._first_names(list("abcde")) == '"a", "b", "c", "d", ...'
+
+
 def test_a_split_written_beside_another_runs_shards_keeps_their_labels_or_is_refused(tmp_path, capsys):
     """A validation-only run into the directory of a train-only run: its own sorted folders (one train class
     missing, one extra) would number the classes otherwise, and overwrite labels.txt: refused, with the way out
@@ -715,8 +721,9 @@ def test_a_split_written_beside_another_runs_shards_keeps_their_labels_or_is_ref
     capsys.readouterr()
     assert build(["--val_dir", str(val), "--output_dir", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"ERROR: {out} holds train shards labelled by its labels.txt (3 classes: apple, banana, "
-                          "cherry), and this run's 3 classes (apple, cherry, zebra) would label the images otherwise")
+    assert err.startswith(f'ERROR: {out} holds train shards labelled by its labels.txt (3 classes: "apple", '
+                          '"banana", "cherry"), and this run\'s 3 classes ("apple", "cherry", "zebra") would label '
+                          'the images otherwise')
     assert (out / "labels.txt").read_text() == "apple\nbanana\ncherry\n" and not list(out.glob("validation-*"))
     assert build(["--val_dir", str(val), "--output_dir", str(out), "--labels_file", str(out / "labels.txt")]) == 0
     assert capsys.readouterr().err == (f"WARNING: 1 folder of {val} is not among the 3 classes (--labels_file) and "
