@@ -41,7 +41,7 @@ def parse_args(argv=None):
     parser.add_argument("--input_format", default="NCHW", choices=FORMATS)
     parser.add_argument("--compute_format", default="NCHW", choices=FORMATS)
     parser.add_argument("--checkpoint", default="", help="checkpoint prefix or directory; empty = random weights")
-    parser.add_argument("--output_file", default="", help="output GraphDef path (required)")
+    parser.add_argument("--output_file", required=True, help="output GraphDef path")
     parser.add_argument("--quantize", action="store_true", help="QAT eval graph (fake-quant + folded BN)")
     parser.add_argument("--symmetric", action="store_true")
     parser.add_argument("--use_qdq", action="store_true", help="QuantizeAndDequantizeV4 instead of FakeQuant ops")
@@ -57,8 +57,8 @@ def parse_args(argv=None):
     quiet.add_verbose_flag(parser)
     args = parser.parse_args(argv)
     args.given = given_options(parser, argv)
-    if not args.output_file:
-        parser.error("--output_file is required")
+    if not args.output_file:  # (an empty --output_file "")
+        parser.error("--output_file must name a file")
     if args.image_size < 32:
         parser.error("--image_size must be >= 32")
     if args.batch_size is not None and args.batch_size < 1:

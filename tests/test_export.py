@@ -291,7 +291,10 @@ def test_cli_errors(tmp_path):
                       "NHWC", "--checkpoint", str(tmp_path / "nope"), "--output_file", str(tmp_path / "x.pb"))
     assert missing.returncode == 2 and "ERROR: --checkpoint" in missing.stderr
     no_output = run_cli("export_frozen_graph.py", "--image_size", "32")
-    assert no_output.returncode != 0 and "--output_file is required" in no_output.stderr
+    assert no_output.returncode == 2 and no_output.stderr.startswith("ERROR: ") and no_output.stderr.endswith(
+        ": the following arguments are required: --output_file (--help lists the flags)\n")  # one line
+    usage = " ".join(run_cli("export_frozen_graph.py", "--help").stdout.split())  # (wrapped at the terminal's width)
+    assert " --output_file OUTPUT_FILE " in usage and "[--output_file" not in usage  # shown required
     (tmp_path / "garbage.pb").write_bytes(b"\x00\x01not a graph")
     bad = run_cli("export_onnx.py", "--input", str(tmp_path / "garbage.pb"), "--output", str(tmp_path / "o.onnx"))
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("ERROR:")
