@@ -118,6 +118,8 @@ def export(args, log=print):
     info = None
     if args.checkpoint:
         info = checkpoint.inspect(checkpoint.find_checkpoint(args.checkpoint, "--checkpoint", warn=log))
+        if args.use_ema_weights:  # refused before any line on the checkpoint (settings taken, variables restored)
+            checkpoints.require_averages(info)
         resolve_settings(args, info, log)
     quantization = QuantizationConfig.from_flags(args.quantize, args.symmetric, args.use_qdq, quantized_inference=True)
     model = build_export_model(args, quantization, platform)
@@ -130,7 +132,6 @@ def export(args, log=print):
         if unsettled:
             log(unsettled)
         if args.use_ema_weights:
-            checkpoints.require_averages(info)
             checkpoint.use_averages(model, info, args.model_name, describe, log)
         else:
             checkpoints.note_unused_averages(info, log)

@@ -513,3 +513,15 @@ def test_a_checkpoint_given_where_an_export_is_expected_says_how_to_export_it(tm
     assert export.checkpoint_prefix_hint("--model", str(tmp_path / "model.ckpt-8")) is None  # no such checkpoint
     with pytest.raises(UserError, match="does not exist"):
         export.to_onnx(str(tmp_path / "nothing"), str(tmp_path / "x.onnx"))
+
+
+def test_ema_weights_asked_of_a_checkpoint_without_them_are_refused_before_any_other_line(tmp_path, monkeypatch):
+    """The ERROR comes first and alone: not after "Using ... from checkpoint" and "Restored 267 of 267 variables"."""
+    narrow_resnet50(monkeypatch)
+    prefix = save_checkpoint(resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE), tmp_path)
+    result = run_cli("export_frozen_graph.py", "--checkpoint", prefix, "--use_ema_weights", "--compute_format", "NHWC",
+                     "--output_file", str(tmp_path / "ema.pb"))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (f"ERROR: checkpoint {prefix} has no EMA weights (train with --moving_average_decay to "
+                             "get them), so --use_ema_weights cannot be used with it\n")
+    assert not (tmp_path / "ema.pb").exists()
