@@ -21,7 +21,7 @@ import os
 import sys
 
 from model.arch_names import ARCH_NAMES
-from runtime.config import given_options
+from runtime.config import classifier_form_note, given_options
 from runtime.settings import reconcile
 from utils import quiet
 from utils.errors import ArgumentParser, command
@@ -102,6 +102,8 @@ def resolve_settings(args, info, log=print):
                         compatible=lambda name, *_: name == "use_final_conv")
     for name, value in changes.items():
         setattr(args, {"arch": "model_name"}.get(name, name), value)
+    if "use_final_conv" in given and recorded.get("use_final_conv", args.use_final_conv) != args.use_final_conv:
+        log(classifier_form_note(source, recorded["use_final_conv"], args.use_final_conv))  # as main.py says it
     if info.has_quantization_ranges and not args.quantize:
         log(f"NOTE: {source} holds quantisation ranges (QAT); this is the float graph, --quantize exports the "
             "quantised one")

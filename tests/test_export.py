@@ -500,6 +500,22 @@ def test_a_quantised_export_of_a_float_checkpoint_takes_the_grid_asked_for(tmp_p
         export_frozen_graph.resolve_settings(args, checkpoint.inspect(prefixes["qat"]), log=lambda *_: None)
 
 
+def test_use_final_conv_of_a_dense_checkpoint_is_said_as_main_py_says_it(tmp_path):
+    """A dense classifier exports as a 1x1 conv (the same numbers); main.py says so in a Note, the export said
+    nothing. The line is main.py's, word for word."""
+    from tests.test_settings import fake_checkpoint, resolve
+    path = fake_checkpoint(tmp_path, num_classes=10, use_final_conv=False)
+    _, main_lines = resolve(tmp_path, mode="evaluate", use_final_conv=True, num_classes=10)
+    note = [line for line in main_lines if "classifier" in line]
+    assert note == [f"Note: checkpoint {path} holds its classifier as a dense layer; this run builds it as a 1x1 "
+                    "conv (--use_final_conv), from the same weights"]
+    lines = []
+    args = export_frozen_graph.parse_args(["--output_file", str(tmp_path / "m.pb"), "--use_final_conv",
+                                           "--checkpoint", str(path)])
+    export_frozen_graph.resolve_settings(args, checkpoint.inspect(path), log=lines.append)
+    assert args.use_final_conv and [line for line in lines if "classifier" in line] == note
+
+
 def test_a_checkpoint_given_where_an_export_is_expected_says_how_to_export_it(tmp_path):
     """export_onnx.py --input and inference.py --model take exports; a training checkpoint's prefix there said it
     "does not exist" (export_onnx.py) or that a SavedModel was expected."""
