@@ -53,7 +53,10 @@ def parse_args(argv=None):
     parser.add_argument("--log-path", default="./log.json",
                         help="the DLLogger JSON log, appended to (default: ./log.json in the current directory, as "
                              "the original)")
-    parser.add_argument("--tf-trt", action="store_true", help="convert the SavedModel with TF-TRT first")
+    parser.add_argument("--tf-trt", action="store_true",
+                        help="convert the SavedModel with TF-TRT first; needs a TensorFlow built with TensorRT, "
+                             "which TF 2.21's pip builds are not (the tool then stops: use --backend onnxruntime "
+                             "or --backend tensorrt)")
     parser.add_argument("--amp", action="store_true",
                         help="--architecture: build the model in mixed precision (bfloat16 on CPU, float16 on a "
                              "GPU); TF-TRT and TensorRT: an FP16 engine. A given SavedModel or ONNX model keeps the "

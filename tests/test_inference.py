@@ -168,6 +168,13 @@ def test_tf_trt_message(tmp_path):
                                      "(TensorRT engine from ONNX, needs a GPU)")
 
 
+def test_tf_trt_help_says_pip_builds_lack_it():
+    """The flag's help said only "convert the SavedModel with TF-TRT first", for a TensorFlow that cannot."""
+    text = " ".join(run("--help").stdout.split())  # (wrapped at the terminal's width)
+    assert ("--tf-trt convert the SavedModel with TF-TRT first; needs a TensorFlow built with TensorRT, which TF "
+            "2.21's pip builds are not (the tool then stops: use --backend onnxruntime or --backend tensorrt)") in text
+
+
 def test_tensorrt_backend_message(tmp_path):
     (tmp_path / "m.onnx").write_bytes(b"")
     result = run("--model", str(tmp_path / "m.onnx"), "--backend", "tensorrt", *SMALL)
