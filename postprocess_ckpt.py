@@ -34,7 +34,9 @@ def parse_args(argv=None):
     parser.add_argument("--dense_layer", default="resnet50/output/dense/kernel",
                         help="TF1 checkpoints: name of the dense kernel variable to reshape (default: the one of the "
                              "checkpoint's architecture)")
-    parser.add_argument("--output", default="output_dir", help="output directory (must not exist)")
+    parser.add_argument("--output", default="output_dir",
+                        help="output directory (must not exist; default: output_dir in the current directory, as "
+                             "the original)")
     parser.add_argument("--overwrite", action="store_true", help="write into an existing output directory")
     quiet.add_verbose_flag(parser)
     args = parser.parse_args(argv)

@@ -196,3 +196,10 @@ def test_dense_layer_on_our_checkpoint_is_said_unused(tmp_path):
            "classifier kernel is resnet50/output/dense/kernel" in result.stdout
     assert tf.train.load_checkpoint(str(tmp_path / "out" / "model.ckpt-3")).get_variable_to_shape_map()[
         "resnet50/output/dense/kernel"] == [1, 1, 8, NUM_CLASSES]
+
+
+def test_help_says_where_the_output_goes_by_default():
+    """--output's default, output_dir in the current directory, was not in the help."""
+    text = " ".join(run("--help").stdout.split())  # (wrapped at the terminal's width)
+    assert ("--output OUTPUT output directory (must not exist; default: output_dir in the current directory, as the "
+            "original)") in text
