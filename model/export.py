@@ -146,15 +146,18 @@ def checkpoint_prefix_hint(flag, path):
 
 def _what_to_pass_instead(path):
     """The hint of a path that is not a SavedModel: the newest export under an --export_dir, or how to export a
-    training directory's checkpoint."""
+    training directory's checkpoint (with the evaluation data, or without any through a frozen graph)."""
     if os.path.isdir(path):
         exports = sorted(name for name in os.listdir(path)
                          if os.path.isfile(os.path.join(path, name, "saved_model.pb")))
         if exports:
             return "it holds {} export(s): pass one, e.g. {}".format(len(exports), os.path.join(path, exports[-1]))
         if os.path.isfile(os.path.join(path, "checkpoint")):
-            return ("it is a training directory: export its checkpoint with main.py --mode evaluate --model_dir {} "
-                    "--data_dir <TFRecords> --export_dir <dir>, then pass <dir>/<timestamp>".format(path))
+            return ("it is a training directory: export its checkpoint with main.py --mode evaluate --model_dir {0} "
+                    "--data_dir <TFRecords> --export_dir <dir>, then pass <dir>/<timestamp>; or, with no data, "
+                    "python export_frozen_graph.py --checkpoint {0} --output_file <name>.pb, then python "
+                    "export_onnx.py --input <name>.pb --output <name>.onnx, and pass <name>.onnx to inference.py "
+                    "--backend onnxruntime".format(path))
     return "pass the timestamped subdirectory of main.py's --export_dir"
 
 

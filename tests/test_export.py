@@ -471,9 +471,13 @@ def test_a_path_that_is_not_a_saved_model_gets_a_hint_of_what_to_pass(tmp_path):
     training = tmp_path / "run"
     training.mkdir()
     (training / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-3"\n')
-    with pytest.raises(UserError, match=r"it is a training directory: export its checkpoint with main.py --mode "
-                                        r"evaluate --model_dir .*run --data_dir <TFRecords> --export_dir <dir>"):
+    with pytest.raises(UserError) as error:
         export.load_serving_signature(str(training))
+    assert str(error.value).endswith(  # the export of evaluate, and the one that needs no data
+        f"it is a training directory: export its checkpoint with main.py --mode evaluate --model_dir {training} "
+        f"--data_dir <TFRecords> --export_dir <dir>, then pass <dir>/<timestamp>; or, with no data, python "
+        f"export_frozen_graph.py --checkpoint {training} --output_file <name>.pb, then python export_onnx.py --input "
+        "<name>.pb --output <name>.onnx, and pass <name>.onnx to inference.py --backend onnxruntime)")
     with pytest.raises(UserError, match=r"pass the timestamped subdirectory of main.py's --export_dir\)$"):
         export.load_serving_signature(str(tmp_path / "missing"))
 
