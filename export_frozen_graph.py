@@ -21,8 +21,8 @@ import os
 import sys
 
 from model.arch_names import ARCH_NAMES
-from runtime.config import classifier_form_note, given_options
-from runtime.settings import reconcile
+from runtime.config import given_options
+from runtime.settings import classifier_form_note, reconcile
 from utils import quiet
 from utils.errors import ArgumentParser, command
 from utils.output_paths import check_output_file

@@ -332,18 +332,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def classifier_form_note(source: str, recorded_final_conv: bool, final_conv: bool,
-                         writes_checkpoints: bool = False) -> str:
-    """The line for a checkpoint (`source`) whose classifier form, dense or 1x1 conv, is not the one a run builds:
-    the weights load into either (the same numbers), so it is said, not refused. export_frozen_graph.py's, and the
-    text of main.py's (runtime/settings.py's _model_changes); `writes_checkpoints`: a training run's."""
-    forms = ("a dense layer", "a 1x1 conv")
-    return "Note: {} holds its classifier as {}; this run builds it as {} ({}), from the same weights{}".format(
-        source, forms[recorded_final_conv], forms[final_conv],
-        "--use_final_conv" if final_conv else "without --use_final_conv",
-        ", and the checkpoints it writes hold that form" if writes_checkpoints else "")
-
-
 def _suggestion(arg: str, options: Sequence[str]) -> str:
     """` (did you mean --a or --b?)` for an unknown `--name[=value]`: the options it abbreviates, else those it
     resembles."""

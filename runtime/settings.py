@@ -330,12 +330,21 @@ def _model_changes(config, info, given, log):
     changes = reconcile(dataclasses.asdict(config), recorded, given, flags, source, log,
                         compatible=lambda name, *_: name in free)
     if "use_final_conv" in given and recorded.get("use_final_conv", config.use_final_conv) != config.use_final_conv:
-        forms = ("a dense layer", "a 1x1 conv")
-        log("Note: {} holds its classifier as {}; this run builds it as {} ({}), from the same weights{}".format(
-            source, forms[recorded["use_final_conv"]], forms[config.use_final_conv],
-            "--use_final_conv" if config.use_final_conv else "without --use_final_conv",
-            ", and the checkpoints it writes hold that form" if config.mode in TRAINING_MODES else ""))
+        log(classifier_form_note(source, recorded["use_final_conv"], config.use_final_conv,
+                                 writes_checkpoints=config.mode in TRAINING_MODES))
     return changes
+
+
+def classifier_form_note(source: str, recorded_final_conv: bool, final_conv: bool,
+                         writes_checkpoints: bool = False) -> str:
+    """The line for a checkpoint (`source`) whose classifier form, dense or 1x1 conv, is not the one a run builds:
+    the weights load into either (the same numbers), so it is said, not refused. main.py's (_model_changes) and
+    export_frozen_graph.py's; `writes_checkpoints`: a training run's."""
+    forms = ("a dense layer", "a 1x1 conv")
+    return "Note: {} holds its classifier as {}; this run builds it as {} ({}), from the same weights{}".format(
+        source, forms[recorded_final_conv], forms[final_conv],
+        "--use_final_conv" if final_conv else "without --use_final_conv",
+        ", and the checkpoints it writes hold that form" if writes_checkpoints else "")
 
 
 def _training_state_changes(config, info, given, log, replicas, note, workers=1):
