@@ -60,14 +60,14 @@ def restore_for_inference(model, global_step, model_dir, arch, num_classes, *, u
     report = checkpoint.restore_model(model, info, arch, describe)
     global_step.assign(info.step or 0)  # evaluation summaries land at the checkpoint's step
     log(report.describe())
-    unsettled = checkpoint.unsettled_statistics(info.step, f"checkpoint {path}") if note_unsettled else None
-    if unsettled:
-        log(unsettled)
     if ema:
         require_averages(info)
         checkpoint.use_averages(model, info, arch, describe, log)
     elif note_raw:
         note_unused_averages(info, log)
+    unsettled = checkpoint.unsettled_statistics(info.step, f"checkpoint {path}") if note_unsettled else None
+    if unsettled:
+        log(unsettled)
     return info
 
 
