@@ -478,6 +478,10 @@ def test_a_path_that_is_not_a_saved_model_gets_a_hint_of_what_to_pass(tmp_path):
         f"--data_dir <TFRecords> --export_dir <dir>, then pass <dir>/<timestamp>; or, with no data, python "
         f"export_frozen_graph.py --checkpoint {training} --output_file <name>.pb, then python export_onnx.py --input "
         "<name>.pb --output <name>.onnx, and pass <name>.onnx to inference.py --backend onnxruntime)")
+    (training / "checkpoint").unlink()  # checkpoint files without the state file: a training directory still
+    (training / "model.ckpt-3.index").write_bytes(b"")
+    with pytest.raises(UserError, match="it is a training directory: "):
+        export.load_serving_signature(str(training))
     with pytest.raises(UserError, match=r"pass the timestamped subdirectory of main.py's --export_dir\)$"):
         export.load_serving_signature(str(tmp_path / "missing"))
 
