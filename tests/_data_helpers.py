@@ -129,6 +129,18 @@ def skipped_total(stderr):
     return max([int(count) for count in re.findall(r"total skipped: (\d+)", stderr)] or [0])
 
 
+def corrupt_payload(path, record):
+    """Flips a byte inside `record`'s data, leaving its length header and that header's CRC intact: the framing
+    check passes, TensorFlow's reader stops at the record (its data CRC)."""
+    from utils.tfrecord_framing import iter_record_frames
+    offset = list(iter_record_frames(path))[record][0]
+    with open(path, "r+b") as handle:
+        handle.seek(offset + 12 + 50)
+        byte = handle.read(1)
+        handle.seek(-1, os.SEEK_CUR)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+
+
 def zero_data_checksums(path):
     """Rewrites every record's data checksum of a TFRecord file as 0, as a writer that does not compute them would."""
     from utils.tfrecord_framing import iter_record_frames

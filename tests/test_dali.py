@@ -185,20 +185,15 @@ def test_an_image_dali_cannot_decode_is_one_error_line(tmp_path):
 def test_a_dali_evaluation_refuses_a_record_whose_data_no_longer_matches_its_checksum(tmp_path):
     """A payload byte flipped after the index was made: DALI, which checks no data checksum, would evaluate the
     damaged record (and tf.data skip it, another accuracy); the evaluation input refuses it, naming the shard."""
-    from dataprep.dali_index import iter_record_frames
     from runtime import inputs
     from runtime.config import RunConfig
+    from tests._data_helpers import corrupt_payload
     from utils.devices import Platform
     paths, _ = _indexed_shards(tmp_path, 6)
     config = RunConfig(data_dir=str(tmp_path / "data"), data_idx_dir=str(tmp_path / "idx"), dali=True,
                        num_classes=NUM_CLASSES, image_size=32, model_dir=str(tmp_path))
     assert inputs.next_batch(iter(inputs.eval_dataset(config, Platform(), 2, log=lambda *_: None)))[0].shape[0] == 2
-    offset = list(iter_record_frames(paths[0]))[3][0]
-    with open(paths[0], "r+b") as handle:
-        handle.seek(offset + 12 + 50)  # inside record 3's payload: its framing and index stay right
-        byte = handle.read(1)
-        handle.seek(-1, os.SEEK_CUR)
-        handle.write(bytes([byte[0] ^ 0xFF]))
+    corrupt_payload(paths[0], 3)  # its framing and index stay right
     with pytest.raises(UserError) as info:
         inputs.eval_dataset(config, Platform(), 2, log=lambda *_: None)
     assert str(info.value).startswith(f"{paths[0]} cannot be read to its end: its reader stops after 3 of 6 records "

@@ -1,7 +1,6 @@
 """Byte-level corruption of a valid shard through the framing check (tests/test_data_utils.py already fuzzes the
 parse/decode/filter path with generated records): check_tfrecord_files either passes cleanly with the right
 record count or raises our UserError naming the file — never another exception, never a hang."""
-import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -64,14 +63,9 @@ def test_corrupted_shard_is_a_clean_pass_or_a_user_error(tmp_path, valid_shard, 
 
 
 def test_payload_corruption_passes_the_framing_check_and_is_skipped_when_read(tmp_path, valid_shard, capfd):
-    from dataprep.dali_index import iter_record_frames
+    from tests._data_helpers import corrupt_payload
     paths = write_tfrecord_shards(str(tmp_path), "train", 2, RECORDS, 16, num_classes=11)
-    offset = list(iter_record_frames(paths[0]))[2][0]
-    with open(paths[0], "r+b") as handle:
-        handle.seek(offset + 12 + 50)  # inside record 2's payload: length header and its CRC intact
-        byte = handle.read(1)
-        handle.seek(-1, os.SEEK_CUR)
-        handle.write(bytes([byte[0] ^ 0xFF]))
+    corrupt_payload(paths[0], 2)  # inside record 2's payload: length header and its CRC intact
     assert data_utils.check_tfrecord_files(paths) == [RECORDS, RECORDS]
     dataset = data_utils.get_tfrecords_input_fn(paths, 2, 16, 16, training=True, deterministic=True, seed=1,
                                                 num_classes=11)

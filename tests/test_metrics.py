@@ -36,17 +36,10 @@ def test_evaluation_line_tells_records_a_read_error_left_unread_from_the_partial
 
 def test_a_read_error_in_a_one_pass_input_is_counted_where_it_happened(tmp_path):
     """The pipeline's own counts (SkippedRecords.count and .read) on a shard whose record 7's payload is damaged."""
-    import os
-    from dataprep.dali_index import iter_record_frames
-    from tests._data_helpers import write_tfrecord_shards
+    from tests._data_helpers import corrupt_payload, write_tfrecord_shards
     from utils import data_utils
     paths = write_tfrecord_shards(str(tmp_path), "validation", 2, 15, 16, num_classes=11)
-    offset = list(iter_record_frames(paths[0]))[7][0]
-    with open(paths[0], "r+b") as handle:
-        handle.seek(offset + 12 + 50)  # inside the payload: the framing stays intact
-        byte = handle.read(1)
-        handle.seek(-1, os.SEEK_CUR)
-        handle.write(bytes([byte[0] ^ 0xFF]))
+    corrupt_payload(paths[0], 7)
     skipped = data_utils.SkippedRecords()
     dataset = data_utils.get_tfrecords_input_fn(paths, 10, 16, 16, training=False, deterministic=True,
                                                 num_classes=11, num_epochs=1, skipped=skipped)

@@ -4,24 +4,12 @@ import os
 
 import pytest
 
-from dataprep.dali_index import iter_record_frames
 from tests._cli import tool_in_process
-from tests._data_helpers import write_tfrecord_shards
+from tests._data_helpers import corrupt_payload, write_tfrecord_shards
 
 pytestmark = pytest.mark.shallow
 
 RECORDS = 5
-
-
-def _corrupt_payload(path, record):
-    """Flips a byte inside `record`'s data, leaving its length header and that header's CRC intact: the framing
-    check passes, TensorFlow's reader stops at the record (its data CRC)."""
-    offset = list(iter_record_frames(path))[record][0]
-    with open(path, "r+b") as handle:
-        handle.seek(offset + 12 + 50)
-        byte = handle.read(1)
-        handle.seek(-1, os.SEEK_CUR)
-        handle.write(bytes([byte[0] ^ 0xFF]))
 
 
 def _verify(*args):
@@ -35,7 +23,7 @@ def test_a_readable_dataset_passes_and_a_damaged_shard_is_named_with_how_far_its
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [f"Read 3 shard(s) of {tmp_path}, 15 records: every record is readable"]
 
-    _corrupt_payload(train[1], 2)
+    corrupt_payload(train[1], 2)
     result = _verify(tmp_path)
     assert result.returncode == 1
     lines = result.stdout.splitlines()
