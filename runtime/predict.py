@@ -7,6 +7,7 @@ import sys
 import numpy as np
 
 from runtime.metrics import NON_FINITE_CAUSES
+from runtime.runner_utils import read_class_names
 from utils import data_utils
 from utils.errors import UserError, on_interrupt
 
@@ -78,9 +79,8 @@ def load_class_names(labels_file, config, warn=None):
         os.path.join(config.model_dir, "labels.txt"),
         os.path.join(config.data_dir, "labels.txt") if config.data_dir else None]
     for path in candidates:
-        if path and os.path.isfile(path):
-            with open(path, encoding="utf-8") as handle:
-                names = [line.strip() for line in handle if line.strip()]
+        names = read_class_names(path)
+        if names is not None:
             _check_class_names(path, names, config.num_classes, warn)
             return names
     if labels_file:
