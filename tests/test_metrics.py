@@ -34,7 +34,7 @@ def test_evaluation_line_tells_records_a_read_error_left_unread_from_the_partial
         "Evaluated 20 of 25 images (the last partial batch of 5 is dropped, as the original)"
 
 
-def test_a_read_error_in_a_one_pass_input_is_counted_where_it_happened(tmp_path):
+def test_a_read_error_in_a_one_pass_input_is_counted_where_it_happened(tmp_path, capfd):
     """The pipeline's own counts (SkippedRecords.count and .read) on a shard whose record 7's payload is damaged."""
     from tests._data_helpers import corrupt_payload, write_tfrecord_shards
     from utils import data_utils
@@ -45,6 +45,7 @@ def test_a_read_error_in_a_one_pass_input_is_counted_where_it_happened(tmp_path)
                                                 num_classes=11, num_epochs=1, skipped=skipped)
     seen = sum(int(images.shape[0]) for images, _ in dataset)
     assert (seen, skipped.count, skipped.read) == (20, 1, 23)
+    assert "WARNING: skipped 1 record(s) of unreadable stream data" in capfd.readouterr().err
     assert "7 more not read" in evaluated_images_line(seen, 30, 1, "epoch", 10, skipped.count, skipped.read)
 
 
