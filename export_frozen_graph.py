@@ -112,7 +112,7 @@ def resolve_settings(args, info, log=print):
 
 def export(args, log=print):
     from model import checkpoint, export as model_export
-    from runtime import checkpoints
+    from runtime import checkpoints, runner_utils
     from utils import devices
     check_output_file("--output_file", args.output_file)  # before the (slow) build and freeze
     platform = devices.setup_devices()
@@ -142,7 +142,8 @@ def export(args, log=print):
                 "their initial [-6, 6]")
     else:
         log("No --checkpoint: exporting random weights")
-    source = model_export.source_record(args.model_name, args.num_classes, info, args.use_ema_weights,
+    class_names = runner_utils.class_names_for_export(os.path.dirname(info.path), args.num_classes) if info else None
+    source = model_export.source_record(args.model_name, args.num_classes, info, args.use_ema_weights, class_names,
                                         quantized=quantization is not None,
                                         symmetric=bool(quantization is not None and args.symmetric))
     graph_def = model_export.frozen_graph(model, args.model_name, args.image_size, args.input_format, args.batch_size,
@@ -156,6 +157,9 @@ def export(args, log=print):
         f"'input' {args.input_format} {shape}, output '{model_export.output_node_name(args.model_name)}' "
         f"[{args.batch_size or -1}, {args.num_classes}] ({args.model_name}); it takes "
         f"{model_export.describe_input_pixels(model_export.graph_input_pixels(graph_def))}")
+    if class_names:
+        log(f"It records the class names of {os.path.join(os.path.dirname(info.path), 'labels.txt')} (output k is "
+            "line k + 1), as its ONNX conversion will")
     if args.compute_format == "NCHW" and not platform.gpu:
         log("NOTE: --compute_format NCHW: this graph needs a GPU to run (TensorFlow's CPU kernels are NHWC-only); "
             "use --compute_format NHWC for CPU")

@@ -89,23 +89,31 @@ def read_source(saved_model_dir):
     return source if isinstance(source, dict) else None
 
 
-def source_record(arch, num_classes, info, ema, **extra):
+def source_record(arch, num_classes, info, ema, class_names=None, **extra):
     """What an export is, for its record (save_saved_model's source.json, a frozen graph's SOURCE_NODE): the
     architecture, classes, the checkpoint (model/checkpoint.CheckpointInfo, None for fresh weights) and step its
-    weights came from and which weights (`ema`: its EMA ones), plus `extra` facts (a frozen graph's quantisation)."""
-    return dict({"arch": arch, "num_classes": num_classes, "checkpoint": info.path if info is not None else None,
-                 "step": info.step if info is not None else None,
-                 "weights": "fresh" if info is None else "ema" if ema else "raw"}, **extra)
+    weights came from and which weights (`ema`: its EMA ones), the `class_names` of its outputs when known (output
+    k is class_names[k]), plus `extra` facts (a frozen graph's quantisation)."""
+    record = {"arch": arch, "num_classes": num_classes, "checkpoint": info.path if info is not None else None,
+              "step": info.step if info is not None else None,
+              "weights": "fresh" if info is None else "ema" if ema else "raw"}
+    if class_names:
+        record["class_names"] = list(class_names)
+    return dict(record, **extra)
 
 
 def describe_source(source):
-    """"resnet50, 10 classes, 40x40, the EMA weights of checkpoint <path> (step 1124)": a model's `source` in words."""
+    """"resnet50, 10 classes ("T-shirt/top", "Trouser", "Pullover", ...), 40x40, the EMA weights of checkpoint <path>
+    (step 1124)": a model's `source` in words (the first class names when it records them)."""
     weights = source.get("weights")
     origin = ("freshly initialised weights" if weights == "fresh" or not source.get("checkpoint") else
               "the {}weights of checkpoint {} (step {})".format("EMA " if weights == "ema" else "",
                                                                 source["checkpoint"], source.get("step")))
-    return "{}, {} classes, {size}x{size}, {}{}".format(
-        source.get("arch"), source.get("num_classes"), origin,
+    names = source.get("class_names") or []
+    named = " ({}{})".format(", ".join('"{}"'.format(name) for name in names[:3]), ", ..." if len(names) > 3 else "") \
+        if names else ""
+    return "{}, {} classes{}, {size}x{size}, {}{}".format(
+        source.get("arch"), source.get("num_classes"), named, origin,
         ", quantisation-aware (fake-quantised{})".format(", symmetric" if source.get("symmetric") else "")
         if source.get("quantized") else "", size=source.get("image_size"))
 

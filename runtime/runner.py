@@ -428,9 +428,13 @@ class Runner:
                                       detail="nothing exported to --export_dir" if export_dir else
                                       "its figures above cover the steps it ran")
         if export_dir:
-            source = export.source_record(config.arch, config.num_classes, info, config.use_ema_weights)
+            class_names = runner_utils.class_names_for_export(config.model_dir, config.num_classes)
+            source = export.source_record(config.arch, config.num_classes, info, config.use_ema_weights, class_names)
             self.exported_path = export.save_saved_model(model, config.input_size, export_dir, source)
             log.log(step=(), data={"export_dir": self.exported_path})
+            if class_names:
+                log.print("It records the class names of {} (output k is line k + 1) in assets.extra/source.json"
+                          .format(os.path.join(config.model_dir, "labels.txt")))
             if info is None:  # a benchmark without a checkpoint: said, so the export is not taken for a model
                 log.print("Note: SavedModel {} holds freshly initialised weights: model_dir {} has no "
                           "checkpoint".format(self.exported_path, config.model_dir))

@@ -125,6 +125,14 @@ def read_class_names(path):
         return [line.strip() for line in handle if line.strip()]
 
 
+def class_names_for_export(directory, num_classes):
+    """The class names an export records: labels.txt in `directory` (a training keeps the dataset's beside its
+    checkpoints), output k named by its line k + 1; None without one, or when it names more classes than the model
+    has outputs (another dataset's file)."""
+    names = read_class_names(os.path.join(directory, "labels.txt")) if directory else None
+    return names if names and len(names) <= num_classes else None
+
+
 def other_class_names(path, reference):
     """None when labels file `path` names the classes of labels file `reference` (or either is absent); else
     "<path> names other classes than <reference> (<the first difference>)"."""

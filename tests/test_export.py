@@ -225,6 +225,33 @@ def test_a_frozen_graph_and_its_onnx_say_whether_they_take_raw_or_normalised_pix
                                                    ("raw", "the normalisation's channel means in its graph"))
 
 
+def test_an_export_records_the_class_names_kept_beside_its_checkpoint(tmp_path, monkeypatch):
+    """labels.txt beside the checkpoint (where training keeps the dataset's): the frozen graph records its names,
+    output k as line k + 1, its ONNX conversion carries them and inference.py's Model line shows the first; a file
+    naming more classes than the model has outputs (another dataset's) is left out."""
+    narrow_resnet50(monkeypatch)
+    model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE, seed=4)
+    prefix = save_checkpoint(model, tmp_path / "run")
+    names = [f"class {i}, the {i}th" for i in range(NUM_CLASSES)]
+    (tmp_path / "run" / "labels.txt").write_text("".join(f"{name}\n" for name in names))
+    output = tmp_path / "g.pb"
+    lines = []
+    export_frozen_graph.export(export_args("resnet50", output, "--checkpoint", prefix), log=lines.append)
+    assert export.graph_source(load_graph_def(output))["class_names"] == names
+    assert lines[-1] == (f"It records the class names of {tmp_path / 'run' / 'labels.txt'} (output k is line k + 1), "
+                         "as its ONNX conversion will")
+    result = run_cli("export_onnx.py", "--input", output, "--output", tmp_path / "g.onnx")
+    assert result.returncode == 0, result.stderr
+    import onnx
+    source = export.onnx_source(onnx.load(str(tmp_path / "g.onnx")))
+    assert source["class_names"] == names
+    assert export.describe_source(source).startswith(
+        f'resnet50, {NUM_CLASSES} classes ("class 0, the 0th", "class 1, the 1th", "class 2, the 2th", ...), ')
+    (tmp_path / "run" / "labels.txt").write_text("".join(f"{i}\n" for i in range(NUM_CLASSES + 1)))
+    export_frozen_graph.export(export_args("resnet50", output, "--checkpoint", prefix), log=lambda *_: None)
+    assert "class_names" not in export.graph_source(load_graph_def(output))
+
+
 def test_saved_model_to_onnx(tmp_path, monkeypatch):
     """A model built for inference (as main.py's SavedModel export builds it) converts: its convs are plain Conv2D
     ops (model/kernels.py)."""

@@ -263,7 +263,8 @@ def test_export_round_trip_matches_in_memory_model(trained, data_dir, tmp_path):
     # The export says what it is, for the tools that serve it (inference.py, export_onnx.py).
     from model import export
     assert export.read_source(exported) == {"arch": "resnet50", "num_classes": NUM_CLASSES, "image_size": 32,
-                                            "checkpoint": info.path, "step": info.step, "weights": "raw"}
+                                            "checkpoint": info.path, "step": info.step, "weights": "raw",
+                                            "class_names": ["class_%d" % i for i in range(NUM_CLASSES)]}
 
 
 def test_a_run_that_fails_before_its_first_step_leaves_no_checkpoint_to_bind_the_next(data_dir, tmp_path):
