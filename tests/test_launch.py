@@ -126,3 +126,35 @@ def test_main_py_help_through_the_launcher_is_main_py_s(capsys):
     assert stopped.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: main.py [-h] [--arch ") and out.count("usage: ") == 1
+
+
+def test_a_signal_the_parent_ignored_is_not_forwarded(monkeypatch, tmp_path):
+    """A launcher started with & from a script inherits SIGINT ignored: it stays ignored, so no worker is stopped
+    by a Ctrl-C its launcher was never meant to get; SIGTERM is still forwarded."""
+    import signal
+    from runtime import launch
+    seen = {}
+
+    class Recorder:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def forward(self, signum, frame=None):
+            pass
+
+        def start(self):
+            seen["handlers"] = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+            seen["forward"] = self.forward
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(launch, "Launcher", Recorder)
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        assert launch.main(["--nproc", "2", str(tmp_path / "job.py")]) == 0
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    assert seen["handlers"] == (signal.SIG_IGN, seen["forward"])
