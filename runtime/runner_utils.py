@@ -133,20 +133,23 @@ def class_names_for_export(directory, num_classes):
     return names if names and len(names) <= num_classes else None
 
 
+def class_list_difference(names, expected):
+    """None when the two class lists are equal (or either is None); else their first difference in words."""
+    if names is None or expected is None or list(names) == list(expected):
+        return None
+    if len(names) != len(expected):
+        return "{} classes against {}".format(len(names), len(expected))
+    if sorted(names) == sorted(expected):
+        return "the same names in another order"
+    index = next(i for i, (a, b) in enumerate(zip(names, expected)) if a != b)
+    return "label {}: {!r} against {!r}".format(index + 1, names[index], expected[index])
+
+
 def other_class_names(path, reference):
     """None when labels file `path` names the classes of labels file `reference` (or either is absent); else
     "<path> names other classes than <reference> (<the first difference>)"."""
-    names, expected = read_class_names(path), read_class_names(reference)
-    if names is None or expected is None or names == expected:
-        return None
-    if len(names) != len(expected):
-        difference = "{} classes against {}".format(len(names), len(expected))
-    elif sorted(names) == sorted(expected):
-        difference = "the same names in another order"
-    else:
-        index = next(i for i, (a, b) in enumerate(zip(names, expected)) if a != b)
-        difference = "label {}: {!r} against {!r}".format(index + 1, names[index], expected[index])
-    return "{} names other classes than {} ({})".format(path, reference, difference)
+    difference = class_list_difference(read_class_names(path), read_class_names(reference))
+    return "{} names other classes than {} ({})".format(path, reference, difference) if difference else None
 
 
 def parse_inference_input(to_predict):

@@ -76,6 +76,31 @@ def test_a_model_exported_from_a_checkpoint_of_few_steps_is_warned_about_when_it
     assert warnings == {key: [] for key in warnings}
 
 
+def test_data_whose_labels_name_other_classes_than_the_export_records_is_warned_about(tmp_path):
+    """main.py evaluate's check, through an export: the class names it records against the data's labels.txt.
+    Data without labels.txt, or naming the same classes, says nothing."""
+    from model import export, resnet
+    model = resnet.build_model("resnet50", num_classes=11, image_size=32, purpose="inference")
+    names = [f"class_{i}" for i in range(11)]
+    source = {"arch": "resnet50", "num_classes": 11, "image_size": 32, "checkpoint": "/x/model.ckpt-1000",
+              "step": 1000, "weights": "raw", "class_names": names}
+    saved = export.save_saved_model(model, 32, str(tmp_path / "export"), source)
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "validation", 1, 4, 40, num_classes=11)
+
+    def warnings():
+        result = run("--model", saved, "--data-dir", str(data), "--log-path", str(tmp_path / "log.json"), *SMALL)
+        assert result.returncode == 0, result.stderr
+        return [line for line in result.stdout.splitlines() if line.startswith("WARNING")]
+    assert warnings() == []
+    (data / "labels.txt").write_text("".join(f"{name}\n" for name in names))
+    assert warnings() == []
+    (data / "labels.txt").write_text("".join(f"{name}\n" for name in reversed(names)))
+    assert warnings() == [f"WARNING: {data / 'labels.txt'} names other classes than --model {saved} records (the same "
+                          "names in another order): the accuracy compares output k with label k, which names another "
+                          "class here"]
+
+
 def test_tf_backend_on_tfrecords(saved_model, tmp_path):
     data = tmp_path / "data"
     write_tfrecord_shards(str(data), "validation", 1, 6, 40, num_classes=11)
