@@ -85,7 +85,7 @@ def training_state(config, replicas=1, train_images=None, length=None, workers=1
     count the run's epochs, and (`length`, the run's runtime/inputs.TrainingLength) its learning-rate schedule."""
     state = dict({name: getattr(config, name) for name in TRAINING_STATE},
                  images_per_step=images_per_step(config, replicas), processes=int(workers),
-                 recipe={name: getattr(config, name) for name in RECIPE_FLAGS})
+                 recipe={name: getattr(config, name) for name in RECIPE_FLAGS}, data_stream=data_stream(config))
     if train_images is not None:
         state["train_images"] = int(train_images)
         if config.data_dir is not None:
@@ -94,6 +94,13 @@ def training_state(config, replicas=1, train_images=None, length=None, workers=1
     if length is not None:
         state["schedule"] = schedule_record(config, length.num_steps, length.num_decay_steps, length.steps_per_epoch)
     return state
+
+
+def data_stream(config):
+    """What a training's data stream depends on besides the files, as a checkpoint records it: --seed and the
+    input that reads it ("dali", "tf.data" or "synthetic")."""
+    return {"seed": config.seed, "input": "synthetic" if config.uses_synthetic_data else
+            "dali" if config.uses_dali else "tf.data"}
 
 
 # The flags that shape the learning rate at each step, besides the images per step and the train split's size.
@@ -384,13 +391,13 @@ def _training_state_changes(config, info, given, log, replicas, note, workers=1)
     # on a CPU without it): neither refused nor adopted, but said.
     recorded_amp = recorded.get("amp")
     if recorded_amp is not None and recorded_amp != config.amp:
-        note("Checkpoint {} was trained with --amp: this run continues it in float32 (pass --amp to keep mixed "
+        note("Note: checkpoint {} was trained with --amp: this run continues it in float32 (pass --amp to keep mixed "
              "precision)".format(info.path) if recorded_amp else
-             "Checkpoint {} was trained in float32: this run continues it with --amp".format(info.path))
+             "Note: checkpoint {} was trained in float32: this run continues it with --amp".format(info.path))
     # So may the images per step (another --batch_size, GPU count or --grad_accum_steps): the schedule follows them.
     recorded_images, images = recorded.get("images_per_step"), images_per_step(config, replicas)
     if recorded_images is not None and recorded_images != images:
-        note("Checkpoint {} was trained at {} images per step: this run continues at {} (--batch_size {} x {} "
+        note("Note: checkpoint {} was trained at {} images per step: this run continues at {} (--batch_size {} x {} "
              "replica(s) x --grad_accum_steps {}), and its learning rate and steps per epoch follow from {}{}".format(
                  info.path, recorded_images, images, config.batch_size, replicas, config.grad_accum_steps, images,
                  "; --seed's data stream does not continue where the checkpoint's stopped" if config.seed is not None
@@ -399,10 +406,30 @@ def _training_state_changes(config, info, given, log, replicas, note, workers=1)
         # The same images per step read by another number of processes, each reading its own share of the train
         # files: the seeded stream is another one (DALI's resume has its own note).
         processes = recorded["processes"]
-        note("Checkpoint {} was trained by {} process{}, each reading its own share of the train files: this run has "
+        note("Note: checkpoint {} was trained by {} process{}, each reading its own share of the train files: this run has "
              "{}, so --seed's data stream does not continue where the checkpoint's stopped (the same {} images per "
              "step, other images in them)".format(info.path, processes, "es" * (processes != 1), workers, images))
+    else:
+        _note_another_data_stream(config, info, recorded.get("data_stream"), note)
     return changes
+
+
+def _note_another_data_stream(config, info, recorded, note):
+    """A resume through another input, or with another --seed, than the checkpoint's run: its data stream is
+    another from here (said; checkpoints before 2026-12-05 record neither)."""
+    if not recorded:
+        return
+    stream = data_stream(config)
+    if recorded.get("input") != stream["input"]:
+        note("Note: checkpoint {} was trained through {}: this run reads through {}, so its data stream does not "
+             "continue the checkpoint's{}".format(info.path, recorded.get("input"), stream["input"],
+                                                  " (and DALI's resize filter is not TensorFlow's)"
+                                                  if "dali" in (recorded.get("input"), stream["input"]) else ""))
+    elif recorded.get("seed") != stream["seed"] and (stream["seed"] is not None or recorded.get("seed") is not None):
+        note("Note: checkpoint {} was trained {}: this run has {}, so its data stream does not continue the "
+             "checkpoint's".format(info.path, "without --seed" if recorded.get("seed") is None else
+                                   "with --seed {}".format(recorded["seed"]),
+                                   "no --seed" if stream["seed"] is None else "--seed {}".format(stream["seed"])))
 
 
 def _schedule_points(schedule, step, num_steps):

@@ -265,13 +265,13 @@ def test_a_resume_in_another_precision_than_its_checkpoint_says_so_and_goes_on(t
     path = fake_checkpoint(tmp_path, training={"amp": True, "moving_average_decay": 0.0})
     resolved, lines = resolve(tmp_path, **model)
     assert not resolved.config.amp
-    assert lines == [f"Checkpoint {path} was trained with --amp: this run continues it in float32 (pass --amp to "
+    assert lines == [f"Note: checkpoint {path} was trained with --amp: this run continues it in float32 (pass --amp to "
                      "keep mixed precision)"]
     assert resolve(tmp_path, amp=True, **model)[1] == []
     assert resolve(tmp_path, **dict(model, mode="evaluate"))[1] == []  # inference in float32 is the default, whatever trained it
     path = fake_checkpoint(tmp_path / "float", training={"amp": False, "moving_average_decay": 0.0})
     assert resolve(tmp_path / "float", amp=True, **model)[1] == [
-        f"Checkpoint {path} was trained in float32: this run continues it with --amp"]
+        f"Note: checkpoint {path} was trained in float32: this run continues it with --amp"]
     fake_checkpoint(tmp_path / "older", training={"moving_average_decay": 0.0})  # before precision was recorded
     assert resolve(tmp_path / "older", amp=True, **model)[1] == []
 
@@ -284,7 +284,7 @@ def test_a_resume_at_another_number_of_images_per_step_says_so_and_goes_on(tmp_p
     lines = []
     config = RunConfig(model_dir=str(tmp_path), batch_size=8, grad_accum_steps=2, seed=1, **model)
     settings.resolve(config, {"batch_size", "grad_accum_steps", "seed"} | set(model), log=lines.append, replicas=3)
-    assert lines == [f"Checkpoint {path} was trained at 32 images per step: this run continues at 48 (--batch_size "
+    assert lines == [f"Note: checkpoint {path} was trained at 32 images per step: this run continues at 48 (--batch_size "
                      "8 x 3 replica(s) x --grad_accum_steps 2), and its learning rate and steps per epoch follow "
                      "from 48; --seed's data stream does not continue where the checkpoint's stopped"]
     # The same images per step on another split of them: nothing to say.
@@ -318,7 +318,7 @@ def test_a_seeded_resume_by_another_number_of_processes_says_its_stream_is_anoth
     lines = []
     config = RunConfig(model_dir=str(tmp_path), batch_size=16, seed=1, **model)
     settings.resolve(config, {"batch_size", "seed"} | set(model), log=lines.append, replicas=1, workers=1)
-    assert lines == [f"Checkpoint {path} was trained by 2 processes, each reading its own share of the train files: "
+    assert lines == [f"Note: checkpoint {path} was trained by 2 processes, each reading its own share of the train files: "
                      "this run has 1, so --seed's data stream does not continue where the checkpoint's stopped (the "
                      "same 16 images per step, other images in them)"]
     lines = []  # the same processes, or no --seed (no exact stream to continue): nothing to say
@@ -395,7 +395,7 @@ def test_the_recorded_training_state_round_trips_through_the_metadata(tmp_path):
                                                                       workers=2), ranges=True, averages=True)
     recorded = checkpoint.inspect(path).recorded_settings()
     assert {name: recorded[name] for name in settings.TRAINING_STATE + ("images_per_step", "processes",
-                                                                        "train_images", "recipe")} \
+                                                                        "train_images", "recipe", "data_stream")} \
         == settings.training_state(config, replicas=4, train_images=12, workers=2)
     assert (recorded["images_per_step"], recorded["processes"], recorded["train_images"]) == (8, 2, 12)
     assert "train_images" not in settings.training_state(config)  # synthetic data: no train split
@@ -527,7 +527,7 @@ def test_a_schedule_note_is_about_the_schedule_flags_not_a_batch_change(tmp_path
     path = fake_checkpoint(tmp_path / "run", step=2, training=settings.training_state(
         RunConfig(batch_size=1, num_iter=3, **flags), train_images=6, length=TrainingLength(3, 1, 540, 3.0, 6)))
     lines = resolve(tmp_path / "run", batch_size=2, num_iter=4, **flags)[1]
-    assert lines == [f"Checkpoint {path} was trained at 1 images per step: this run continues at 2 (--batch_size 2 x "
+    assert lines == [f"Note: checkpoint {path} was trained at 1 images per step: this run continues at 2 (--batch_size 2 x "
                      "1 replica(s) x --grad_accum_steps 1), and its learning rate and steps per epoch follow from 2"]
     assert resolve(tmp_path / "run", batch_size=2, num_iter=4, **dict(flags, lr_init=0.512))[1][1].endswith(
         f"--lr_init 0.512 (was 0.256), --num_iter 4 (was 3); at step 2 the rate is {0.512 * 2 / 256:.6g} where the "
@@ -720,3 +720,41 @@ def test_train_and_evaluate_with_fewer_validation_images_than_a_batch_is_refused
         settings.check_data(config)
     assert set(settings.check_data(dataclasses.replace(config, batch_size=20))) == {"train", "validation"}
     assert set(settings.check_data(dataclasses.replace(config, mode="train"))) == {"train"}
+
+
+def test_a_resume_through_another_input_or_with_another_seed_says_its_stream_is_another(tmp_path):
+    """The checkpoint records its run's --seed and input (since 2026-12-05): a resume that changes either reads
+    another data stream from there, said in one line; the same ones, or a checkpoint that records neither, say
+    nothing."""
+    model = {"mode": "train", "num_classes": 10, "image_size": 32}
+    training = {"moving_average_decay": 0.0, "images_per_step": 2, "processes": 1}
+    path = fake_checkpoint(tmp_path, training=dict(training, data_stream={"seed": 6, "input": "tf.data"}))
+    assert resolve(tmp_path, seed=6, **model)[1] == []
+    assert resolve(tmp_path, seed=99, **model)[1] == [
+        f"Note: checkpoint {path} was trained with --seed 6: this run has --seed 99, so its data stream does not "
+        "continue the checkpoint's"]
+    assert resolve(tmp_path, **model)[1] == [
+        f"Note: checkpoint {path} was trained with --seed 6: this run has no --seed, so its data stream does not "
+        "continue the checkpoint's"]
+    lines = []  # (a --dali run needs its data and index files to resolve: the note's own function here)
+    settings._note_another_data_stream(RunConfig(seed=6, dali=True, data_dir="/data", data_idx_dir="/idx", **model),
+                                       checkpoint.inspect(path), {"seed": 6, "input": "tf.data"}, lines.append)
+    assert lines == [f"Note: checkpoint {path} was trained through tf.data: this run reads through dali, so its data "
+                     "stream does not continue the checkpoint's (and DALI's resize filter is not TensorFlow's)"]
+    unseeded = fake_checkpoint(tmp_path / "unseeded", training=dict(training, data_stream={"seed": None,
+                                                                                           "input": "tf.data"}))
+    assert resolve(tmp_path / "unseeded", **model)[1] == []
+    assert resolve(tmp_path / "unseeded", seed=3, **model)[1] == [
+        f"Note: checkpoint {unseeded} was trained without --seed: this run has --seed 3, so its data stream does not "
+        "continue the checkpoint's"]
+    fake_checkpoint(tmp_path / "older", training=training)  # before the stream was recorded
+    assert resolve(tmp_path / "older", seed=99, **model)[1] == []
+
+
+def test_a_checkpoint_records_its_runs_seed_and_input():
+    config = RunConfig(mode="train", data_dir="/data", seed=4, batch_size=2)
+    assert settings.training_state(config)["data_stream"] == {"seed": 4, "input": "tf.data"}
+    assert settings.data_stream(dataclasses.replace(config, dali=True, data_idx_dir="/idx")) == {"seed": 4,
+                                                                                          "input": "dali"}
+    assert settings.data_stream(dataclasses.replace(config, mode="training_benchmark", data_dir=None, seed=None)) \
+        == {"seed": None, "input": "synthetic"}
