@@ -21,6 +21,7 @@ from runtime.metrics import (ThroughputMeter, TrainStats, evaluated_images_line,
                              require_evaluated)
 from utils import errors, learning_rate
 from utils.devices import Platform, cpu_bfloat16_support
+from utils.distributed import SIGNAL_SYNC_EVERY
 from utils.logger import progress_enabled
 from utils.precision import Precision, cpu_bfloat16_note
 
@@ -34,10 +35,11 @@ class StopRequest:
     """SIGTERM / SIGINT / SIGUSR1: finish the current step, checkpoint, stop. A second signal exits at once, with
     one line ending in `kept`: what is left of the run."""
 
-    def __init__(self, kept):
+    def __init__(self, kept, agree_every=None):
         self.requested = False
         self.signum = None  # the first signal received (None when a peer worker's stop ended the loop)
         self.kept = kept
+        self.agree_every = agree_every  # several workers: the steps between their agreements to stop
         self._previous = {}
 
     def _handle(self, signum, frame):
@@ -49,8 +51,10 @@ class StopRequest:
             os._exit(128 + signum)
         self.requested = True
         self.signum = signum
-        print("Received signal {}: stopping after the current step (send it again to exit at once)".format(
-            signal.Signals(signum).name), flush=True)
+        when = ("at the next step the workers agree on (they do every {} steps)".format(self.agree_every)
+                if self.agree_every else "after the current step")
+        print("Received signal {}: stopping {} (send it again to exit at once)".format(
+            signal.Signals(signum).name, when), flush=True)
 
     def __enter__(self):
         errors.deliver_pending_interrupt()  # a signal from before the loop, still waiting for a line of ours
@@ -172,7 +176,8 @@ class Runner:
         stopped_by_signal = False
         stepped = False
         try:
-            with StopRequest(BENCHMARK_KEEPS if is_benchmark else CHECKPOINT_KEPT) as stop:
+            with StopRequest(BENCHMARK_KEEPS if is_benchmark else CHECKPOINT_KEPT,
+                             agree_every=SIGNAL_SYNC_EVERY if distribution.size > 1 else None) as stop:
                 for index in range(run_iter):
                     start = time.perf_counter()
                     images, labels = inputs.next_training_batch(iterator, config, current_step + index)

@@ -198,6 +198,9 @@ def test_two_workers_sigterm_to_launcher_all_agree_checkpoint_and_exit_0(tmp_pat
     # rank 0 says what it kept; worker 1 says only that it stopped with the others (rank 0 alone checkpoints)
     assert out.count("training stopped by a signal at step 10; checkpoint written") == 1, out[-3000:]
     assert "[worker 1] worker 1 stopped with the others at step 10; rank 0 wrote the checkpoint" in out.splitlines()
+    # Each says when it stops: the workers agree every 10 steps, not after every one.
+    assert out.count("Received signal SIGTERM: stopping at the next step the workers agree on (they do every 10 "
+                     "steps) (send it again to exit at once)") == 2, out[-3000:]
     assert checkpoint_steps(results) == [0, 10]
     read_all_tensors(latest_checkpoint(results))
 
