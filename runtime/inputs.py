@@ -99,8 +99,11 @@ def eval_preprocessing(size, pipeline):
     """The line saying how validation images become the model's input (utils/image_processing.py, DALI's
     equivalent), so a log says the preprocessing a figure was measured with."""
     from utils.image_processing import eval_resize_min
-    return "Evaluation preprocessing ({}): shorter side resized to {}, central {}x{} crop".format(
+    line = "Evaluation preprocessing ({}): shorter side resized to {}, central {}x{} crop".format(
         pipeline, eval_resize_min(size, size), size, size)
+    if pipeline == "DALI":  # measured in docs/DEVIATIONS.md, Data
+        line += " (DALI's resize filter is not TensorFlow's: a top-1 may differ from tf.data's by about a point)"
+    return line
 
 
 DALI_DAMAGED_RECORD = ("DALI reads records without checking their data checksums and would evaluate a damaged one as "

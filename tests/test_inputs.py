@@ -148,5 +148,6 @@ def test_prefetch_to_the_accelerator_stages_batches_on_the_platforms_device():
 def test_the_evaluation_preprocessing_line_gives_the_originals_256_for_224_and_its_ratio_elsewhere():
     from runtime.inputs import eval_preprocessing
     assert eval_preprocessing(224, "DALI") == "Evaluation preprocessing (DALI): shorter side resized to 256, central " \
-                                              "224x224 crop"
+                                              "224x224 crop (DALI's resize filter is not TensorFlow's: a top-1 may " \
+                                              "differ from tf.data's by about a point)"
     assert eval_preprocessing(40, "tf.data").endswith("resized to 45, central 40x40 crop")  # floor(40 * 256 / 224)
