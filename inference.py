@@ -360,7 +360,7 @@ def resolve_input_pixels(args, onnx_path, log, onnx_model=None):
     return (lambda images: (images - mean) / std), pixels
 
 
-def make_runner(args, saved_model_dir, onnx_path, workdir):
+def make_runner(args, saved_model_dir, onnx_path, workdir, log=print):
     if args.backend == "tf":
         if args.tf_trt:
             if not tf_trt_available():
@@ -371,6 +371,8 @@ def make_runner(args, saved_model_dir, onnx_path, workdir):
         from model import export
         onnx_path = os.path.join(workdir, "model.onnx")
         export.to_onnx(saved_model_dir, onnx_path)
+        log(f"Converted {'--model ' + args.model if args.model else 'the model'} to ONNX for --backend {args.backend} "
+            f"(tf2onnx, opset {export.DEFAULT_OPSET}, in a temporary file; export_onnx.py writes one to keep)")
     if args.backend == "onnxruntime":
         try:
             runner = ONNXRuntimeRunner(onnx_path)
@@ -569,7 +571,7 @@ def run(args):
                     check_dataset(args, signature.num_classes)
                     data_checked = True
                 del signature
-            runner = make_runner(args, saved_model_dir, onnx_path, workdir)
+            runner = make_runner(args, saved_model_dir, onnx_path, workdir, logger.print)
             if isinstance(runner, TFRunner) and args.model:
                 precision = runner.precision
                 if args.amp or precision != "float32":

@@ -135,6 +135,8 @@ def test_onnxruntime_backend_random_inputs_with_periodic_logs(saved_model, tmp_p
     result = run("--model", saved_model, "--backend", "onnxruntime", "--num-iter", "102", "--log-path", str(log),
                  *SMALL)
     assert result.returncode == 0, result.stderr
+    assert (f"Converted --model {saved_model} to ONNX for --backend onnxruntime (tf2onnx, opset 17, in a temporary "
+            "file; export_onnx.py writes one to keep)") in result.stdout.splitlines()
     records = [json.loads(line[5:]) for line in open(log, encoding="utf-8") if line.startswith("DLLL ")]
     assert [r["step"] for r in records if r["type"] == "LOG" and r["step"] not in ([], "PARAMETER")] == [[0, 100]]
     final = final_record(log)
