@@ -356,7 +356,8 @@ def classifier_form_note(source: str, recorded_final_conv: bool, final_conv: boo
 
 def _training_state_changes(config, info, given, log, replicas, note, workers=1):
     """What a resume continues of the QAT and EMA state, and the one line for each choice; `note` takes the lines on
-    what changes from the checkpoint's run (mixed precision, images per step, with --seed the processes)."""
+    what changes from the checkpoint's run (mixed precision, images per step, the data stream, the EMA kept or
+    started), which a resume with no step left to train does not print."""
     source = "checkpoint {}".format(info.path)
     recorded = info.recorded_settings()
     changes = {}
@@ -374,8 +375,8 @@ def _training_state_changes(config, info, given, log, replicas, note, workers=1)
     decay, recorded_decay = config.moving_average_decay, recorded.get("moving_average_decay")
     if info.has_weight_averages and decay == 0:
         if "moving_average_decay" in given:
-            log("WARNING: checkpoint {} has EMA weights, but this run has --moving_average_decay 0: its checkpoints "
-                "will not keep them".format(info.path))
+            note("WARNING: checkpoint {} has EMA weights, but this run has --moving_average_decay 0: its checkpoints "
+                 "will not keep them".format(info.path))
         elif recorded_decay is None:
             raise UserError("checkpoint {} has EMA weights but does not record their decay: pass "
                             "--moving_average_decay D to continue them, or --moving_average_decay 0 to drop "
@@ -386,7 +387,7 @@ def _training_state_changes(config, info, given, log, replicas, note, workers=1)
     elif info.has_weight_averages and recorded_decay is not None and decay != recorded_decay:
         raise contradiction("--moving_average_decay", decay, source, "--moving_average_decay", recorded_decay)
     elif decay > 0 and not info.has_weight_averages:
-        log("The checkpoint has no EMA weights: the averages start from its weights")
+        note("The checkpoint has no EMA weights: the averages start from its weights")
     # Mixed precision keeps float32 weights, so a resume may change it (bfloat16 is emulated, several times slower,
     # on a CPU without it): neither refused nor adopted, but said.
     recorded_amp = recorded.get("amp")
