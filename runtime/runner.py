@@ -60,7 +60,10 @@ class StopRequest:
         errors.deliver_pending_interrupt()  # a signal from before the loop, still waiting for a line of ours
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             if signal.getsignal(signum) == signal.SIG_IGN:
-                continue  # ignored by the parent (a job started with & from a script, nohup): stays ignored
+                if signum == signal.SIGINT:  # ignored by the parent (a job started with & from a script): said
+                    print("Note: SIGINT is ignored in this process (its parent set it so, as a shell script does for "
+                          "a job it starts with &): Ctrl-C and kill -INT do not stop it; SIGTERM does", flush=True)
+                continue  # stays ignored
             try:
                 self._previous[signum] = signal.signal(signum, self._handle)
             except ValueError:  # not in the main thread

@@ -119,7 +119,7 @@ def test_an_evaluation_stopped_by_an_exception_lets_go_of_its_input_at_once(tmp_
     assert iterator() is None  # ...but not the iterator
 
 
-def test_the_training_loop_leaves_a_signal_its_parent_ignored_ignored():
+def test_the_training_loop_leaves_a_signal_its_parent_ignored_ignored(capsys):
     """A job started with & from a script inherits SIGINT ignored: before, the loop's handler took it anyway, so
     a SIGINT before the first step was lost and one during training stopped it. The others get the handler, and
     everything is restored after."""
@@ -133,6 +133,9 @@ def test_the_training_loop_leaves_a_signal_its_parent_ignored_ignored():
             assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
             assert signal.getsignal(signal.SIGTERM) == stop._handle
         assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == (signal.SIG_IGN, signal.SIG_DFL)
+        assert capsys.readouterr().out.splitlines() == [
+            "Note: SIGINT is ignored in this process (its parent set it so, as a shell script does for a job it starts "
+            "with &): Ctrl-C and kill -INT do not stop it; SIGTERM does"]
     finally:
         for signum, handler in saved.items():
             signal.signal(signum, handler)
