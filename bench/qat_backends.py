@@ -72,7 +72,9 @@ def main(argv=None):
         labels.append(batch_labels.numpy())
     outputs = {name: np.concatenate(values) for name, values in outputs.items()}
     labels = np.concatenate(labels)
-    results = {"graph": args.graph, "source": source, "images": int(len(labels)),
+    # File names only: a result kept in bench/results/ names no path of the machine it was measured on.
+    recorded = dict(source, checkpoint=os.path.basename(source["checkpoint"])) if source.get("checkpoint") else source
+    results = {"graph": os.path.basename(args.graph), "source": recorded, "images": int(len(labels)),
                "top1": {name: float(np.mean(values.argmax(1) == labels)) for name, values in outputs.items()},
                "tf_vs_ort": compare(outputs["tf"], outputs["ort"]),
                "tf_vs_ort_unoptimised": compare(outputs["tf"], outputs["ort_unoptimised"]),

@@ -10,6 +10,7 @@ A format is told from what the file holds, never from its name:
 import dataclasses
 import glob
 import json
+import math
 import os
 import re
 from typing import Optional
@@ -304,7 +305,7 @@ def unsettled_statistics(step, what):
     share = BN_MOMENTUM ** step
     if share < SETTLED_SHARE:
         return None
-    settled = next(k for k in range(step, 10000) if BN_MOMENTUM ** k < SETTLED_SHARE)
+    settled = math.ceil(math.log(SETTLED_SHARE) / math.log(BN_MOMENTUM))  # the first step under the share
     return (f"WARNING: {what} was trained {step} step(s): its BN moving statistics still hold {share:.0%} of their "
             "starting values (mean 0, variance 1, where a training or a --finetune_checkpoint fine-tune starts them), "
             "so it normalises with statistics that are not its data's and its outputs are unreliable; train it to "
