@@ -320,8 +320,8 @@ def describe_given_model(args, saved_model_dir, onnx_model, log):
             difference = runner_utils.class_list_difference(runner_utils.read_class_names(labels),
                                                             source.get("class_names"))
             if difference:
-                log(f"WARNING: {labels} names other classes than --model {args.model} records ({difference}): the "
-                    "accuracy compares output k with label k, which names another class here")
+                log(f"WARNING: {labels} names other classes than --model {args.model} records ({difference}): "
+                    f"{runner_utils.OTHER_CLASSES_SCORED}")
     elif onnx_model is not None or saved_model_dir is not None:
         log(f"Model: {args.model}: it records no architecture or checkpoint (an export, or a frozen graph's "
             "conversion, of a version before 2026-12-05, or not ours); its input size and classes are read from its "

@@ -338,8 +338,8 @@ class Runner:
         other = runner_utils.other_class_names(os.path.join(config.data_dir, "labels.txt"),
                                                os.path.join(config.model_dir, "labels.txt"))
         if other:
-            self.logger.print("WARNING: {}, the classes this checkpoint was trained on: the accuracy compares output "
-                              "k with label k, which names another class here".format(other))
+            self.logger.print("WARNING: {}, the classes this checkpoint was trained on: {}".format(
+                other, runner_utils.OTHER_CLASSES_SCORED))
 
     def _copy_labels_file(self):
         """Keeps the dataset's class names beside the checkpoints, so `predict` can name classes."""

@@ -133,6 +133,10 @@ def class_names_for_export(directory, num_classes):
     return names if names and len(names) <= num_classes else None
 
 
+# The end of the warning of an evaluation whose data names other classes than the model was trained on.
+OTHER_CLASSES_SCORED = "the accuracy compares output k with label k, which names another class here"
+
+
 def class_list_difference(names, expected):
     """None when the two class lists are equal (or either is None); else their first difference in words."""
     if names is None or expected is None or list(names) == list(expected):

@@ -407,9 +407,9 @@ def _training_state_changes(config, info, given, log, replicas, note, workers=1)
         # The same images per step read by another number of processes, each reading its own share of the train
         # files: the seeded stream is another one (DALI's resume has its own note).
         processes = recorded["processes"]
-        note("Note: checkpoint {} was trained by {} process{}, each reading its own share of the train files: this run has "
-             "{}, so --seed's data stream does not continue where the checkpoint's stopped (the same {} images per "
-             "step, other images in them)".format(info.path, processes, "es" * (processes != 1), workers, images))
+        note("Note: checkpoint {} was trained by {} process{}, each reading its own share of the train files: this "
+             "run has {}, so --seed's data stream does not continue where the checkpoint's stopped (the same {} images "
+             "per step, other images in them)".format(info.path, processes, "es" * (processes != 1), workers, images))
     else:
         _note_another_data_stream(config, info, recorded.get("data_stream"), note)
     return changes
