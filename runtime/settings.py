@@ -354,10 +354,10 @@ def classifier_form_note(source: str, recorded_final_conv: bool, final_conv: boo
         ", and the checkpoints it writes hold that form" if writes_checkpoints else "")
 
 
-def _training_state_changes(config, info, given, log, replicas, note, workers=1):
+def _training_state_changes(config, info, given, log, note):
     """What a resume continues of the QAT and EMA state, and the one line for each choice; `note` takes the lines on
-    what changes from the checkpoint's run (mixed precision, images per step, the data stream, the EMA kept or
-    started), which a resume with no step left to train does not print."""
+    what changes from the checkpoint's run (mixed precision, the EMA kept or started), which a resume with no step
+    left to train does not print."""
     source = "checkpoint {}".format(info.path)
     recorded = info.recorded_settings()
     changes = {}
@@ -395,12 +395,21 @@ def _training_state_changes(config, info, given, log, replicas, note, workers=1)
         note("Note: checkpoint {} was trained with --amp: this run continues it in float32 (pass --amp to keep mixed "
              "precision)".format(info.path) if recorded_amp else
              "Note: checkpoint {} was trained in float32: this run continues it with --amp".format(info.path))
-    # So may the images per step (another --batch_size, GPU count or --grad_accum_steps): the schedule follows them.
+    return changes
+
+
+def _note_another_stream(config, info, count, replicas, workers, note):
+    """A resume whose images per step (another --batch_size, GPU count or --grad_accum_steps), processes, input or
+    --seed differ from the checkpoint's run: its schedule per step or its data stream is another from here. Said,
+    not refused; with the train split's record `count` (None: synthetic data), the line gives the rate at the
+    resume's step in both runs and the epoch's length in steps."""
+    recorded = info.recorded_settings()
     recorded_images, images = recorded.get("images_per_step"), images_per_step(config, replicas)
     if recorded_images is not None and recorded_images != images:
         note("Note: checkpoint {} was trained at {} images per step: this run continues at {} (--batch_size {} x {} "
-             "replica(s) x --grad_accum_steps {}), and its learning rate and steps per epoch follow from {}{}".format(
-                 info.path, recorded_images, images, config.batch_size, replicas, config.grad_accum_steps, images,
+             "replica(s) x --grad_accum_steps {}), {}{}".format(
+                 info.path, recorded_images, images, config.batch_size, replicas, config.grad_accum_steps,
+                 _schedule_at_other_images(config, info, count, images),
                  "; --seed's data stream does not continue where the checkpoint's stopped" if config.seed is not None
                  else ""))
     elif config.seed is not None and not config.uses_dali and recorded.get("processes") not in (None, workers):
@@ -412,7 +421,32 @@ def _training_state_changes(config, info, given, log, replicas, note, workers=1)
              "per step, other images in them)".format(info.path, processes, "es" * (processes != 1), workers, images))
     else:
         _note_another_data_stream(config, info, recorded.get("data_stream"), note)
-    return changes
+    if config.uses_dali and config.seed is not None:
+        note("Note: DALI's input cannot skip to step {}: this resume reads its data stream from the start, so it is "
+             "not the exact continuation --seed gives on the TFRecord input".format(info.step))
+
+
+def _schedule_at_other_images(config, info, count, images):
+    """The images-per-step note's account of the schedule: the rate at the checkpoint's step in this run and in
+    the checkpoint's, and an epoch's steps in each, where the checkpoint records its schedule and the train split
+    is counted; else that both follow from the new images per step."""
+    recorded = info.recorded_settings().get("schedule")
+    if recorded is None or count is None:
+        return "and its learning rate and steps per epoch follow from {}".format(images)
+    step = info.step or 0
+    schedule = _schedule_of(config, count, images)
+    return ("so at step {} its learning rate is {:.6g} where the checkpoint's run had {:.6g}, and its schedule counts "
+            "an epoch as {:g} steps where the checkpoint's counted {:g}".format(
+                step, learning_rate_at(schedule, images, step),
+                learning_rate_at(recorded, info.recorded_settings()["images_per_step"], step),
+                schedule["steps_per_epoch"], recorded["steps_per_epoch"]))
+
+
+def _schedule_of(config, count, images):
+    """The schedule_record of a run of `config` at `images` per step on a train split of `count` records."""
+    from runtime import runner_utils
+    num_steps, num_epochs, decay_steps = runner_utils.count_steps(config.iter_unit, count, config.num_iter, images)
+    return schedule_record(config, num_steps, decay_steps, num_steps / num_epochs)
 
 
 def _note_another_data_stream(config, info, recorded, note):
@@ -451,7 +485,6 @@ def _note_another_schedule(config, info, count, replicas, log):
     those say so), and compared at the steps where either changes course and 256 between (both are piecewise
     smooth)."""
     import numpy as np
-    from runtime import runner_utils
     recorded = info.recorded_settings().get("schedule")
     if recorded is None:
         return
@@ -459,18 +492,13 @@ def _note_another_schedule(config, info, count, replicas, log):
     if not changed:
         return
     images = images_per_step(config, replicas)
-
-    def schedule_of(flags):  # the schedule_record of `flags` at this run's images per step and train split
-        num_steps, num_epochs, decay_steps = runner_utils.count_steps(flags.iter_unit, count, flags.num_iter, images)
-        return schedule_record(flags, num_steps, decay_steps, num_steps / num_epochs)
-
-    schedule = schedule_of(config)
+    schedule = _schedule_of(config, count, images)
     num_steps, step = schedule["num_steps"], info.step or 0
     if step >= num_steps:
         return  # nothing left to train
     # The checkpoint's schedule flags at this run's images per step and train split: what the flags alone change
     # (another batch or split changes the rate too, and its own note says so).
-    was = schedule_of(dataclasses.replace(config, **{name: recorded[name] for name in SCHEDULE_FLAGS}))
+    was = _schedule_of(dataclasses.replace(config, **{name: recorded[name] for name in SCHEDULE_FLAGS}), count, images)
     points = {int(point) for point in np.linspace(step, num_steps - 1, 256)}
     points = sorted(points | _schedule_points(schedule, step, num_steps) | _schedule_points(was, step, num_steps))
     rates = learning_rate_at(schedule, images, points)
@@ -677,12 +705,8 @@ def resolve(config, given, log=print, replicas=1, workers=1):
                 log("WARNING: --finetune_checkpoint {} is ignored: model_dir {} already has checkpoint {}, and "
                     "training resumes from it (use a new --model_dir to fine-tune)".format(
                         config.finetune_checkpoint, config.model_dir, info.path))
-            changes.update(_training_state_changes(config, info, given, log, replicas, notes.append, workers))
+            changes.update(_training_state_changes(config, info, given, log, notes.append))
             _note_another_recipe(dataclasses.replace(config, **changes), info, notes.append)
-            if config.uses_dali and config.seed is not None:
-                notes.append("Note: DALI's input cannot skip to step {}: this resume reads its data stream from the "
-                             "start, so it is not the exact continuation --seed gives on the TFRecord input".format(
-                                 info.step))
         elif info.has_quantization_ranges:
             log("Checkpoint {} holds quantisation ranges: {} runs the float model, as the original "
                 "(export_frozen_graph.py --quantize exports the quantised graph)".format(info.path, config.mode))
@@ -695,12 +719,14 @@ def resolve(config, given, log=print, replicas=1, workers=1):
     _note_unused_synthetic_size(resolved, given, log)
     _check_benchmark_size(resolved, info, log)
     data = check_data(resolved, log, workers, classes_from=info.path if uses_checkpoint_model else None)
-    if resumes and "train" in data:
-        count = _train_records(data["train"])
-        _note_another_train_set(resolved, info, data["train"], count, notes.append)
-        _note_another_schedule(resolved, info, count, replicas, notes.append)
-        if not _steps_left(resolved, info, count, replicas):
-            notes = []  # the run says "Model already trained required number of steps. Skipped"
+    if resumes:
+        count = _train_records(data["train"]) if "train" in data else None  # None: synthetic data
+        _note_another_stream(resolved, info, count, replicas, workers, notes.append)
+        if count is not None:
+            _note_another_train_set(resolved, info, data["train"], count, notes.append)
+            _note_another_schedule(resolved, info, count, replicas, notes.append)
+            if not _steps_left(resolved, info, count, replicas):
+                notes = []  # the run says "Model already trained required number of steps. Skipped"
     for line in notes:
         log(line)
     return RunSettings(resolved, info, finetune, data, changes)

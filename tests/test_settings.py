@@ -527,12 +527,37 @@ def test_a_schedule_note_is_about_the_schedule_flags_not_a_batch_change(tmp_path
     path = fake_checkpoint(tmp_path / "run", step=2, training=settings.training_state(
         RunConfig(batch_size=1, num_iter=3, **flags), train_images=6, length=TrainingLength(3, 1, 540, 3.0, 6)))
     lines = resolve(tmp_path / "run", batch_size=2, num_iter=4, **flags)[1]
+    # The rate at the checkpoint's step in each run (0.256 per 256 images, no warmup, the step schedule) and the
+    # schedule's epoch (num_steps / num_epochs: 3 steps of 1 epoch then, 4 steps of ceil(4 / 3) = 2 epochs now).
     assert lines == [f"Note: checkpoint {path} was trained at 1 images per step: this run continues at 2 (--batch_size 2 x "
-                     "1 replica(s) x --grad_accum_steps 1), and its learning rate and steps per epoch follow from 2"]
+                     f"1 replica(s) x --grad_accum_steps 1), so at step 2 its learning rate is {0.256 * 2 / 256:.6g} "
+                     f"where the checkpoint's run had {0.256 / 256:.6g}, and its schedule counts an epoch as 2 steps "
+                     "where the checkpoint's counted 3"]
     assert resolve(tmp_path / "run", batch_size=2, num_iter=4, **dict(flags, lr_init=0.512))[1][1].endswith(
         f"--lr_init 0.512 (was 0.256), --num_iter 4 (was 3); at step 2 the rate is {0.512 * 2 / 256:.6g} where the "
         f"checkpoint's flags give {0.256 * 2 / 256:.6g} at this run's 2 images per step, over 4 steps in all (was 3)")
     # (both at this run's 2 images per step: the checkpoint's run, at 1, never had that rate, and the line says so)
+
+
+def test_a_resume_at_another_batch_gives_the_rate_of_both_runs_at_its_step(tmp_path):
+    """The quick start's schedule shape (1 warmup epoch, cosine over 2 epochs of 40 records) at batch 4, resumed at
+    step 6 with batch 8: the checkpoint's run was in its warmup (W = 10), this run's warmup (W = 5) is over and its
+    cosine (D = 10 steps) has begun; both rates from the schedule's formula (docs/ORIGINAL.md#learning-rate)."""
+    import math
+    from runtime.inputs import TrainingLength
+    from tests._data_helpers import write_tfrecord_shards
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "train", 2, 20, 32)  # 40 records
+    flags = {"mode": "train", "num_classes": 10, "image_size": 32, "data_dir": str(data), "lr_init": 0.05,
+             "lr_warmup_epochs": 1, "cosine_lr": True, "iter_unit": "epoch", "num_iter": 2}
+    path = fake_checkpoint(tmp_path / "run", step=6, training=settings.training_state(
+        RunConfig(batch_size=4, **flags), train_images=40, length=TrainingLength(20, 2, 20, 10.0, 40)))
+    was = 0.05 * 4 / 256 * 6 / 10
+    now = 0.05 * 8 / 256 * 0.5 * (1 + math.cos(math.pi * 6 / 10))
+    assert resolve(tmp_path / "run", batch_size=8, **flags)[1] == [
+        f"Note: checkpoint {path} was trained at 4 images per step: this run continues at 8 (--batch_size 8 x 1 "
+        f"replica(s) x --grad_accum_steps 1), so at step 6 its learning rate is {now:.6g} where the checkpoint's run "
+        f"had {was:.6g}, and its schedule counts an epoch as 5 steps where the checkpoint's counted 10"]
 
 
 def test_a_resume_with_nothing_left_to_train_says_nothing_of_what_it_would_change(tmp_path):
