@@ -264,8 +264,9 @@ class Runner:
             def steps(n):
                 return "{:,} step{}".format(n, "" if n == 1 else "s")
             log.print("Note: the learning-rate warmup (--lr_warmup_epochs {} = {}) lasts the whole run of {}: the "
-                      "rate rises to {:.0%} of its peak and never decays; a smaller --lr_warmup_epochs reaches the "
-                      "peak".format(config.lr_warmup_epochs, steps(reach[0]), steps(length.num_steps), reach[1]))
+                      "rate rises to {} of its peak and never decays; a smaller --lr_warmup_epochs reaches the "
+                      "peak".format(config.lr_warmup_epochs, steps(reach[0]), steps(length.num_steps),
+                                    learning_rate.percent_of_peak(reach[1])))
         if self.precision.policy:
             scaling = {"dynamic": "dynamic loss scaling", "static": "static loss scale {:g}".format(
                 self.precision.static_scale)}.get(self.precision.loss_scaling, "no loss scaling")

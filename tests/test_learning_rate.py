@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from utils import learning_rate
 from utils.learning_rate import learning_rate_schedule
 
 
@@ -84,3 +85,12 @@ def test_warmup_reach_is_the_last_steps_fraction_of_the_peak_when_warmup_lasts_t
     if expected is not None:  # the schedule's own rate at the last step, over lr0
         last = reference_lr(num_steps - 1, 0.1, 256, steps_per_epoch, warmup_epochs, 10 ** 6, True) / 0.1
         assert last == pytest.approx(expected[1])
+
+
+def test_the_share_of_the_peak_a_warmup_reaches_never_reads_100_percent():
+    """A warmup of W steps over a run of W steps ends at (W - 1) / W of the peak: 2,249 of 2,250 steps rounded to
+    "100%" would contradict the rest of the line (the peak is never reached)."""
+    assert learning_rate.percent_of_peak(5 / 30) == "17%"
+    assert learning_rate.percent_of_peak(0.994) == "99%"
+    assert learning_rate.percent_of_peak(2249 / 2250) == "99.9%"
+    assert learning_rate.percent_of_peak(1 - 1e-9) == "99.9%"

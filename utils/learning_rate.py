@@ -32,6 +32,13 @@ def warmup_reach(steps_per_epoch, warmup_epochs, num_steps):
     return warmup, (num_steps - 1) / warmup
 
 
+def percent_of_peak(fraction):
+    """`fraction` (< 1) of the peak rate as a percentage, rounded down where rounding would say it reaches 100%."""
+    if fraction < 0.995:
+        return "{:.0%}".format(fraction)
+    return "{:.1f}%".format(min(math.floor(fraction * 1000) / 10, 99.9))
+
+
 def learning_rate_schedule(global_step, lr_init, global_batch_size, steps_per_epoch, warmup_epochs,
                            num_decay_steps, use_cosine):
     """LR at `global_step` (tensor or number) -> float32 scalar tensor.
