@@ -3,6 +3,7 @@
 (docs/ORIGINAL.md#step-counting)."""
 
 import dataclasses
+import os
 
 from runtime import runner_utils
 from utils import data_utils
@@ -31,13 +32,16 @@ def training_length(config, global_batch_size, log=print):
     return TrainingLength(num_steps, num_epochs, num_decay_steps, num_steps / num_epochs, num_samples)
 
 
-def _dali(config, filenames, batch_size, log, **options):
+def _dali(config, filenames, batch_size, log, mode, **options):
+    """The DALI input of `filenames` for `mode` ("train" / "evaluate"), once their index files are found and the
+    shards checked (check_records_for_dali)."""
     from utils import dali_utils
     dali_utils.require_dali()
+    indexes = runner_utils.list_index_files(config.data_idx_dir, filenames)
+    check_records_for_dali(filenames, config.data_idx_dir, mode, log)
     log("Using DALI input... ")
-    return dali_utils.get_dali_input_fn(
-        filenames, runner_utils.list_index_files(config.data_idx_dir, filenames), batch_size,
-        config.input_size, config.input_size, num_classes=config.num_classes, **options)
+    return dali_utils.get_dali_input_fn(filenames, indexes, batch_size, config.input_size, config.input_size,
+                                        num_classes=config.num_classes, training=mode == "train", **options)
 
 
 def next_batch(iterator):
@@ -86,7 +90,7 @@ def train_dataset(config, platform, rank, num_shards, start_step=0, log=print):
     # DALI's crop ignores the boxes.
     data_utils.check_tfrecord_files(filenames, log, boxes=not config.uses_dali, image_size=size)
     if config.uses_dali:
-        return _dali(config, filenames, batch_size, log, training=True, deterministic=config.seed is not None,
+        return _dali(config, filenames, batch_size, log, "train", deterministic=config.seed is not None,
                      seed=seed, num_shards=num_shards, shard_index=rank, min_crop_area=config.min_crop_area,
                      use_gpu=platform.gpu)
     return data_utils.get_tfrecords_input_fn(
@@ -106,9 +110,70 @@ def eval_preprocessing(size, pipeline):
     return line
 
 
-DALI_DAMAGED_RECORD = ("DALI reads records without checking their data checksums and would evaluate a damaged one as "
-                       "it is: delete the shard and run the same dataprep.build_tfrecords command with --resume to "
-                       "write it again, or evaluate without --dali (tf.data skips damaged records, with a warning)")
+def dali_damaged_record(mode):
+    """Why a shard TensorFlow's reader cannot read to its end is refused for a DALI `mode` ("train" or "evaluate")
+    run, and what to do."""
+    return ("DALI reads records without checking their data checksums and would {} a damaged one as it is: delete "
+            "the shard and run the same dataprep.build_tfrecords command with --resume to write it again, or {} "
+            "without --dali (tf.data skips damaged records, with a warning)".format(
+                {"train": "train on", "evaluate": "evaluate"}[mode], mode))
+
+
+CHECKED_SHARDS = ".checked"  # in a DALI index dir: a record of each shard TensorFlow's reader read to its end
+
+
+def _shard_identity(path):
+    """What makes a checked shard the same file later: its place, inode, size and modification time (a copy or a
+    rewrite, dataprep's --resume included, changes one of them)."""
+    stat = os.stat(path)
+    return {"path": os.path.realpath(path), "device": stat.st_dev, "inode": stat.st_ino, "size": stat.st_size,
+            "mtime_ns": stat.st_mtime_ns}
+
+
+def check_records_for_dali(filenames, idx_dir, mode, log):
+    """Refuses a shard of `filenames` TensorFlow's reader cannot read to its end, before DALI, which checks no
+    record's data checksum, reads it for `mode` ("train" / "evaluate"): a damaged record would be trained on or
+    evaluated as it is, where tf.data skips it. Each shard read to its end is recorded in `idx_dir`/.checked
+    (CHECKED_SHARDS), so later runs read only new, copied or rewritten shards; damage to a shard in place since it
+    was checked is `dataprep.verify_records`' to find."""
+    import concurrent.futures
+    import json
+    record_dir = os.path.join(idx_dir, CHECKED_SHARDS)
+
+    def record_path(path):
+        return os.path.join(record_dir, os.path.basename(path) + ".json")
+
+    def recorded(path):
+        try:
+            with open(record_path(path), encoding="utf-8") as handle:
+                return json.load(handle) == _shard_identity(path)
+        except (OSError, ValueError):
+            return False
+
+    unchecked = [path for path in filenames if not recorded(path)]
+    if not unchecked:
+        return
+    size = sum(os.path.getsize(path) for path in unchecked)
+    log("Checking the data checksums of {} {} shard(s) ({:,.1f} MB) with TensorFlow's reader before DALI reads them "
+        "(DALI checks none); {} records each shard read, so later runs read only new or rewritten ones".format(
+            len(unchecked), "train" if mode == "train" else "validation", size / 1e6, record_dir))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(unchecked), os.cpu_count() or 1)) as pool:
+        reads = list(pool.map(data_utils.read_to_end, unchecked))  # the reader's C++ loop releases the GIL
+    for path, (read, error) in zip(unchecked, reads):
+        framed = runner_utils.count_records(path)
+        if error is not None or read != framed:
+            raise UserError("{} cannot be read to its end: its reader stops after {:,} of {:,} records ({}); {}".format(
+                path, read, framed, error, dali_damaged_record(mode)))
+    try:
+        os.makedirs(record_dir, exist_ok=True)
+        for path in unchecked:
+            temporary = "{}.tmp-{}".format(record_path(path), os.getpid())
+            with open(temporary, "w", encoding="utf-8") as handle:
+                json.dump(_shard_identity(path), handle)
+            os.replace(temporary, record_path(path))
+    except OSError as error:
+        log("Note: the checked shards cannot be recorded in {} ({}): later runs will read them again".format(
+            record_dir, error.strerror or error))
 
 
 def eval_dataset(config, platform, batch_size, log=print, *, num_epochs=None, skipped=None):
@@ -128,11 +193,7 @@ def eval_dataset(config, platform, batch_size, log=print, *, num_epochs=None, sk
     data_utils.check_tfrecord_files(filenames, log)
     log(eval_preprocessing(size, "DALI" if config.uses_dali else "tf.data"))
     if config.uses_dali:
-        # DALI reads each record where its index says and checks no data checksum: a damaged record would be
-        # evaluated as it is, where tf.data skips it. The validation split is read once here (its pages then
-        # serve DALI's read), so both inputs evaluate the same records or this one refuses.
-        data_utils.check_read_to_end(filenames, DALI_DAMAGED_RECORD)
-        return _dali(config, filenames, batch_size, log, training=False, use_gpu=platform.gpu)
+        return _dali(config, filenames, batch_size, log, "evaluate", use_gpu=platform.gpu)
     return data_utils.get_tfrecords_input_fn(filenames, batch_size, size, size, training=False,
                                              num_classes=config.num_classes, num_epochs=num_epochs,
                                              skipped=skipped)

@@ -193,12 +193,65 @@ def test_a_dali_evaluation_refuses_a_record_whose_data_no_longer_matches_its_che
     config = RunConfig(data_dir=str(tmp_path / "data"), data_idx_dir=str(tmp_path / "idx"), dali=True,
                        num_classes=NUM_CLASSES, image_size=32, model_dir=str(tmp_path))
     assert inputs.next_batch(iter(inputs.eval_dataset(config, Platform(), 2, log=lambda *_: None)))[0].shape[0] == 2
-    corrupt_payload(paths[0], 3)  # its framing and index stay right
+    corrupt_payload(paths[0], 3)  # its framing and index stay right; the write makes it another file to check
     with pytest.raises(UserError) as info:
         inputs.eval_dataset(config, Platform(), 2, log=lambda *_: None)
     assert str(info.value).startswith(f"{paths[0]} cannot be read to its end: its reader stops after 3 of 6 records "
                                       "(corrupted record at ")
-    assert str(info.value).endswith("; " + inputs.DALI_DAMAGED_RECORD)
+    assert str(info.value).endswith("; " + inputs.dali_damaged_record("evaluate"))
+
+
+@needs_dali
+def test_dali_training_checks_each_shard_once_and_again_when_it_is_rewritten(tmp_path):
+    """DALI training reads the train split as its index says: a damaged record would be trained on. Each shard is
+    read once with TensorFlow's reader and recorded in the index dir's .checked; a later run reads only a shard
+    written again since (here: a payload byte flipped in place, which changes its modification time)."""
+    from runtime import inputs
+    from runtime.config import RunConfig
+    from tests._data_helpers import corrupt_payload
+    from utils.devices import Platform
+    paths = write_tfrecord_shards(str(tmp_path / "data"), "train", 2, 4, 40, NUM_CLASSES)
+    os.makedirs(tmp_path / "idx")
+    for path in paths:
+        dali_utils.make_dali_index(path, str(tmp_path / "idx" / os.path.basename(path)))
+    config = RunConfig(mode="train", data_dir=str(tmp_path / "data"), data_idx_dir=str(tmp_path / "idx"), dali=True,
+                       num_classes=NUM_CLASSES, image_size=32, model_dir=str(tmp_path), batch_size=2)
+
+    def train_input_lines():
+        lines = []
+        inputs.train_dataset(config, Platform(), 0, 1, log=lines.append)
+        return [line for line in lines if "checksums" in line]
+
+    first = train_input_lines()
+    assert len(first) == 1 and first[0].startswith("Checking the data checksums of 2 train shard(s) (")
+    assert sorted(os.listdir(tmp_path / "idx" / inputs.CHECKED_SHARDS)) == [
+        os.path.basename(path) + ".json" for path in paths]
+    assert train_input_lines() == []  # checked before, unchanged
+    corrupt_payload(paths[1], 2)
+    with pytest.raises(UserError) as info:
+        train_input_lines()
+    assert str(info.value).startswith(f"{paths[1]} cannot be read to its end: its reader stops after 2 of 4 records")
+    assert str(info.value).endswith("; " + inputs.dali_damaged_record("train"))
+    assert "would train on a damaged one" in str(info.value) and "or train without --dali" in str(info.value)
+
+
+@needs_dali
+def test_dali_input_goes_on_when_the_checked_shards_cannot_be_recorded(tmp_path):
+    """An index dir where .checked cannot be made (here a file of that name; a read-only dir alike): the shards are
+    checked, the run goes on, and says later runs will read them again."""
+    from runtime import inputs
+    from runtime.config import RunConfig
+    from utils.devices import Platform
+    _indexed_shards(tmp_path, 4)
+    (tmp_path / "idx" / inputs.CHECKED_SHARDS).write_text("")
+    config = RunConfig(data_dir=str(tmp_path / "data"), data_idx_dir=str(tmp_path / "idx"), dali=True,
+                       num_classes=NUM_CLASSES, image_size=32, model_dir=str(tmp_path))
+    for _ in range(2):
+        lines = []
+        inputs.eval_dataset(config, Platform(), 2, log=lines.append)
+        assert [line for line in lines if "checksums" in line][0].startswith("Checking the data checksums of 1 "
+                                                                              "validation shard(s)")
+        assert [line for line in lines if line.startswith("Note: the checked shards cannot be recorded in ")]
 
 
 @needs_dali

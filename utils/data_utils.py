@@ -444,18 +444,6 @@ def read_to_end(path: str) -> tuple[int, str | None]:
         return read, op_error_text(error)
 
 
-def check_read_to_end(filenames, why):
-    """UserError naming the first of `filenames` TensorFlow's reader cannot read to its end (a record whose data
-    no longer matches its checksum), with `why` it matters; the count of each file's framing is the reference."""
-    from utils.tfrecord_framing import count_records
-    for path in filenames:
-        framed = count_records(path)
-        read, error = read_to_end(path)
-        if error is not None or read != framed:
-            raise UserError("{} cannot be read to its end: its reader stops after {:,} of {:,} records ({}); {}".format(
-                path, read, framed, error, why))
-
-
 def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_threads=10, deterministic=False,
                            seed=None, num_shards=1, shard_index=0, *, num_classes=1001, start_step=0,
                            min_crop_area=image_processing.AREA_RANGE[0], augment=None, num_epochs=None,
