@@ -3,6 +3,7 @@
 DALI is optional for users but required here: these tests fail when it is missing, unless ALLOW_NO_DALI=1.
 """
 import builtins
+import io
 import os
 
 import numpy as np
@@ -68,6 +69,37 @@ def test_eval_matches_tf_pipeline(records):
         pixels = values * stds + means
         # Different resize filters (DALI antialiased linear vs legacy bilinear) and JPEG decoders.
         assert np.abs(pixels - t_images.numpy()).mean() < 15
+
+
+@needs_dali
+@pytest.mark.parametrize("training", [False, True])
+def test_dali_ignores_exif_orientation_as_tensorflows_decoder_does(tmp_path, training):
+    """A JPEG whose EXIF Orientation tag says "rotate 90 degrees" (6) keeps its pixels as stored in every door, as
+    TF's DecodeJpeg (the original's tf.data and our predict) reads it: DALI's decoders rectify it by default, so
+    --dali trained and evaluated on the photo turned upright. Left half black, right half white, 48x64: turned, the
+    halves would be top and bottom. Training: the whole image as the crop (min_crop_area 1, aspect 4:3 within the
+    crop's range), flips aside."""
+    from PIL import Image
+    from tests._data_helpers import encode_image, make_example
+    array = np.zeros((48, 64, 3), np.uint8)
+    array[:, 32:] = 255
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    encoded = encode_image(array, "JPEG", quality=95, exif=exif.tobytes())
+    assert Image.open(io.BytesIO(encoded)).getexif()[0x0112] == 6
+    path = str(tmp_path / "validation-00000-of-00001")
+    with tf.io.TFRecordWriter(path) as writer:
+        for _ in range(2):
+            writer.write(make_example(encoded, 1, 48, 64))
+    index = str(tmp_path / "validation-00000-of-00001.idx")
+    dali_utils.make_dali_index(path, index)
+    images, _ = next(iter(dali_utils.get_dali_input_fn([path], [index], 2, 32, 32, training=training,
+                                                       num_classes=NUM_CLASSES, min_crop_area=1.0)))
+    pixels = images.numpy() * np.array(dali_utils.CHANNEL_STDS) + np.array(dali_utils.CHANNEL_MEANS)
+    for image in pixels:
+        image = image[:, ::-1] if image[:, :8].mean() > image[:, -8:].mean() else image  # a flip (training)
+        assert image[:, :12].mean() < 40 and image[:, -12:].mean() > 215  # dark left, bright right: as stored
+        assert abs(image[:12].mean() - image[-12:].mean()) < 20  # not dark top, bright bottom
 
 
 @needs_dali

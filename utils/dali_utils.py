@@ -75,16 +75,19 @@ def _build_pipeline(filenames, idx_filenames, batch_size, height, width, trainin
             },
             random_shuffle=training, initial_fill=INITIAL_FILL, shard_id=shard_index, num_shards=num_shards,
             name="Reader")
+        # adjust_orientation=False: pixels as stored, as TensorFlow's DecodeJpeg reads them in the tf.data input and
+        # in predict (DALI's default turns a JPEG by its EXIF Orientation tag).
         if training:
             # As the original: the random crop ignores the bounding boxes (docs/ORIGINAL.md#dali-pipeline).
             images = fn.decoders.image_random_crop(
-                inputs["image/encoded"], device=decode_device, output_type=types.RGB,
+                inputs["image/encoded"], device=decode_device, output_type=types.RGB, adjust_orientation=False,
                 random_aspect_ratio=list(ASPECT_RATIO_RANGE), random_area=[min_crop_area, AREA_RANGE[1]],
                 num_attempts=MAX_ATTEMPTS)
             images = fn.resize(images, resize_x=width, resize_y=height)
             mirror = fn.random.coin_flip()
         else:
-            images = fn.decoders.image(inputs["image/encoded"], device=decode_device, output_type=types.RGB)
+            images = fn.decoders.image(inputs["image/encoded"], device=decode_device, output_type=types.RGB,
+                                       adjust_orientation=False)
             images = fn.resize(images, resize_shorter=eval_resize_min(height, width))
             mirror = 0
         images = fn.crop_mirror_normalize(
