@@ -141,3 +141,19 @@ def test_inference_benchmark_configurations():
     assert len(commands) == 9 * 5  # batch sizes 1..256, 5 configurations with DALI
     assert all("--nproc" not in c for c in commands)
     assert len(dry_run(os.path.join(ROOT, "training", "resnext101-32x4d", "inference_benchmark.sh"))) == 8 * 4
+
+
+def test_a_launch_interrupted_by_ctrl_c_exits_130_even_when_its_launcher_exits_0(tmp_path):
+    """horovodrun turns a Ctrl-C into SIGTERM for its workers, which checkpoint and exit 0, and so does horovodrun:
+    the recipe's status said the run finished. A stand-in launcher that gets the script's SIGINT (sent to the
+    script, as a terminal's Ctrl-C reaches its process group) and exits 0; one that fails keeps its own status."""
+    common = os.path.join(ROOT, "training", "common.sh")
+    script = tmp_path / "run.sh"
+    script.write_text(f"source {shlex.quote(common)}\n"
+                      "_run_or_print sh -c 'kill -INT $PPID; sleep 0.3; exit 0'; echo \"status $?\"\n"
+                      "_run_or_print sh -c 'exit 3'; echo \"status $?\"\n")
+    environ = {key: value for key, value in os.environ.items() if key != "DRY_RUN"}
+    result = run_command(["bash", str(script)], check=False, env=environ, timeout=60)
+    assert result.stdout.splitlines() == ["status 130", "status 3"]
+    assert result.stderr.splitlines() == ["Interrupted: the workers stopped on the signal and exited 0 (a training run "
+                                          "at a checkpoint, which the same command continues)"]

@@ -28,7 +28,17 @@ _run_or_print() {
     printf '%q ' "$@"
     printf '\n'
   else
-    "$@"
+    # horovodrun turns a Ctrl-C into SIGTERM for its workers, which stop with a checkpoint and status 0: the run
+    # was interrupted all the same, so its status says so (130, as main.py's and runtime.launch's).
+    local interrupted=0 status=0
+    trap 'interrupted=1' INT
+    "$@" || status=$?
+    trap - INT
+    if [ "$interrupted" = 1 ] && [ "$status" = 0 ]; then
+      echo "Interrupted: the workers stopped on the signal and exited 0 (a training run at a checkpoint, which the same command continues)" >&2
+      status=130
+    fi
+    return "$status"
   fi
 }
 
