@@ -62,12 +62,23 @@ class ThroughputMeter:
 L2_JUMP = 100.0
 
 
+# A model that predicts the same probability for every class has a cross-entropy of exactly ln(classes), whatever
+# the batch and with label smoothing or mixup too (their targets sum to 1). Held within this fraction of it for
+# COLLAPSE_STEPS steps in a row, after the run had got clearly below it (the first steps of a run sit there
+# legitimately), the model has collapsed to uniform outputs: a slow divergence the L2 check does not see.
+COLLAPSE_TOLERANCE = 0.01
+COLLAPSE_STEPS = 100
+COLLAPSE_LEARNED = 0.9  # "clearly below": under this fraction of ln(classes) once
+
+
 class TrainStats:
     """Non-finite checks: in fp32 a non-finite loss stops the run; with dynamic loss scaling skipped steps are
     counted and `max_skipped` in a row stop it. A finite blow-up of the weights (the L2 term jumping L2_JUMP
-    times in one step) is warned about once: `check` returns the line."""
+    times in one step) and, given `num_classes`, a collapse to uniform outputs (COLLAPSE_STEPS) are each warned
+    about once: `check` returns the line."""
 
-    def __init__(self, dynamic_loss_scaling, max_skipped, remedy="lower --lr_init or check the data"):
+    def __init__(self, dynamic_loss_scaling, max_skipped, remedy="lower --lr_init or check the data",
+                 num_classes=None):
         self.dynamic_loss_scaling = dynamic_loss_scaling
         self.max_skipped = max_skipped
         self.remedy = remedy
@@ -75,9 +86,38 @@ class TrainStats:
         self.skipped_in_a_row = 0
         self._last_l2 = None
         self._warned = False
+        self._classes = num_classes
+        self._uniform = math.log(num_classes) if num_classes and num_classes > 1 else None
+        self._lowest = math.inf
+        self._at_uniform_since = None  # the first step of the current run of steps at ln(classes)
+        self._warned_collapse = False
 
     def check(self, values, step):
         self._check_finite(values, step)
+        return self._blow_up(values, step) or self._collapse(values, step)
+
+    def _collapse(self, values, step):
+        if self._uniform is None or self._warned_collapse or "cross_entropy" not in values:
+            return None
+        loss = float(values["cross_entropy"])
+        if not math.isfinite(loss):
+            return None
+        if abs(loss - self._uniform) > COLLAPSE_TOLERANCE * self._uniform:
+            self._at_uniform_since = None
+            self._lowest = min(self._lowest, loss)
+            return None
+        if self._at_uniform_since is None:
+            self._at_uniform_since = step
+        if self._lowest < COLLAPSE_LEARNED * self._uniform and step - self._at_uniform_since + 1 >= COLLAPSE_STEPS:
+            self._warned_collapse = True
+            return ("WARNING: the cross-entropy has stayed at ln({}) = {:.4g}, the loss of a model that gives every "
+                    "class the same probability, since step {} ({} steps), after it had reached {:.4g}: the training "
+                    "has collapsed and its checkpoints predict nothing (lower --lr_init)".format(
+                        self._classes, self._uniform, self._at_uniform_since,
+                        step - self._at_uniform_since + 1, self._lowest))
+        return None
+
+    def _blow_up(self, values, step):
         if "l2_loss" not in values:
             return None
         l2, last = float(values["l2_loss"]), self._last_l2

@@ -173,7 +173,8 @@ class Runner:
         stats = TrainStats(self.precision.dynamic, config.max_skipped_steps,
                            "float16 gradients overflowed at the static loss scale: lower --static_loss_scale, or "
                            "leave it out for dynamic scaling" if self.precision.loss_scaling == "static"
-                           and self.precision.policy == "mixed_float16" else "lower --lr_init or check the data")
+                           and self.precision.policy == "mixed_float16" else "lower --lr_init or check the data",
+                           num_classes=config.num_classes)
         iterator = iter(dataset)
         progress = _progress(run_iter, "train", config.no_progress or not distribution.is_chief)
         stopped_by_signal = False

@@ -1,6 +1,9 @@
 """runtime/metrics.py: how much of the validation set an evaluation says it covered, throughput and latency figures
 (against the formulas worked by hand), the warning for figures that include the warm-up."""
 
+import math
+
+import numpy as np
 import pytest
 
 from runtime.metrics import (ThroughputMeter, TrainStats, evaluated_images_line, latency_percentiles,
@@ -127,3 +130,37 @@ def test_a_blow_up_of_the_weights_is_warned_about_once_while_the_loss_is_still_f
     healthy = TrainStats(dynamic_loss_scaling=False, max_skipped=3)  # weight decay's drift, and no weight decay
     assert [healthy.check({"total_loss": 2.0, "l2_loss": l2}, step) for step, l2 in
             enumerate([2.25, 2.2, 0.0, 0.0, 2.0, 1.9], start=1)] == [None] * 6
+
+
+def test_a_collapse_to_uniform_outputs_is_warned_about_once():
+    """10 classes: the loss learns down to 1.2, then sits at ln(10) (a model giving every class 1/10, the quick
+    start's recipe at the ImageNet rate 0.256) for COLLAPSE_STEPS steps: one warning, at the 100th such step."""
+    from runtime.metrics import COLLAPSE_STEPS
+    rng = np.random.default_rng(0)
+    uniform = math.log(10)
+    losses = list(np.linspace(3.7, 1.2, 50)) + [1.5, 2.0] + list(uniform + rng.uniform(-1e-4, 1e-4, 150))
+    stats = TrainStats(dynamic_loss_scaling=False, max_skipped=3, num_classes=10)
+    lines = [stats.check({"total_loss": 3.0, "cross_entropy": loss}, step) for step, loss in enumerate(losses, 1)]
+    warnings = [(step, line) for step, line in enumerate(lines, 1) if line]
+    assert [step for step, _ in warnings] == [52 + COLLAPSE_STEPS]
+    assert warnings[0][1] == (
+        "WARNING: the cross-entropy has stayed at ln(10) = 2.303, the loss of a model that gives every class the same "
+        "probability, since step 53 (100 steps), after it had reached 1.2: the training has collapsed and its "
+        "checkpoints predict nothing (lower --lr_init)")
+
+
+def test_no_collapse_warning_at_a_runs_start_or_while_the_loss_moves():
+    """The first steps of an ImageNet run sit at ln(1000) before they learn: not a collapse. Nor is a loss that
+    passes through ln(classes), or one that stays 2% away from it, or a run without the class count."""
+    uniform = math.log(1000)
+    start = TrainStats(dynamic_loss_scaling=False, max_skipped=3, num_classes=1000)
+    assert not any(start.check({"total_loss": 7.0, "cross_entropy": uniform + 0.001 * (step % 3)}, step)
+                   for step in range(1, 500))
+    for losses in ([2.0] * 10 + [math.log(10) * 1.02] * 300,  # near, not at
+                   [2.0] * 10 + [math.log(10)] * 99 + [2.0] + [math.log(10)] * 99):  # broken runs of 99
+        stats = TrainStats(dynamic_loss_scaling=False, max_skipped=3, num_classes=10)
+        assert not any(stats.check({"total_loss": 3.0, "cross_entropy": loss}, step)
+                       for step, loss in enumerate(losses, 1))
+    unknown = TrainStats(dynamic_loss_scaling=False, max_skipped=3)
+    assert not any(unknown.check({"total_loss": 3.0, "cross_entropy": loss}, step)
+                   for step, loss in enumerate([1.0] + [math.log(10)] * 300, 1))
