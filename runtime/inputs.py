@@ -90,6 +90,10 @@ def train_dataset(config, platform, rank, num_shards, start_step=0, log=print):
     # DALI's crop ignores the boxes.
     data_utils.check_tfrecord_files(filenames, log, boxes=not config.uses_dali, image_size=size)
     if config.uses_dali:
+        if config.mode == "train_and_evaluate":  # its evaluation's shards, before the training rather than after it
+            validation = runner_utils.list_filenames_in_dataset(config.data_dir, "validation")
+            runner_utils.list_index_files(config.data_idx_dir, validation)
+            check_records_for_dali(validation, config.data_idx_dir, "evaluate", log)
         return _dali(config, filenames, batch_size, log, "train", deterministic=config.seed is not None,
                      seed=seed, num_shards=num_shards, shard_index=rank, min_crop_area=config.min_crop_area,
                      use_gpu=platform.gpu)

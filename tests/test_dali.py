@@ -3,6 +3,7 @@
 DALI is optional for users but required here: these tests fail when it is missing, unless ALLOW_NO_DALI=1.
 """
 import builtins
+import dataclasses
 import io
 import os
 
@@ -265,6 +266,28 @@ def test_dali_training_checks_each_shard_once_and_again_when_it_is_rewritten(tmp
     assert str(info.value).startswith(f"{paths[1]} cannot be read to its end: its reader stops after 2 of 4 records")
     assert str(info.value).endswith("; " + inputs.dali_damaged_record("train"))
     assert "would train on a damaged one" in str(info.value) and "or train without --dali" in str(info.value)
+
+
+@needs_dali
+def test_a_dali_train_and_evaluate_refuses_a_damaged_validation_shard_before_it_trains(tmp_path):
+    """The evaluation comes after the training: its shards are checked with the train split's, so a damaged one is
+    refused at the start, not after hours of training."""
+    from runtime import inputs
+    from runtime.config import RunConfig
+    from tests._data_helpers import corrupt_payload
+    from utils.devices import Platform
+    train = write_tfrecord_shards(str(tmp_path / "data"), "train", 1, 4, 40, NUM_CLASSES)
+    validation = write_tfrecord_shards(str(tmp_path / "data"), "validation", 1, 4, 40, NUM_CLASSES)
+    os.makedirs(tmp_path / "idx")
+    for path in train + validation:
+        dali_utils.make_dali_index(path, str(tmp_path / "idx" / os.path.basename(path)))
+    corrupt_payload(validation[0], 1)
+    config = RunConfig(mode="train_and_evaluate", data_dir=str(tmp_path / "data"), data_idx_dir=str(tmp_path / "idx"),
+                       dali=True, num_classes=NUM_CLASSES, image_size=32, model_dir=str(tmp_path), batch_size=2)
+    with pytest.raises(UserError, match="^{} cannot be read to its end: .*or evaluate without --dali".format(
+            validation[0])):
+        inputs.train_dataset(config, Platform(), 0, 1, log=lambda *_: None)
+    inputs.train_dataset(dataclasses.replace(config, mode="train"), Platform(), 0, 1, log=lambda *_: None)
 
 
 @needs_dali
