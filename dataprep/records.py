@@ -82,7 +82,8 @@ def to_rgb_jpeg(data: bytes) -> tuple[bytes, int, int, bool]:
     Valid RGB JPEGs are returned unchanged (same bytes). Anything else PIL can decode (greyscale or CMYK JPEG, PNG,
     palette, RGBA, 16-bit, ... whatever the file extension says) is converted to RGB by utils/pixels.as_rgb, the
     conversion predict applies too, and re-encoded as JPEG at quality 100.
-    Raises UnreadableImage for empty, non-image or corrupt files.
+    Raises UnreadableImage for empty, non-image or corrupt files, and for those predict refuses too because the
+    decoders would read other pixels (utils/pixels.py: a CMYK JPEG without an Adobe marker).
     """
     from PIL import Image, UnidentifiedImageError
 
@@ -99,6 +100,8 @@ def to_rgb_jpeg(data: bytes) -> tuple[bytes, int, int, bool]:
     width, height = image.size
     if width == 0 or height == 0:
         raise UnreadableImage("image has zero size")
+    if image_format in ("JPEG", "MPO") and pixels.cmyk_without_adobe(data):
+        raise UnreadableImage(pixels.CMYK_WITHOUT_ADOBE)
     if image_format in ("JPEG", "MPO") and image.mode == "RGB":
         return data, height, width, False
     out = io.BytesIO()

@@ -529,7 +529,8 @@ class ImageFileError(UserError):
 
 def read_image_file(path) -> bytes:
     """The bytes of one predict input, after checks that need no decode: readable, not empty, a JPEG or PNG
-    by content (PIL reads the header only), at most MAX_IMAGE_SIDE a side, and complete (`_is_complete`).
+    by content (PIL reads the header only), at most MAX_IMAGE_SIDE a side, complete (`_is_complete`), and not a
+    file dataprep refuses for the decoders' disagreement (utils/pixels.py: a CMYK JPEG without an Adobe marker).
     Raises ImageFileError otherwise."""
     if not os.path.isfile(path):
         raise ImageFileError(path, "image file not found")
@@ -543,6 +544,8 @@ def read_image_file(path) -> bytes:
     image_format = _image_format(path, data)
     if not _is_complete(data, image_format):
         raise _truncated(path, image_format)
+    if image_format == "JPEG" and pixels.cmyk_without_adobe(data):
+        raise ImageFileError(path, pixels.CMYK_WITHOUT_ADOBE)
     return data
 
 

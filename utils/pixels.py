@@ -6,11 +6,18 @@ in training and in prediction:
 - 16-bit greyscale keeps the high byte of each sample, as TensorFlow's PNG decoder and PIL's 16-bit RGB do (PIL's
   own conversion of 16-bit greyscale clips every value above 255 to white);
 - anything else (greyscale, CMYK, palette) as PIL converts it.
+Some files are refused by both doors with the same reason, where the decoders would give different pixels:
+- a CMYK JPEG without an Adobe APP14 marker (`cmyk_without_adobe`): PIL always reads CMYK as Adobe-inverted ink,
+  TensorFlow's decoder inverts only after that marker, and the file does not record which convention it uses.
 PIL is imported by the caller's image; this module imports nothing heavy."""
 
 import io
 
 SIXTEEN_BIT_GREY = ("I;16", "I;16B", "I;16L", "I;16N")
+CMYK_WITHOUT_ADOBE = ("CMYK JPEG without an Adobe marker: whether its ink values are inverted is not recorded, and "
+                      "decoders disagree; convert it to RGB first")
+# JPEG start-of-frame markers (SOF0-SOF15 without DHT C4, JPG C8 and DAC CC): their segment holds the component count.
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 def has_alpha(image) -> bool:
@@ -20,6 +27,36 @@ def has_alpha(image) -> bool:
 
 def is_sixteen_bit_grey(image) -> bool:
     return image.mode in SIXTEEN_BIT_GREY or (image.mode == "I" and image.format == "PNG")
+
+
+def cmyk_without_adobe(data: bytes) -> bool:
+    """True when `data` is a JPEG whose frame has 4 components (CMYK or YCCK) and whose header before the first
+    scan holds no APP14 segment starting with b"Adobe". Walks the marker segments of the first image only (an MPO's
+    later pictures and embedded thumbnails are not looked at); anything malformed gives False (the decoders report
+    it)."""
+    if not data.startswith(b"\xff\xd8"):
+        return False
+    pos, size, components, adobe = 2, len(data), None, False
+    while pos + 4 <= size:
+        if data[pos] != 0xFF:
+            return False
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # markers without a length
+            pos += 2
+            continue
+        if marker in (0xDA, 0xD9):  # start of scan / end of image: the header is over
+            break
+        length = int.from_bytes(data[pos + 2:pos + 4], "big")
+        segment = data[pos + 4:pos + 2 + length]
+        if marker in _SOF_MARKERS and len(segment) >= 6:
+            components = segment[5]
+        elif marker == 0xEE and segment.startswith(b"Adobe"):
+            adobe = True
+        pos += 2 + length
+    return components == 4 and not adobe
 
 
 def as_rgb(image):
