@@ -160,3 +160,53 @@ def test_a_cmyk_jpeg_with_an_adobe_marker_gives_both_doors_pils_pixels(tmp_path)
     # ink would differ by over a hundred
     assert np.abs(predict_door - reference_door).mean() < 3
     assert np.abs(training_door - reference_door).mean() < 3
+
+
+def _with_trns(png, payload):
+    """`png` with a tRNS chunk of `payload` inserted before its first IDAT chunk."""
+    import struct
+    import zlib
+    pos = 8
+    while png[pos + 4:pos + 8] != b"IDAT":
+        pos += 12 + int.from_bytes(png[pos:pos + 4], "big")
+    chunk = b"tRNS" + payload
+    return png[:pos] + struct.pack(">I", len(payload)) + chunk + struct.pack(">I", zlib.crc32(chunk)) + png[pos:]
+
+
+@pytest.mark.parametrize("kind", ["grey", "rgb", "grey16"])
+def test_a_png_s_transparent_colour_is_shown_on_white_by_both_doors(tmp_path, kind):
+    """A tRNS chunk marks one grey level or RGB colour transparent (PIL: info["transparency"]). Before, has_alpha
+    counted only palette images, so those areas stayed black in the dataset and in predict."""
+    import struct
+
+    import tensorflow as tf
+    from dataprep import records
+    from utils import data_utils, image_processing
+    side = 64
+    y, x = np.mgrid[0:side, 0:side] / side
+    transparent = x < 0.5  # the left half holds the transparent colour, black
+    if kind == "grey":
+        grey = np.where(transparent, 0, 60 + 190 * x * (1 - y / 2)).astype(np.uint8)
+        data = _with_trns(_png(grey, "L"), struct.pack(">H", 0))
+        colour = np.repeat(grey[..., None], 3, axis=-1)
+    elif kind == "rgb":
+        rgb = np.stack([200 * x, 150 * y + 50, 255 * (1 - x * y)], -1).astype(np.uint8)
+        rgb[transparent] = 0
+        data = _with_trns(_png(rgb, "RGB"), struct.pack(">HHH", 0, 0, 0))
+        colour = rgb
+    else:
+        values = np.where(transparent, 0, 65535 * (0.5 + 0.45 * np.sin(5 * x + 3 * y))).astype(np.uint16)
+        data = _with_trns(_sixteen_bit_grey(values), struct.pack(">H", 0))
+        colour = np.repeat((values >> 8)[..., None], 3, axis=-1)
+    assert "transparency" in Image.open(io.BytesIO(data)).info
+    reference = np.where(transparent[..., None], 255, colour).astype(np.uint8)  # NumPy: composited on white
+    np.testing.assert_array_equal(np.asarray(pixels.as_rgb(Image.open(io.BytesIO(data)))), reference)
+    path = tmp_path / "photo.png"
+    path.write_bytes(data)
+    jpeg, _, _, converted = records.to_rgb_jpeg(data)
+    assert converted
+    training_door = image_processing.eval_preprocess(tf.constant(jpeg), side, side).numpy()
+    predict_door = data_utils.load_inference_image(str(path), side, side)
+    reference_door = image_processing.eval_preprocess(tf.constant(_png(reference)), side, side).numpy()
+    np.testing.assert_allclose(predict_door, reference_door, atol=1e-3)
+    assert np.abs(training_door - reference_door).mean() < 1.5

@@ -2,7 +2,9 @@
 predict for PNG content that TensorFlow's decoder would read otherwise. So a photo gives a model the same pixels
 in training and in prediction:
 - transparent areas are shown on white, as a viewer shows them (TensorFlow's decoder drops the alpha channel and
-  keeps whatever colour the transparent pixels hold, often black);
+  keeps whatever colour the transparent pixels hold, often black): an alpha channel, a transparent palette entry,
+  and the transparent grey level or RGB colour of a PNG's tRNS chunk (8-bit greyscale and RGB, 16-bit greyscale;
+  PIL keeps no 16-bit RGB samples, so a 16-bit RGB tRNS colour matches nothing and such a PNG stays opaque);
 - 16-bit greyscale keeps the high byte of each sample, as TensorFlow's PNG decoder and PIL's 16-bit RGB do (PIL's
   own conversion of 16-bit greyscale clips every value above 255 to white);
 - anything else (greyscale, CMYK, palette) as PIL converts it.
@@ -21,8 +23,9 @@ _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 def has_alpha(image) -> bool:
-    """True when a PIL image has transparency (an alpha channel, or a palette entry marked transparent)."""
-    return image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (image.mode == "P" and "transparency" in image.info)
+    """True when a PIL image has transparency: an alpha channel, or a transparent colour (`info["transparency"]`:
+    a palette entry, or a PNG tRNS chunk's grey level or RGB colour)."""
+    return image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in image.info
 
 
 def is_sixteen_bit_grey(image) -> bool:
@@ -63,16 +66,23 @@ def as_rgb(image):
     """The PIL image as 8-bit RGB by the rules above."""
     from PIL import Image
 
+    if is_sixteen_bit_grey(image):
+        import numpy as np
+
+        samples = np.asarray(image, dtype=np.uint32)
+        rgb = Image.fromarray((samples >> 8).clip(0, 255).astype(np.uint8), mode="L").convert("RGB")
+        if "transparency" not in image.info:
+            return rgb
+        # a tRNS grey level, compared with the 16-bit samples (PIL's own RGBA conversion would clip them to white)
+        opaque = Image.fromarray(np.where(samples == image.info["transparency"], 0, 255).astype(np.uint8), mode="L")
+        on_white = Image.new("RGB", rgb.size, (255, 255, 255))
+        on_white.paste(rgb, mask=opaque)
+        return on_white
     if has_alpha(image):
         rgba = image.convert("RGBA")
         rgb = Image.new("RGB", rgba.size, (255, 255, 255))
         rgb.paste(rgba, mask=rgba.getchannel("A"))
         return rgb
-    if is_sixteen_bit_grey(image):
-        import numpy as np
-
-        high = (np.asarray(image, dtype=np.uint32) >> 8).clip(0, 255).astype(np.uint8)
-        return Image.fromarray(high, mode="L").convert("RGB")
     return image.convert("RGB")
 
 
