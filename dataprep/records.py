@@ -39,6 +39,9 @@ TMP_PREFIX = ".tmp."
 # What an interrupted dataprep run keeps and how to go on (the line of utils.errors.command).
 INTERRUPTED_KEPT = "complete shards are kept; run the same command with --resume to finish"
 JPEG_QUALITY_CONVERTED = 100  # quality used by the original when re-encoding PNG/CMYK sources
+# Full-resolution chroma (4:4:4) for converted images, so their colours stay as predict reads the source (a PNG
+# is fed to the model as it is); PIL's default 4:2:0, as the original's encode_jpeg, blurs colour edges.
+JPEG_SUBSAMPLING_CONVERTED = 0
 MANIFEST_VERSION = 2  # 2 adds num_classes, label_range and complete; 1 is still resumed
 
 
@@ -81,7 +84,7 @@ def to_rgb_jpeg(data: bytes) -> tuple[bytes, int, int, bool]:
 
     Valid RGB JPEGs are returned unchanged (same bytes). Anything else PIL can decode (greyscale or CMYK JPEG, PNG,
     palette, RGBA, 16-bit, ... whatever the file extension says) is converted to RGB by utils/pixels.as_rgb, the
-    conversion predict applies too, and re-encoded as JPEG at quality 100.
+    conversion predict applies too, and re-encoded as JPEG at quality 100 with 4:4:4 chroma.
     Raises UnreadableImage for empty, non-image or corrupt files, and for those predict refuses too because the
     decoders would read other pixels (utils/pixels.py: a CMYK JPEG without an Adobe marker).
     """
@@ -105,7 +108,8 @@ def to_rgb_jpeg(data: bytes) -> tuple[bytes, int, int, bool]:
     if image_format in ("JPEG", "MPO") and image.mode == "RGB":
         return data, height, width, False
     out = io.BytesIO()
-    pixels.as_rgb(image).save(out, format="JPEG", quality=JPEG_QUALITY_CONVERTED)  # predict's conversion too
+    pixels.as_rgb(image).save(out, format="JPEG", quality=JPEG_QUALITY_CONVERTED,  # predict's conversion too
+                              subsampling=JPEG_SUBSAMPLING_CONVERTED)
     return out.getvalue(), height, width, True
 
 

@@ -85,7 +85,7 @@ def test_round_trip_records_match_sources(tree, built):
                 assert r["image/encoded"] == source  # valid RGB JPEG stored unchanged
             else:
                 assert r["image/encoded"] != source and r["image/encoded"][:2] == b"\xff\xd8"
-                # quality-100 re-encode (4:2:0 chroma, like the original's tf.image.encode_jpeg) of the decoded
+                # quality-100 re-encode (4:4:4 chroma; the original's tf.image.encode_jpeg used 4:2:0) of the decoded
                 # source: close to PIL's RGB rendering of it; a channel/orientation mix-up would be off by ~50+
                 assert np.abs(pixels.astype(np.int16) - reference).mean() < 8.0, (name, kind)
 
@@ -532,6 +532,22 @@ def test_to_rgb_jpeg_reasons():
     h.noise_image("RGBA").save(rgba, format="PNG")
     data, height, width, converted = records.to_rgb_jpeg(rgba.getvalue())
     assert converted and (height, width) == (30, 40) and h.decode(data).shape == (30, 40, 3)
+
+
+def test_a_converted_image_keeps_full_resolution_colour():
+    """A PNG of 1-pixel colour stripes (the worst case for chroma subsampling), re-encoded: 4:4:4 keeps it within a
+    few levels of the source; PIL's default 4:2:0 was off by over a hundred levels."""
+    from PIL import JpegImagePlugin
+    stripes = np.zeros((32, 48, 3), np.uint8)
+    stripes[:, 0::2] = (220, 30, 40)
+    stripes[:, 1::2] = (20, 60, 230)
+    png = io.BytesIO()
+    Image.fromarray(stripes).save(png, format="PNG")
+    data, _, _, converted = records.to_rgb_jpeg(png.getvalue())
+    assert converted
+    with Image.open(io.BytesIO(data)) as jpeg:
+        assert JpegImagePlugin.get_sampling(jpeg) == 0  # 4:4:4
+        assert np.abs(np.asarray(jpeg, dtype=np.int16) - stripes).max() <= 6
 
 
 # ---- DALI index ---------------------------------------------------------------------------------------------------
