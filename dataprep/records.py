@@ -86,7 +86,8 @@ def to_rgb_jpeg(data: bytes) -> tuple[bytes, int, int, bool]:
     palette, RGBA, 16-bit, ... whatever the file extension says) is converted to RGB by utils/pixels.as_rgb, the
     conversion predict applies too, and re-encoded as JPEG at quality 100 with 4:4:4 chroma.
     Raises UnreadableImage for empty, non-image or corrupt files, and for those predict refuses too because the
-    decoders would read other pixels (utils/pixels.py: a CMYK JPEG without an Adobe marker).
+    decoders would read other pixels (utils/pixels.py: a CMYK JPEG without an Adobe marker, an image of several
+    frames).
     """
     from PIL import Image, UnidentifiedImageError
 
@@ -103,6 +104,9 @@ def to_rgb_jpeg(data: bytes) -> tuple[bytes, int, int, bool]:
     width, height = image.size
     if width == 0 or height == 0:
         raise UnreadableImage("image has zero size")
+    frames = pixels.several_frames(image)
+    if frames:
+        raise UnreadableImage(frames)
     if image_format in ("JPEG", "MPO") and pixels.cmyk_without_adobe(data):
         raise UnreadableImage(pixels.CMYK_WITHOUT_ADOBE)
     if image_format in ("JPEG", "MPO") and image.mode == "RGB":

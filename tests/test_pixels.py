@@ -210,3 +210,42 @@ def test_a_png_s_transparent_colour_is_shown_on_white_by_both_doors(tmp_path, ki
     reference_door = image_processing.eval_preprocess(tf.constant(_png(reference)), side, side).numpy()
     np.testing.assert_allclose(predict_door, reference_door, atol=1e-3)
     assert np.abs(training_door - reference_door).mean() < 1.5
+
+
+def _frames(image_format, count, side=16):
+    frames = [Image.fromarray(np.full((side, side, 3), 60 * i + 20, np.uint8)) for i in range(count)]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, format=image_format, save_all=True, append_images=frames[1:])
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("image_format", ["GIF", "PNG", "WEBP", "TIFF"])
+def test_an_image_of_several_frames_is_skipped_by_dataprep_naming_the_count(image_format):
+    """Before, dataprep wrote an animated GIF's first frame without a word."""
+    from dataprep import records
+    with pytest.raises(records.UnreadableImage) as refused:
+        records.to_rgb_jpeg(_frames(image_format, 3))
+    assert str(refused.value).startswith("animated or multi-frame image (3 frames): ")
+    assert records.to_rgb_jpeg(_frames(image_format, 1))[3]  # one frame: converted as before
+
+
+def test_an_animated_png_is_refused_by_predict_with_dataprep_s_reason(tmp_path):
+    """TensorFlow's PNG decoder reads an APNG's default image only; predict refuses it as dataprep skips it."""
+    from dataprep import records
+    from utils import data_utils
+    data = _frames("PNG", 2)
+    path = tmp_path / "animated.png"
+    path.write_bytes(data)
+    with pytest.raises(data_utils.ImageFileError) as error:
+        data_utils.load_inference_image(str(path), 16, 16)
+    with pytest.raises(records.UnreadableImage) as refused:
+        records.to_rgb_jpeg(data)
+    assert error.value.reason == str(refused.value) == pixels.several_frames(Image.open(io.BytesIO(data)))
+    assert "(2 frames)" in error.value.reason
+
+
+def test_a_multi_picture_camera_jpeg_is_still_written_unchanged():
+    from dataprep import records
+    data = _frames("MPO", 2)
+    assert Image.open(io.BytesIO(data)).format == "MPO"
+    assert records.to_rgb_jpeg(data) == (data, 16, 16, False)

@@ -556,7 +556,8 @@ def _truncated(path, image_format):
 
 def _image_format(path, data) -> str:
     """The format of `data`, "JPEG" or "PNG", as PIL identifies its header; raises ImageFileError for anything
-    else, for a header cut off, and for images over MAX_IMAGE_SIDE (decompression bombs)."""
+    else, for a header cut off, for images over MAX_IMAGE_SIDE (decompression bombs) and for an animated PNG
+    (`pixels.several_frames`)."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -564,6 +565,8 @@ def _image_format(path, data) -> str:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(data)) as img:
                 image_format, size = _PIL_FORMATS.get(img.format, img.format), img.size
+                # an animated PNG (APNG) counts its frames from the header's acTL chunk
+                frames = pixels.several_frames(img) if image_format in SUPPORTED_IMAGE_FORMATS else None
     except Image.DecompressionBombError as error:
         raise ImageFileError(path, f"image too large ({error})") from None
     except UnidentifiedImageError:
@@ -577,6 +580,8 @@ def _image_format(path, data) -> str:
         raise ImageFileError(path, f"unsupported image format {image_format} (JPEG or PNG expected)")
     if max(size) > MAX_IMAGE_SIDE:
         raise ImageFileError(path, f"image too large ({size[0]}x{size[1]}, max side {MAX_IMAGE_SIDE})")
+    if frames:  # dataprep skips it with the same reason
+        raise ImageFileError(path, frames)
     return image_format
 
 

@@ -11,6 +11,9 @@ in training and in prediction:
 Some files are refused by both doors with the same reason, where the decoders would give different pixels:
 - a CMYK JPEG without an Adobe APP14 marker (`cmyk_without_adobe`): PIL always reads CMYK as Adobe-inverted ink,
   TensorFlow's decoder inverts only after that marker, and the file does not record which convention it uses.
+- an image of several frames (an animated GIF, PNG or WebP, a multi-page TIFF; `several_frames`): a decoder would
+  keep its first frame only and say nothing. A multi-picture camera JPEG (MPO) is not refused: its first picture is
+  the photo, the others are previews or a second view.
 PIL is imported by the caller's image; this module imports nothing heavy."""
 
 import io
@@ -60,6 +63,16 @@ def cmyk_without_adobe(data: bytes) -> bool:
             adobe = True
         pos += 2 + length
     return components == 4 and not adobe
+
+
+def several_frames(image) -> str | None:
+    """The reason a PIL image of more than one frame is refused, naming the frame count; None for one frame or an
+    MPO (a camera JPEG, read as its first picture by every decoder here)."""
+    frames = getattr(image, "n_frames", 1)
+    if frames <= 1 or image.format == "MPO":
+        return None
+    return (f"animated or multi-frame image ({frames} frames): only its first frame would be used; save the frame "
+            "wanted as an image of its own")
 
 
 def as_rgb(image):
