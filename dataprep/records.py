@@ -85,25 +85,34 @@ def to_rgb_jpeg(data: bytes) -> tuple[bytes, int, int, bool]:
     Valid RGB JPEGs are returned unchanged (same bytes). Anything else PIL can decode (greyscale or CMYK JPEG, PNG,
     palette, RGBA, 16-bit, ... whatever the file extension says) is converted to RGB by utils/pixels.as_rgb, the
     conversion predict applies too, and re-encoded as JPEG at quality 100 with 4:4:4 chroma.
-    Raises UnreadableImage for empty, non-image or corrupt files, and for those predict refuses too because the
+    Raises UnreadableImage for empty, non-image or corrupt files, for images over predict's size limit
+    (utils/pixels.too_large, checked before the decode), and for those predict refuses too because the
     decoders would read other pixels (utils/pixels.py: a CMYK JPEG without an Adobe marker, an image of several
     frames).
     """
-    from PIL import Image, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
 
     if not data:
         raise UnreadableImage("empty file")
     try:
-        image = Image.open(io.BytesIO(data))
-        image_format = image.format
-        image.load()  # full decode: catches truncated / corrupt data that the header parse accepts
+        with pixels.opened(data) as image:  # PIL's size limit and warning off: _converted checks the size itself
+            return _converted(data, image)
     except UnidentifiedImageError:
         raise UnreadableImage("not an image (unknown format)") from None
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+    except (OSError, ValueError, SyntaxError) as exc:  # a header or image data PIL cannot decode
         raise UnreadableImage(f"corrupt image ({exc})") from None
+
+
+def _converted(data: bytes, image) -> tuple[bytes, int, int, bool]:
+    """to_rgb_jpeg's result for the opened, not yet decoded PIL image of `data`."""
     width, height = image.size
     if width == 0 or height == 0:
         raise UnreadableImage("image has zero size")
+    too_large = pixels.too_large(width, height)  # predict's limit and message
+    if too_large:
+        raise UnreadableImage(too_large)
+    image_format = image.format
+    image.load()  # full decode: catches truncated / corrupt data that the header parse accepts
     frames = pixels.several_frames(image)
     if frames:
         raise UnreadableImage(frames)

@@ -249,3 +249,49 @@ def test_a_multi_picture_camera_jpeg_is_still_written_unchanged():
     data = _frames("MPO", 2)
     assert Image.open(io.BytesIO(data)).format == "MPO"
     assert records.to_rgb_jpeg(data) == (data, 16, 16, False)
+
+
+def _png_header_only(width, height):
+    """A PNG that declares width x height (RGB) and holds no valid data: enough for every header check, and a
+    decode fails at its first bytes."""
+    import struct
+    import zlib
+
+    def chunk(kind, payload):
+        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", b"not zlib data")
+            + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("width, height, message", [
+    (14000, 13000, "image too large (14000x13000, 182000000 pixels, max 178956970 pixels)"),
+    (20000, 10, "image too large (20000x10, max side 16384)")])
+def test_a_huge_image_is_too_large_in_both_doors_with_one_message(tmp_path, width, height, message):
+    """Before, dataprep said `corrupt image (Image size (182000000 pixels) exceeds limit ...)` for the first (PIL's
+    error) and wrote the second; predict said `image too large (Image size ...)` for the first."""
+    from dataprep import records
+    from utils import data_utils
+    data = _png_header_only(width, height)
+    with pytest.raises(records.UnreadableImage) as refused:
+        records.to_rgb_jpeg(data)
+    assert str(refused.value) == message
+    path = tmp_path / "huge.png"
+    path.write_bytes(data)
+    with pytest.raises(data_utils.ImageFileError) as error:
+        data_utils.read_image_file(str(path))
+    assert error.value.reason == message
+
+
+def test_dataprep_never_lets_pils_decompression_bomb_warning_through():
+    """A 99-megapixel image is under the limits: PIL used to print its two-line DecompressionBombWarning, naming no
+    file (this one's data is not valid, so it is then skipped as corrupt, without any warning)."""
+    import warnings
+
+    from dataprep import records
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(records.UnreadableImage, match="corrupt image"):
+            records.to_rgb_jpeg(_png_header_only(11000, 9000))
+    assert not caught, [str(w.message) for w in caught]
+    assert Image.MAX_IMAGE_PIXELS == 89478485  # PIL's own limit is back for everyone else

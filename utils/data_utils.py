@@ -58,11 +58,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-import io
 import os
 import re
 import sys
-import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -79,7 +77,7 @@ _POSITION_RING = 1 << 16
 
 # What predict decodes: TensorFlow's DecodeJpeg (image_processing.decode_image) reads JPEG and PNG, not BMP.
 SUPPORTED_IMAGE_FORMATS = ("JPEG", "PNG")
-MAX_IMAGE_SIDE = 16384
+MAX_IMAGE_SIDE = pixels.MAX_IMAGE_SIDE  # and pixels.MAX_IMAGE_PIXELS: dataprep's limits too
 
 # The functions handed to tf.data branch on tensors only through graph ops (tf.cond, tf.where), so they are traced
 # as written: AutoGraph's conversion of them would only add seconds to every run's start.
@@ -556,19 +554,16 @@ def _truncated(path, image_format):
 
 def _image_format(path, data) -> str:
     """The format of `data`, "JPEG" or "PNG", as PIL identifies its header; raises ImageFileError for anything
-    else, for a header cut off, for images over MAX_IMAGE_SIDE (decompression bombs) and for an animated PNG
+    else, for a header cut off, for images over MAX_IMAGE_SIDE a side or pixels.MAX_IMAGE_PIXELS (decompression
+    bombs; pixels.too_large) and for an animated PNG
     (`pixels.several_frames`)."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
 
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as img:
-                image_format, size = _PIL_FORMATS.get(img.format, img.format), img.size
-                # an animated PNG (APNG) counts its frames from the header's acTL chunk
-                frames = pixels.several_frames(img) if image_format in SUPPORTED_IMAGE_FORMATS else None
-    except Image.DecompressionBombError as error:
-        raise ImageFileError(path, f"image too large ({error})") from None
+        with pixels.opened(data) as img:  # the size is checked below, as dataprep checks it
+            image_format, size = _PIL_FORMATS.get(img.format, img.format), img.size
+            # an animated PNG (APNG) counts its frames from the header's acTL chunk
+            frames = pixels.several_frames(img) if image_format in SUPPORTED_IMAGE_FORMATS else None
     except UnidentifiedImageError:
         raise ImageFileError(path, "not an image file (JPEG or PNG expected)") from None
     except (OSError, SyntaxError, ValueError) as error:
@@ -578,8 +573,9 @@ def _image_format(path, data) -> str:
         raise ImageFileError(path, f"cannot decode image ({error})") from None
     if image_format not in SUPPORTED_IMAGE_FORMATS:
         raise ImageFileError(path, f"unsupported image format {image_format} (JPEG or PNG expected)")
-    if max(size) > MAX_IMAGE_SIDE:
-        raise ImageFileError(path, f"image too large ({size[0]}x{size[1]}, max side {MAX_IMAGE_SIDE})")
+    too_large = pixels.too_large(*size)  # dataprep's limit and message
+    if too_large:
+        raise ImageFileError(path, too_large)
     if frames:  # dataprep skips it with the same reason
         raise ImageFileError(path, frames)
     return image_format

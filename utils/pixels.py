@@ -14,15 +14,53 @@ Some files are refused by both doors with the same reason, where the decoders wo
 - an image of several frames (an animated GIF, PNG or WebP, a multi-page TIFF; `several_frames`): a decoder would
   keep its first frame only and say nothing. A multi-picture camera JPEG (MPO) is not refused: its first picture is
   the photo, the others are previews or a second view.
+Both doors also refuse an image over MAX_IMAGE_SIDE a side or MAX_IMAGE_PIXELS pixels with one message
+(`too_large`), checked on the header before any decode (`opened`), instead of PIL's decompression-bomb error and
+warning, which name no file and no size.
 PIL is imported by the caller's image; this module imports nothing heavy."""
 
+import contextlib
 import io
+import threading
+import warnings
 
 SIXTEEN_BIT_GREY = ("I;16", "I;16B", "I;16L", "I;16N")
 CMYK_WITHOUT_ADOBE = ("CMYK JPEG without an Adobe marker: whether its ink values are inverted is not recorded, and "
                       "decoders disagree; convert it to RGB first")
 # JPEG start-of-frame markers (SOF0-SOF15 without DHT C4, JPG C8 and DAC CC): their segment holds the component count.
 _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+MAX_IMAGE_SIDE = 16384
+# PIL's default refusal threshold (twice its warning's MAX_IMAGE_PIXELS): about 540 MB of decoded RGB.
+MAX_IMAGE_PIXELS = 2 * 89478485
+_PIL_LIMIT_LOCK = threading.Lock()  # PIL's limit is a module global, switched off only inside `opened`
+
+
+def too_large(width: int, height: int) -> str | None:
+    """The reason an image of this size is refused, None when it is not."""
+    if max(width, height) > MAX_IMAGE_SIDE:
+        return f"image too large ({width}x{height}, max side {MAX_IMAGE_SIDE})"
+    if width * height > MAX_IMAGE_PIXELS:
+        return f"image too large ({width}x{height}, {width * height} pixels, max {MAX_IMAGE_PIXELS} pixels)"
+    return None
+
+
+@contextlib.contextmanager
+def opened(data: bytes):
+    """The PIL image of `data`, its header parsed, not decoded; PIL's decompression-bomb error and warning are off
+    inside the block, since the caller checks `too_large(*image.size)` before it decodes. PIL's exceptions for bytes
+    it cannot open propagate."""
+    from PIL import Image
+
+    with _PIL_LIMIT_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        saved, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                yield image
+        finally:
+            Image.MAX_IMAGE_PIXELS = saved
 
 
 def has_alpha(image) -> bool:
