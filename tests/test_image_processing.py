@@ -11,14 +11,15 @@ from utils.errors import UserError
 
 
 # ------------------------------------------------ NumPy reference of docs/ORIGINAL.md#evaluation-preprocessing
-def legacy_bilinear(image, out_h, out_w):
-    """TF1 resize_images bilinear: src = dst * in / out (float32), no half-pixel offset, edge clamp."""
+def legacy_bilinear(image, out_h, out_w, top=0, left=0, rows=None, columns=None):
+    """TF1 resize_images bilinear: src = dst * in / out (float32), no half-pixel offset, edge clamp. Only the
+    output rows top .. top + rows - 1 and columns left .. left + columns - 1 (default: all) are computed."""
     image = image.astype(np.float32)
     in_h, in_w = image.shape[:2]
     scale_y = np.float32(in_h) / np.float32(out_h)
     scale_x = np.float32(in_w) / np.float32(out_w)
-    src_y = np.arange(out_h, dtype=np.float32) * scale_y
-    src_x = np.arange(out_w, dtype=np.float32) * scale_x
+    src_y = np.arange(top, top + (out_h if rows is None else rows), dtype=np.float32) * scale_y
+    src_x = np.arange(left, left + (out_w if columns is None else columns), dtype=np.float32) * scale_x
     y0 = np.floor(src_y).astype(np.int64)
     x0 = np.floor(src_x).astype(np.int64)
     y1 = np.minimum(y0 + 1, in_h - 1)
@@ -36,9 +37,8 @@ def numpy_eval_preprocess(decoded, height, width, resize_min):
     h, w = decoded.shape[:2]
     scale = np.float32(resize_min) / np.float32(min(h, w))
     new_h, new_w = int(np.float32(h) * scale), int(np.float32(w) * scale)
-    resized = legacy_bilinear(decoded, new_h, new_w)
     top, left = (new_h - height) // 2, (new_w - width) // 2
-    return resized[top:top + height, left:left + width]
+    return legacy_bilinear(decoded, new_h, new_w, top, left, height, width)  # the central crop only
 
 
 @pytest.mark.parametrize("shape", [(48, 64), (64, 40), (37, 53), (56, 56)])
@@ -50,6 +50,41 @@ def test_eval_preprocess_matches_numpy_reference(shape):
     expected = numpy_eval_preprocess(decoded, 32, 32, image_processing.eval_resize_min(32, 32))
     assert out.shape == (32, 32, 3) and out.dtype == np.float32
     np.testing.assert_allclose(out, expected, rtol=0, atol=1e-3)
+
+
+@pytest.mark.parametrize("shape", [(1, 1000), (2, 1000), (1000, 1), (3, 1400)])
+def test_an_elongated_image_whose_resize_exceeds_the_bound_is_evaluated_as_the_numpy_reference(shape):
+    """At 32 px these resize to 36000-16800 px on the long side, over EVAL_RESIZE_MAX_SIDE: only the crop's window
+    is computed, eagerly (predict) and in a tf.data map (evaluation), and it equals the full computation."""
+    rng = np.random.default_rng(3)
+    jpeg = encode_image(random_image(rng, *shape), quality=90)
+    decoded = image_processing.decode_image(jpeg).numpy()
+    new_h, new_w = (int(v) for v in image_processing.aspect_preserving_size(decoded, 36))
+    assert max(new_h, new_w) > image_processing.EVAL_RESIZE_MAX_SIDE
+    expected = numpy_eval_preprocess(decoded, 32, 32, 36)
+    np.testing.assert_allclose(image_processing.eval_preprocess(jpeg, 32, 32).numpy(), expected, rtol=0, atol=1e-3)
+    mapped = tf.data.Dataset.from_tensors(jpeg).map(lambda data: image_processing.eval_preprocess(data, 32, 32))
+    np.testing.assert_allclose(next(iter(mapped)).numpy(), expected, rtol=0, atol=1e-3)
+    full = image_processing.central_crop(image_processing.resize_bilinear_legacy(decoded, new_h, new_w), 32, 32)
+    window = image_processing.central_window_of_resize(decoded, new_h, new_w, 32, 32)
+    np.testing.assert_allclose(window.numpy(), full.numpy(), rtol=0, atol=1e-4)  # TensorFlow's kernel, to rounding
+
+
+def test_predict_of_a_16000x1_image_never_computes_its_full_resize(tmp_path, monkeypatch):
+    """Before, its eval preprocessing resized it to 1,168,000x73 floats at 64 px (about 2 GB of memory) and tried
+    to allocate 12.6 GB at 224."""
+    resize = image_processing.resize_bilinear_legacy
+
+    def bounded_resize(image, height, width):
+        assert max(int(height), int(width)) <= image_processing.EVAL_RESIZE_MAX_SIDE, (int(height), int(width))
+        return resize(image, height, width)
+    monkeypatch.setattr(image_processing, "resize_bilinear_legacy", bounded_resize)
+    image = random_image(np.random.default_rng(4), 1, 16000)
+    path = tmp_path / "line.jpg"
+    path.write_bytes(encode_image(image, quality=90))
+    out = data_utils.load_inference_image(str(path), 64, 64)
+    decoded = image_processing.decode_image(path.read_bytes()).numpy()
+    np.testing.assert_allclose(out, numpy_eval_preprocess(decoded, 64, 64, 73), rtol=0, atol=1e-3)
 
 
 def test_legacy_resize_differs_from_half_pixel_resize():

@@ -17,6 +17,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from utils import augment as augmentation
+from utils import pixels
 
 # Legacy TF1 `tf.image.resize_images` semantics (docs/ORIGINAL.md#training-augmentation): src = dst * in / out, no
 # half-pixel offset.
@@ -38,6 +39,10 @@ AUGMENT_SEED_SALT = 0x617567
 
 # The reference's evaluation resize: shorter side 256 for a 224 crop.
 EVAL_RESIZE_MIN_AT_224 = 256
+# Longest side of the evaluation resize computed in full; beyond it (an image over 64 times longer than wide at
+# 224 px) only the central crop's window is computed (`central_window_of_resize`): a 16000x1 image would otherwise
+# be resized to 4,096,000x256 floats (12.6 GB).
+EVAL_RESIZE_MAX_SIDE = pixels.MAX_IMAGE_SIDE
 
 
 def feature_map():
@@ -149,15 +154,54 @@ def eval_resize_min(height, width):
     return (max(height, width) * EVAL_RESIZE_MIN_AT_224) // 224
 
 
-def aspect_preserving_resize(image, resize_min):
-    """Shorter side -> resize_min, sizes truncated as the original (`int32(h * scale)` in float32)."""
+def aspect_preserving_size(image, resize_min):
+    """(new_h, new_w) int32 with the shorter side resize_min, truncated as the original (`int32(h * scale)` in
+    float32)."""
     shape = tf.shape(image)
     h = tf.cast(shape[0], tf.float32)
     w = tf.cast(shape[1], tf.float32)
     scale = tf.cast(resize_min, tf.float32) / tf.minimum(h, w)
-    new_h = tf.cast(h * scale, tf.int32)
-    new_w = tf.cast(w * scale, tf.int32)
+    return tf.cast(h * scale, tf.int32), tf.cast(w * scale, tf.int32)
+
+
+def aspect_preserving_resize(image, resize_min):
+    """Shorter side -> resize_min (`aspect_preserving_size`), legacy bilinear."""
+    new_h, new_w = aspect_preserving_size(image, resize_min)
     return resize_bilinear_legacy(image, new_h, new_w)
+
+
+def _legacy_taps(in_size, out_size, start, count):
+    """(lower, upper, lerp) of output indices start .. start + count - 1 of a legacy bilinear resize from in_size
+    to out_size, computed as TensorFlow's ResizeBilinear kernel computes them: scale = float(in) / float(out),
+    source = float(index) * scale, lower = max(floor, 0), upper = min(ceil, in - 1), lerp = source - floor."""
+    scale = tf.cast(in_size, tf.float32) / tf.cast(out_size, tf.float32)
+    source = tf.cast(tf.range(start, start + count), tf.float32) * scale
+    floor = tf.floor(source)
+    lower = tf.maximum(tf.cast(floor, tf.int32), 0)
+    upper = tf.minimum(tf.cast(tf.math.ceil(source), tf.int32), in_size - 1)
+    return lower, upper, source - floor
+
+
+def central_window_of_resize(image, new_h, new_w, height, width):
+    """float32 [height, width, C]: `central_crop(resize_bilinear_legacy(image, new_h, new_w), height, width)`
+    computed for the crop's pixels only, from the source pixels their bilinear taps read, with the kernel's
+    arithmetic (top = tl + (tr - tl) * x_lerp, bottom likewise, top + (bottom - top) * y_lerp), so memory is the
+    crop's whatever new_h and new_w are. Equal to the full computation to float rounding."""
+    shape = tf.shape(image)
+    top = (new_h - height) // 2
+    left = (new_w - width) // 2
+    y_lower, y_upper, y_lerp = _legacy_taps(shape[0], new_h, top, height)
+    x_lower, x_upper, x_lerp = _legacy_taps(shape[1], new_w, left, width)
+    rows_lower = tf.gather(image, y_lower)  # [height, W, C], still the source's dtype
+    rows_upper = tf.gather(image, y_upper)
+
+    def columns(rows, index):
+        return tf.cast(tf.gather(rows, index, axis=1), tf.float32)
+
+    x_lerp = x_lerp[None, :, None]
+    top_row = columns(rows_lower, x_lower) + (columns(rows_lower, x_upper) - columns(rows_lower, x_lower)) * x_lerp
+    bottom = columns(rows_upper, x_lower) + (columns(rows_upper, x_upper) - columns(rows_upper, x_lower)) * x_lerp
+    return top_row + (bottom - top_row) * y_lerp[:, None, None]
 
 
 def central_crop(image, height, width):
@@ -168,9 +212,15 @@ def central_crop(image, height, width):
 
 
 def eval_preprocess(image_bytes, height, width):
-    """Decode, aspect-preserving resize (shorter side `eval_resize_min`), central crop -> float32 [H, W, 3]."""
+    """Decode, aspect-preserving resize (shorter side `eval_resize_min`), central crop -> float32 [H, W, 3].
+
+    When the resize's longer side would exceed EVAL_RESIZE_MAX_SIDE (an extremely elongated image), only the
+    crop's window of it is computed (`central_window_of_resize`, the same pixels to float rounding); every other
+    image goes through ResizeBilinear and the crop as the original."""
     image = decode_image(image_bytes)
-    image = aspect_preserving_resize(image, eval_resize_min(height, width))
-    image = central_crop(image, height, width)
+    new_h, new_w = aspect_preserving_size(image, eval_resize_min(height, width))
+    image = tf.cond(tf.maximum(new_h, new_w) > EVAL_RESIZE_MAX_SIDE,
+                    lambda: central_window_of_resize(image, new_h, new_w, height, width),
+                    lambda: central_crop(resize_bilinear_legacy(image, new_h, new_w), height, width))
     image.set_shape([height, width, 3])
     return image
