@@ -8,7 +8,7 @@ import numpy as np
 
 from runtime.metrics import NON_FINITE_CAUSES
 from runtime.runner_utils import read_class_names
-from utils import data_utils
+from utils import data_utils, pixels
 from utils.errors import UserError, on_interrupt
 
 
@@ -52,9 +52,26 @@ def predict_files(predict_step, files, image_size, batch_size, class_names=None)
                 top = np.argsort(-probs, kind="stable")[:5]
                 print(format_prediction(name, probs, top, class_names), flush=True)
                 counts.predicted += 1
+                orientation = _orientation_note(name)
+                if orientation:
+                    print(orientation, file=sys.stderr, flush=True)
     print("Ending Inference ...", flush=True)
     print("predicted {}, failed {}".format(counts.predicted, counts.failed), flush=True)
     return counts
+
+
+def _orientation_note(path):
+    """The note for a photo whose EXIF Orientation tag a viewer obeys and the model does not, else None."""
+    try:
+        with open(path, "rb") as handle:
+            orientation = pixels.exif_orientation_note(handle.read(1 << 20))  # the tag is in the header
+    except OSError:
+        return None
+    if orientation is None:
+        return None
+    return ("Note: {} carries EXIF orientation {}: viewers show it so, but the model saw its pixels as stored, as "
+            "every image in training (TensorFlow's decoder ignores the tag, as the original's did)".format(
+                path, orientation))
 
 
 def check_image(path, image_size):

@@ -141,3 +141,26 @@ def test_a_labels_file_that_covers_the_classifier_is_not_warned_about(tmp_path, 
     load_class_names(_labels(tmp_path, names), RunConfig(model_dir=str(tmp_path), num_classes=num_classes),
                      warn=warnings.append)
     assert warnings == []
+
+
+def test_a_photo_whose_exif_orientation_asks_a_turn_is_noted_as_seen_as_stored(tmp_path, capsys):
+    """A phone photo stored sideways with Orientation 6: viewers turn it, the model (as in training, and as the
+    original's decoder) does not. Said once per such file on stderr; 1 and no tag say nothing."""
+    from PIL import Image
+    images = tmp_path / "images"
+    images.mkdir()
+    rng = np.random.default_rng(0)
+    for name, orientation in (("a_plain.jpg", None), ("b_upright.jpg", 1), ("c_turned.jpg", 6), ("d_png.png", None)):
+        exif = Image.Exif()
+        if orientation is not None:
+            exif[0x0112] = orientation
+        options = {"exif": exif.tobytes()} if orientation is not None else {}
+        (images / name).write_bytes(encode_image(random_image(rng, 20, 24), "PNG" if name.endswith(".png") else
+                                                 "JPEG", **options))
+    counts = predict_files(fake_step, runner_utils.parse_inference_input(str(images)), 16, 2)
+    _, err = capsys.readouterr()
+    assert counts.predicted == 4
+    assert err.splitlines() == [
+        "Note: {} carries EXIF orientation 6, turned 90 degrees clockwise: viewers show it so, but the model saw its "
+        "pixels as stored, as every image in training (TensorFlow's decoder ignores the tag, as the original's "
+        "did)".format(images / "c_turned.jpg")]

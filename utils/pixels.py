@@ -137,6 +137,25 @@ def as_rgb(image):
     return image.convert("RGB")
 
 
+# EXIF Orientation values other than 1, as a viewer turns the stored pixels to show them.
+EXIF_ORIENTATIONS = {2: "mirrored", 3: "turned 180 degrees", 4: "flipped upside down", 5: "mirrored and turned",
+                     6: "turned 90 degrees clockwise", 7: "mirrored and turned", 8: "turned 90 degrees anticlockwise"}
+
+
+def exif_orientation_note(data: bytes) -> str | None:
+    """What a JPEG's EXIF Orientation tag asks of a viewer, when it asks anything ("6, turned 90 degrees
+    clockwise"); None without the tag, at 1, or for bytes PIL cannot open. Every door of this port, as the
+    original's TensorFlow decoder, takes the pixels as stored and ignores the tag."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            value = image.getexif().get(0x0112) if image.format in ("JPEG", "MPO") else None
+    except Exception:  # noqa: BLE001 - the decoders report unreadable bytes; this is only a note
+        return None
+    return "{}, {}".format(value, EXIF_ORIENTATIONS[value]) if value in EXIF_ORIENTATIONS else None
+
+
 def png_for_model(data: bytes) -> bytes:
     """PNG bytes as TensorFlow's decoder should see them: unchanged, unless the image has transparency or 16-bit
     greyscale, where TensorFlow would read other pixels than as_rgb: then its as_rgb form, re-encoded losslessly
