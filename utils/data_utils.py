@@ -588,7 +588,8 @@ _SIGNATURES = {b"\xff\xd8": "JPEG", b"\x89PNG\r\n\x1a\n": "PNG"}
 
 
 def _is_complete(data, image_format) -> bool:
-    """True when `data` holds the whole image, so no result is ever computed on part of one. TensorFlow's
+    """True when `data` reaches the image's end (a JPEG's EOI marker, a PNG's IEND chunk), so no result is computed
+    on a cut-off file; damage inside a file that still ends right is not seen here (docs/RELIABILITY.md). TensorFlow's
     decoders refuse most cut-off files as well, but only as "Invalid JPEG data" plus libjpeg's own stderr lines;
     this check names the cause and never reaches the decoder. Bytes after the end are allowed (phone cameras
     append a video or metadata after a JPEG's EOI)."""
