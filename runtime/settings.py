@@ -93,6 +93,8 @@ def training_state(config, replicas=1, train_images=None, length=None, workers=1
             state["train_files"] = files_fingerprint(list_filenames_in_dataset(config.data_dir, "train"))
     if length is not None:
         state["schedule"] = schedule_record(config, length.num_steps, length.num_decay_steps, length.steps_per_epoch)
+    if config.finetune_checkpoint:  # the fine-tune this run started, or continues (resolve adopts it on a resume)
+        state["finetune_checkpoint"] = os.path.abspath(config.finetune_checkpoint)
     return state
 
 
@@ -354,6 +356,26 @@ def classifier_form_note(source: str, recorded_final_conv: bool, final_conv: boo
         ", and the checkpoints it writes hold that form" if writes_checkpoints else "")
 
 
+def _finetune_on_resume(config, info, log):
+    """A resume's --finetune_checkpoint, which is read only when a run starts: the same as the fine-tune the
+    checkpoint's run started (the recipes' "same command" after an interrupt) is said as such; another one, or one
+    the checkpoint does not record (before 2026-12-06), is warned about as ignored. Without the flag a recorded
+    fine-tune is adopted, so the run's record and its checkpoints keep naming it."""
+    recorded = info.recorded_settings().get("finetune_checkpoint")
+    given = config.finetune_checkpoint
+    if given and recorded == os.path.abspath(given):
+        log("Continuing the fine-tune of {} from checkpoint {} (--finetune_checkpoint is read only when a run "
+            "starts)".format(given, info.path))
+    elif given:
+        log("WARNING: --finetune_checkpoint {} is ignored: model_dir {} already has checkpoint {}{}, and training "
+            "resumes from it (use a new --model_dir to fine-tune)".format(
+                given, config.model_dir, info.path,
+                ", fine-tuned from {}".format(recorded) if recorded else ""))
+    elif recorded:
+        return {"finetune_checkpoint": recorded}
+    return {}
+
+
 def _training_state_changes(config, info, given, log, note):
     """What a resume continues of the QAT and EMA state, and the one line for each choice; `note` takes the lines on
     what changes from the checkpoint's run (mixed precision, the EMA kept or started), which a resume with no step
@@ -435,11 +457,17 @@ def _schedule_at_other_images(config, info, count, images):
         return "and its learning rate and steps per epoch follow from {}".format(images)
     step = info.step or 0
     schedule = _schedule_of(config, count, images)
-    return ("so at step {} its learning rate is {:.6g} where the checkpoint's run had {:.6g}, and its schedule counts "
-            "an epoch as {:g} steps where the checkpoint's counted {:g}".format(
-                step, learning_rate_at(schedule, images, step),
-                learning_rate_at(recorded, info.recorded_settings()["images_per_step"], step),
-                schedule["steps_per_epoch"], recorded["steps_per_epoch"]))
+    recorded_images = info.recorded_settings()["images_per_step"]
+    # Steps count the run's length: its last step is another one, and so are the images it will have seen.
+    end = schedule["num_steps"]
+    seen = step * recorded_images + max(end - step, 0) * images
+    return ("so at step {} its learning rate is {:.6g} where the checkpoint's run had {:.6g}, and it ends at step {} "
+            "(an epoch is {:g} steps) where that run ended at step {} ({:g}): {:,} images in all ({:.3g} epoch{}) "
+            "where that run saw {:,} ({:.3g})".format(
+                step, learning_rate_at(schedule, images, step), learning_rate_at(recorded, recorded_images, step),
+                end, schedule["steps_per_epoch"], recorded["num_steps"], recorded["steps_per_epoch"],
+                seen, seen / count, "" if seen == count else "s", recorded["num_steps"] * recorded_images,
+                recorded["num_steps"] * recorded_images / count))
 
 
 def _schedule_of(config, count, images):
@@ -701,10 +729,7 @@ def resolve(config, given, log=print, replicas=1, workers=1):
                     info.path, " (the checkpoint's quantisation-aware training needs --quantize here)"
                     if info.has_quantization_ranges and not config.quantize else ""))
         elif resumes:
-            if config.finetune_checkpoint:
-                log("WARNING: --finetune_checkpoint {} is ignored: model_dir {} already has checkpoint {}, and "
-                    "training resumes from it (use a new --model_dir to fine-tune)".format(
-                        config.finetune_checkpoint, config.model_dir, info.path))
+            changes.update(_finetune_on_resume(config, info, log))
             changes.update(_training_state_changes(config, info, given, log, notes.append))
             _note_another_recipe(dataclasses.replace(config, **changes), info, notes.append)
         elif info.has_quantization_ranges:
@@ -716,6 +741,9 @@ def resolve(config, given, log=print, replicas=1, workers=1):
         changes.update(_image_size_from_synthetic_size(config, given, log))
     _note_unused_flags(config, given, log, info)
     resolved = dataclasses.replace(config, **changes) if changes else config
+    if resolved.mode in INFERENCE_MODES:  # the float model runs (the notes above say so), and the run's record too
+        float_model = {field.name: field.default for field in dataclasses.fields(RunConfig) if field.name in QAT_FLAGS}
+        resolved = dataclasses.replace(resolved, **float_model)
     _note_unused_synthetic_size(resolved, given, log)
     _check_benchmark_size(resolved, info, log)
     data = check_data(resolved, log, workers, classes_from=info.path if uses_checkpoint_model else None)

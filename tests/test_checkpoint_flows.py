@@ -199,8 +199,9 @@ def test_finetune_from_1001_classes_onto_the_embedded_10_class_data(tmp_path):
                        "--image_size", SIZE, "--batch_size", 8, "--num_iter", 2, "--iter_unit", "batch", "--cpu",
                        "--finetune_checkpoint", tmp_path / "imagenet", "--no_progress", "--lr_warmup_epochs", 0)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"WARNING: --finetune_checkpoint {tmp_path / 'imagenet'} is ignored: model_dir {tmp_path / 'tuned'} " \
-           "already has checkpoint" in resumed.stdout
+    # The same command again continues the fine-tune its checkpoint records (the recipes' resume after a Ctrl-C).
+    assert f"Continuing the fine-tune of {tmp_path / 'imagenet'} from checkpoint {tmp_path / 'tuned'}" in resumed.stdout
+    assert "WARNING: --finetune_checkpoint" not in resumed.stdout
     assert "Current step: 1" in resumed.stdout
     other_arch = run_main("--mode", "train", "--data_dir", data, "--results_dir", tmp_path / "x", "--arch",
                           "se-resnext101-32x4d", "--num_classes", 10, "--image_size", SIZE, "--batch_size", 8,

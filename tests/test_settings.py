@@ -353,8 +353,36 @@ def test_inference_leaves_the_training_state_alone_and_says_the_model_is_float(t
                            training={"quantize": True, "moving_average_decay": 0.9})
     resolved, lines = resolve(tmp_path, mode="evaluate")
     assert not resolved.config.quantize and resolved.config.moving_average_decay == 0
+    # Given, the QAT flags are said unused and the run's record holds what ran: the float model.
+    given = resolve(tmp_path, mode="evaluate", quantize=True, symmetric=True, use_qdq=True, quant_delay=5)[0].config
+    assert (given.quantize, given.symmetric, given.use_qdq, given.quant_delay) == (False, False, False,
+                                                                                   RunConfig().quant_delay)
     assert lines[-1] == (f"Checkpoint {path} holds quantisation ranges: evaluate runs the float model, as the "
                          "original (export_frozen_graph.py --quantize exports the quantised graph)")
+
+
+def test_a_resume_of_a_fine_tune_with_its_own_command_continues_it_without_a_warning(tmp_path):
+    """The checkpoint records the fine-tune its run started (absolute path): the same --finetune_checkpoint again
+    (GPU1_RN50_QAT.sh's "same command" after a Ctrl-C) is said as a continuation; another one is warned about as
+    ignored, naming the recorded source; none adopts the recorded one, so the run's record keeps naming it."""
+    source = fake_checkpoint(tmp_path / "imagenet")
+    path = fake_checkpoint(tmp_path / "tuned", training={"moving_average_decay": 0.0,
+                                                         "finetune_checkpoint": str(tmp_path / "imagenet")})
+    resolved, lines = resolve(tmp_path / "tuned", mode="train", finetune_checkpoint=str(tmp_path / "imagenet"))
+    assert resolved.finetune is None
+    assert lines[-1] == (f"Continuing the fine-tune of {tmp_path / 'imagenet'} from checkpoint {path} "
+                         "(--finetune_checkpoint is read only when a run starts)")
+    other = fake_checkpoint(tmp_path / "other")
+    assert resolve(tmp_path / "tuned", mode="train", finetune_checkpoint=other)[1][-1:] == [
+        f"WARNING: --finetune_checkpoint {other} is ignored: model_dir {tmp_path / 'tuned'} already has checkpoint "
+        f"{path}, fine-tuned from {tmp_path / 'imagenet'}, and training resumes from it (use a new --model_dir to "
+        "fine-tune)"]
+    resolved, lines = resolve(tmp_path / "tuned", mode="train")
+    assert not [line for line in lines if "fine-tun" in line]
+    assert resolved.config.finetune_checkpoint == str(tmp_path / "imagenet")
+    assert settings.training_state(resolved.config)["finetune_checkpoint"] == str(tmp_path / "imagenet")
+    assert "finetune_checkpoint" not in settings.training_state(RunConfig(mode="train"))
+    del source
 
 
 def test_a_resume_ignores_the_finetune_checkpoint_and_says_so(tmp_path):
@@ -527,12 +555,13 @@ def test_a_schedule_note_is_about_the_schedule_flags_not_a_batch_change(tmp_path
     path = fake_checkpoint(tmp_path / "run", step=2, training=settings.training_state(
         RunConfig(batch_size=1, num_iter=3, **flags), train_images=6, length=TrainingLength(3, 1, 540, 3.0, 6)))
     lines = resolve(tmp_path / "run", batch_size=2, num_iter=4, **flags)[1]
-    # The rate at the checkpoint's step in each run (0.256 per 256 images, no warmup, the step schedule) and the
-    # schedule's epoch (num_steps / num_epochs: 3 steps of 1 epoch then, 4 steps of ceil(4 / 3) = 2 epochs now).
+    # The rate at the checkpoint's step in each run (0.256 per 256 images, no warmup, the step schedule), the
+    # schedule's epoch (num_steps / num_epochs: 3 steps of 1 epoch then, 4 steps of ceil(4 / 3) = 2 epochs now) and
+    # the images of the whole run (2 x 1 + 2 x 2 against 3 x 1, of 6 records).
     assert lines == [f"Note: checkpoint {path} was trained at 1 images per step: this run continues at 2 (--batch_size 2 x "
                      f"1 replica(s) x --grad_accum_steps 1), so at step 2 its learning rate is {0.256 * 2 / 256:.6g} "
-                     f"where the checkpoint's run had {0.256 / 256:.6g}, and its schedule counts an epoch as 2 steps "
-                     "where the checkpoint's counted 3"]
+                     f"where the checkpoint's run had {0.256 / 256:.6g}, and it ends at step 4 (an epoch is 2 steps) "
+                     "where that run ended at step 3 (3): 6 images in all (1 epoch) where that run saw 3 (0.5)"]
     assert resolve(tmp_path / "run", batch_size=2, num_iter=4, **dict(flags, lr_init=0.512))[1][1].endswith(
         f"--lr_init 0.512 (was 0.256), --num_iter 4 (was 3); at step 2 the rate is {0.512 * 2 / 256:.6g} where the "
         f"checkpoint's flags give {0.256 * 2 / 256:.6g} at this run's 2 images per step, over 4 steps in all (was 3)")
@@ -557,7 +586,8 @@ def test_a_resume_at_another_batch_gives_the_rate_of_both_runs_at_its_step(tmp_p
     assert resolve(tmp_path / "run", batch_size=8, **flags)[1] == [
         f"Note: checkpoint {path} was trained at 4 images per step: this run continues at 8 (--batch_size 8 x 1 "
         f"replica(s) x --grad_accum_steps 1), so at step 6 its learning rate is {now:.6g} where the checkpoint's run "
-        f"had {was:.6g}, and its schedule counts an epoch as 5 steps where the checkpoint's counted 10"]
+        f"had {was:.6g}, and it ends at step 10 (an epoch is 5 steps) where that run ended at step 20 (10): 56 images "
+        "in all (1.4 epochs) where that run saw 80 (2)"]  # 6 x 4 + 4 x 8 images against 20 x 4
 
 
 def test_a_resume_with_nothing_left_to_train_says_nothing_of_what_it_would_change(tmp_path):
