@@ -359,7 +359,7 @@ def classifier_form_note(source: str, recorded_final_conv: bool, final_conv: boo
 def _finetune_on_resume(config, info, log):
     """A resume's --finetune_checkpoint, which is read only when a run starts: the same as the fine-tune the
     checkpoint's run started (the recipes' "same command" after an interrupt) is said as such; another one, or one
-    the checkpoint does not record (before 2026-12-06), is warned about as ignored. Without the flag a recorded
+    the checkpoint does not record (before 2026-12-05), is warned about as ignored. Without the flag a recorded
     fine-tune is adopted, so the run's record and its checkpoints keep naming it."""
     recorded = info.recorded_settings().get("finetune_checkpoint")
     given = config.finetune_checkpoint
