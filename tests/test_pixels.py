@@ -34,6 +34,19 @@ def _on_white(rgba):
     return rgba[..., :3] * alpha + 255.0 * (1.0 - alpha)
 
 
+def _both_doors(tmp_path, data, side):
+    """(training's eval input of dataprep's JPEG of PNG `data`, predict's input of the PNG file) at `side` px."""
+    import tensorflow as tf
+    from dataprep import records
+    from utils import data_utils, image_processing
+    path = tmp_path / "photo.png"
+    path.write_bytes(data)
+    jpeg, _, _, converted = records.to_rgb_jpeg(data)
+    assert converted
+    training_door = image_processing.eval_preprocess(tf.constant(jpeg), side, side).numpy()
+    return training_door, data_utils.load_inference_image(str(path), side, side)
+
+
 def test_transparency_is_shown_on_white():
     rgba = _rgba()
     rgb = np.asarray(pixels.as_rgb(Image.fromarray(rgba, "RGBA")), dtype=np.float64)
@@ -83,12 +96,7 @@ def test_dataprep_and_predict_give_the_model_the_same_pixels(tmp_path, kind):
     else:
         values = (65535 * (0.5 + 0.45 * np.sin(5 * x + 3 * y))).astype(np.uint16)
         data, reference = _sixteen_bit_grey(values), np.repeat((values >> 8)[..., None], 3, axis=-1)
-    path = tmp_path / "photo.png"
-    path.write_bytes(data)
-    jpeg, _, _, converted = records.to_rgb_jpeg(data)
-    assert converted
-    training_door = image_processing.eval_preprocess(tf.constant(jpeg), side, side).numpy()
-    predict_door = data_utils.load_inference_image(str(path), side, side)
+    training_door, predict_door = _both_doors(tmp_path, data, side)
     reference_door = image_processing.eval_preprocess(
         tf.constant(_png(np.round(reference).astype(np.uint8))), side, side).numpy()
     assert np.abs(predict_door - reference_door).max() <= 1.5
@@ -201,12 +209,7 @@ def test_a_png_s_transparent_colour_is_shown_on_white_by_both_doors(tmp_path, ki
     assert "transparency" in Image.open(io.BytesIO(data)).info
     reference = np.where(transparent[..., None], 255, colour).astype(np.uint8)  # NumPy: composited on white
     np.testing.assert_array_equal(np.asarray(pixels.as_rgb(Image.open(io.BytesIO(data)))), reference)
-    path = tmp_path / "photo.png"
-    path.write_bytes(data)
-    jpeg, _, _, converted = records.to_rgb_jpeg(data)
-    assert converted
-    training_door = image_processing.eval_preprocess(tf.constant(jpeg), side, side).numpy()
-    predict_door = data_utils.load_inference_image(str(path), side, side)
+    training_door, predict_door = _both_doors(tmp_path, data, side)
     reference_door = image_processing.eval_preprocess(tf.constant(_png(reference)), side, side).numpy()
     np.testing.assert_allclose(predict_door, reference_door, atol=1e-3)
     assert np.abs(training_door - reference_door).mean() < 1.5
