@@ -118,9 +118,46 @@ def test_dgx2_se_amp_250e_trains_se_resnext_with_16_gpus():
 def test_horovod_and_mpirun_launchers():
     script = os.path.join(ROOT, "training", "resnet50v1.5", "DGX1_RN50_AMP_90E.sh")
     (command,) = dry_run(script, LAUNCHER="horovod", HOROVOD_HOSTS="node1:8,node2:8")
-    assert command[:5] == ["horovodrun", "-np", "8", "-H", "node1:8,node2:8"]
+    assert os.path.basename(command[0]) == "horovodrun"
+    assert command[1:5] == ["-np", "8", "-H", "node1:8,node2:8"]
     (command,) = dry_run(script, LAUNCHER="mpirun", BIND_TO_SOCKET="1")
     assert command[:6] == ["mpirun", "--allow-run-as-root", "--bind-to", "socket", "-np", "8"]
+
+
+def _bare_path(tmp_path):
+    """A PATH with only what the scripts need (bash, dirname): no horovodrun, mpirun or python of the machine's."""
+    bin_dir = tmp_path / "bare-bin"
+    bin_dir.mkdir()
+    for name in ("bash", "dirname"):
+        os.symlink(shutil.which(name), bin_dir / name)
+    return str(bin_dir)
+
+
+def test_horovod_runs_the_horovodrun_beside_python_else_a_missing_launcher_is_one_line(tmp_path):
+    """The recipes ran PATH's horovodrun, so the venv's (scripts/install_horovod.sh) was `horovodrun: command not
+    found` (exit 127) unless the venv was activated; a missing mpirun was the same."""
+    script = os.path.join(ROOT, "training", "resnet50v1.5", "DGX1_RN50_FP32_90E.sh")
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    for name in ("python", "horovodrun"):
+        (venv / name).write_text("#!/bin/sh\n")
+        (venv / name).chmod(0o755)
+    bare = _bare_path(tmp_path)
+    environ = {key: value for key, value in os.environ.items() if key not in ("DRY_RUN", "LAUNCHER", "PYTHON")}
+    (command,) = dry_run(script, LAUNCHER="horovod", PYTHON=str(venv / "python"), PATH=bare)
+    assert command[:4] == [str(venv / "horovodrun"), "-np", "8", str(venv / "python")]
+    (venv / "horovodrun").unlink()
+    for launcher, expected in (
+            ("horovod", "ERROR: LAUNCHER=horovod needs horovodrun, which is not beside {} nor on PATH (install "
+                        "Horovod into that interpreter: bash scripts/install_horovod.sh; or set PYTHON to one that "
+                        "has it)".format(venv / "python")),
+            ("mpirun", "ERROR: LAUNCHER=mpirun needs mpirun, which is not on PATH (install Open MPI, e.g. apt-get "
+                       "install openmpi-bin, and Horovod built with it; or use LAUNCHER=tf or LAUNCHER=horovod)")):
+        result = run_command(["bash", script, str(tmp_path / "ws"), str(tmp_path / "dd")], check=False, timeout=60,
+                             env=dict(environ, LAUNCHER=launcher, PYTHON=str(venv / "python"), PATH=bare))
+        assert (result.returncode, result.stderr.splitlines(), result.stdout) == (2, [expected], "")
+    (command,) = dry_run(script, LAUNCHER="horovod", PYTHON=str(venv / "python"), PATH=bare)
+    assert command[0] == "horovodrun"  # the plan is still printed
 
 
 def test_training_perf_runs_one_gpu_then_all_and_se_has_no_g3_typo():

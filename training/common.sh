@@ -8,8 +8,10 @@
 #
 # Environment:
 #   LAUNCHER=tf (default)  python -m runtime.launch --nproc NP  (MultiWorkerMirroredStrategy, one process per GPU)
-#   LAUNCHER=horovod       horovodrun -np NP [-H $HOROVOD_HOSTS]  (Horovod backend; scripts/install_horovod.sh)
-#   LAUNCHER=mpirun        mpirun --allow-run-as-root [--bind-to socket] -np NP  (Horovod backend, as the original)
+#   LAUNCHER=horovod       horovodrun -np NP [-H $HOROVOD_HOSTS]  (Horovod backend; scripts/install_horovod.sh):
+#                          the horovodrun beside $PYTHON when there is one (the venv's), else PATH's
+#   LAUNCHER=mpirun        mpirun --allow-run-as-root [--bind-to socket] -np NP  (Horovod backend, as the original;
+#                          PATH's mpirun)
 #   BIND_TO_SOCKET=any     adds --bind-to socket with LAUNCHER=mpirun (the original's variable)
 #   PYTHON=...             the interpreter (default: the repository's .venv/bin/python when it exists, else python3)
 #   DRY_RUN=1              print the command(s) instead of running them
@@ -42,6 +44,27 @@ _run_or_print() {
   fi
 }
 
+# The horovodrun installed with $PYTHON's Horovod (scripts/install_horovod.sh puts it beside the venv's python),
+# else PATH's: a horovodrun of another Python would start workers that lack this interpreter's packages, and PATH
+# seldom holds the venv's bin/. Empty when there is neither.
+_horovodrun() {
+  local python
+  python=$(command -v "$PYTHON" 2>/dev/null) || python=$PYTHON
+  # dirname of the path as given, not of its target: a venv's python is a link to the system's
+  if [ -x "$(dirname "$python")/horovodrun" ]; then echo "$(dirname "$python")/horovodrun"
+  else command -v horovodrun 2>/dev/null || true; fi
+}
+
+# A launcher missing at run time is one line and status 2 (bash's "command not found" is 127 and names no fix);
+# DRY_RUN=1 still prints the command, with the bare name.
+_need_launcher() {
+  local name=$1 found=$2 hint=$3
+  [ -n "$found" ] && return 0
+  [ "${DRY_RUN:-0}" = "1" ] && return 0
+  echo "ERROR: LAUNCHER=${LAUNCHER} needs $name, which is not $hint" >&2
+  return 2
+}
+
 # The words that start N workers of main.py (N = 1: plain python, as the original's 1-GPU scripts).
 launch_words() {
   local np=$1
@@ -53,10 +76,16 @@ launch_words() {
     # -m with the root on PYTHONPATH: the launcher imports the project's packages from any working directory
     tf) LAUNCH=(env "PYTHONPATH=$TRAINING_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m runtime.launch --nproc "$np"
                 "$TRAINING_ROOT/main.py") ;;
-    horovod) LAUNCH=(horovodrun -np "$np")
+    horovod) local horovodrun
+             horovodrun=$(_horovodrun)
+             _need_launcher horovodrun "$horovodrun" "beside $PYTHON nor on PATH (install Horovod into that \
+interpreter: bash scripts/install_horovod.sh; or set PYTHON to one that has it)" || return
+             LAUNCH=("${horovodrun:-horovodrun}" -np "$np")
              [ -n "${HOROVOD_HOSTS:-}" ] && LAUNCH+=(-H "$HOROVOD_HOSTS")
              LAUNCH+=("$PYTHON" "$TRAINING_ROOT/main.py") ;;
-    mpirun) LAUNCH=(mpirun --allow-run-as-root)
+    mpirun) _need_launcher mpirun "$(command -v mpirun 2>/dev/null)" "on PATH (install Open MPI, e.g. \
+apt-get install openmpi-bin, and Horovod built with it; or use LAUNCHER=tf or LAUNCHER=horovod)" || return
+            LAUNCH=(mpirun --allow-run-as-root)
             [ -n "${BIND_TO_SOCKET:-}" ] && LAUNCH+=(--bind-to socket)
             LAUNCH+=(-np "$np" "$PYTHON" "$TRAINING_ROOT/main.py") ;;
     *) echo "LAUNCHER must be tf, horovod or mpirun (got ${LAUNCHER})" >&2; return 2 ;;
