@@ -60,6 +60,7 @@ def save_saved_model(model, image_size, export_dir, source=None):
         final = os.path.join(export_dir, stamp)
     temporary = os.path.join(export_dir, ".tmp-" + stamp)
     shutil.rmtree(temporary, ignore_errors=True)
+    created = _missing_dirs(export_dir)  # what makedirs below creates, removed again if nothing is written
     try:
         with on_interrupt("no SavedModel written (its temporary directory is removed)"):
             os.makedirs(export_dir, exist_ok=True)
@@ -71,11 +72,34 @@ def save_saved_model(model, image_size, export_dir, source=None):
             os.replace(temporary, final)
     except (OSError, tf.errors.OpError) as error:
         shutil.rmtree(temporary, ignore_errors=True)
+        _remove_empty(created)
         raise UserError("cannot write the SavedModel under {}: {}".format(export_dir, first_line(error))) from None
     except BaseException:  # an interrupt, or a bug: no half-written directory is left either way
         shutil.rmtree(temporary, ignore_errors=True)
+        _remove_empty(created)
         raise
     return final
+
+
+def _missing_dirs(path):
+    """`path` and its ancestors that do not exist yet, deepest first: what os.makedirs(path) would create."""
+    missing = []
+    path = os.path.abspath(path)
+    while not os.path.lexists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
+
+
+def _remove_empty(created):
+    """Removes the directories of `created` (deepest first) this run made, while they are empty: a failed or
+    interrupted export leaves no empty --export_dir behind, and never touches one that existed before or holds
+    anything (os.rmdir refuses a directory that is not empty)."""
+    for path in created:
+        try:
+            os.rmdir(path)
+        except OSError:
+            return
 
 
 def read_source(saved_model_dir):

@@ -483,7 +483,19 @@ def test_an_interrupted_saved_model_export_leaves_no_temporary_directory(tmp_pat
     with pytest.raises(KeyboardInterrupt) as stop:
         export.save_saved_model(model, SIZE, str(tmp_path / "export"))
     assert "no SavedModel written" in stop.value.kept
-    assert os.listdir(tmp_path / "export") == []
+    # The --export_dir this run created, and its parents, are removed again (they stayed, empty, until 2026-12-05);
+    # one that existed is kept, empty or not.
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(KeyboardInterrupt):
+        export.save_saved_model(model, SIZE, str(tmp_path / "new" / "parents" / "export"))
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "used" / "1796361000").mkdir(parents=True)
+    for existing in ("empty", "used"):
+        with pytest.raises(KeyboardInterrupt):
+            export.save_saved_model(model, SIZE, str(tmp_path / existing))
+    assert sorted(os.listdir(tmp_path)) == ["empty", "used"]
+    assert os.listdir(tmp_path / "empty") == [] and os.listdir(tmp_path / "used") == ["1796361000"]
 
 
 def test_a_path_that_is_not_a_saved_model_gets_a_hint_of_what_to_pass(tmp_path):
