@@ -12,7 +12,9 @@ other workers' lines are prefixed with `[worker R] ` (or dropped with --quiet_wo
 Signals: SIGINT/SIGTERM/SIGUSR1 to the launcher are forwarded once to every worker (they run in their own
 sessions, so a terminal's Ctrl-C reaches them only through here): each finishes its step, the workers agree,
 checkpoint and stop (after a Ctrl-C the job exits 130, as each worker does). A second signal is forwarded again
-(workers then exit at once).
+(workers then exit at once). A worker still starting when a peer stops on the signal may print what TensorFlow and
+Keras say about the aborted collectives (AbortNoise): after a forwarded signal those lines are not shown, their
+count is said once per worker (RN50_VERBOSE=1 or --verbose shows them).
 Failure: when a worker exits with a non-zero status, the launcher names it (rank, pid, exit code or signal),
 terminates the others (SIGTERM, then SIGKILL after --grace seconds) and exits with its status. A worker that
 stopped only because another did (status 3, utils.errors.PeerStopped) is not named while the other one's failure
@@ -22,6 +24,7 @@ can still be seen: the launcher waits up to --grace seconds for it.
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -30,6 +33,7 @@ import sys
 import threading
 import time
 
+from utils import quiet as quiet_module
 from utils.errors import ArgumentParser, PeerStopped, command
 
 
@@ -77,15 +81,87 @@ def worker_environments(nproc, ports, base_env, gpus, host="127.0.0.1"):
     return envs
 
 
-def _pump(stream, rank, quiet, lock):
-    prefix = "" if rank == 0 else "[worker {}] ".format(rank)
+# What a worker prints when a peer exits while a collective is under way (seen when a Ctrl-C reached the workers
+# during start-up: the peer stopped, this worker's broadcast of the initial variables was aborted): TensorFlow's
+# C++ abort line, the gRPC detail of its status, and Keras' warning about a layer it could not build because that
+# broadcast failed. After an interrupt they are consequences of it, not failures.
+_ABORT_LINE = re.compile(rb"[IWEF]\d{4} [0-9:.]+ +\d+ base_collective_executor\.cc:\d+\] "
+                         rb"BaseCollectiveExecutor::StartAbort ")
+# The lines of TensorFlow's status text that may follow such a line (seen, 2026-12-05: the gRPC detail as
+# `:{"created":...}` or `:UNKNOWN:Error received from peer {...}`, the tasks the coordination service lost).
+_ABORT_CONTINUATION = re.compile(rb"Additional GRPC error information from remote target "
+                                 rb"|:(?:\{\"created\":|[A-Z_]+:Error received from peer )"
+                                 rb"|/job:worker/replica:\d+/task:\d+\s*$"
+                                 rb"|The tasks have crashed\. Check the task logs "
+                                 rb"|The error could be from a previous operation\. Restart your program to reset\.")
+_UNBUILT_WARNING = re.compile(rb".*: UserWarning: Layer '.*' looks like it has unbuilt state")
+_WARNING_END = b"  warnings.warn("
+_ABORTED_COLLECTIVE = re.compile(rb"Collective ops is aborted by|__wrapped__Collective\w*")
+_ALWAYS_SHOWN = re.compile(rb"ERROR|INTERRUPTED|Traceback \(most recent call last\)")
+_MAX_HELD = 40  # a warning longer than this is not the one above: shown
+
+
+class AbortNoise:
+    """One worker's filter of the lines above, on once the launcher has forwarded an interrupt: `feed(line)`
+    returns the lines to show now. An abort line goes with the status lines right after it; a Keras warning is held
+    until its `warnings.warn(` line and dropped only if it names an aborted collective. Never dropped: ERROR and INTERRUPTED lines, and from a `Traceback` line on, all of
+    this worker's lines (a real failure's traceback may quote a gRPC status too)."""
+
+    def __init__(self):
+        self.held = []
+        self.dropped = 0
+        self.traceback = False
+        self.in_abort = False  # the last line was an abort line or its continuation
+
+    def feed(self, line):
+        if self.traceback or _ALWAYS_SHOWN.match(line):
+            self.traceback = self.traceback or line.startswith(b"Traceback")
+            return self.flush() + [line]
+        if self.held:
+            self.held.append(line)
+            if line.rstrip(b"\r\n") == _WARNING_END:
+                block, self.held = self.held, []
+                if any(_ABORTED_COLLECTIVE.search(held) for held in block):
+                    self.dropped += len(block)
+                    return []
+                return block
+            return self.flush() if len(self.held) > _MAX_HELD else []
+        if _UNBUILT_WARNING.match(line):
+            self.held = [line]
+            return []
+        self.in_abort = bool(_ABORT_LINE.match(line) or self.in_abort and _ABORT_CONTINUATION.match(line))
+        if self.in_abort:
+            self.dropped += 1
+            return []
+        return [line]
+
+    def flush(self):
+        """The held lines, shown after all (the warning did not end as expected, or the output ended)."""
+        held, self.held = self.held, []
+        return held
+
+
+def _pump(stream, rank, quiet, lock, interrupted=lambda: False, filter_abort=True):
+    """Copies a worker's output to stdout, prefixed. `interrupted()`: whether the launcher has forwarded an
+    interrupt, from when on AbortNoise filters the lines (unless `filter_abort` is False: --verbose)."""
+    prefix = ("" if rank == 0 else "[worker {}] ".format(rank)).encode()
+    noise = AbortNoise()
+
+    def show(lines):
+        if lines and not (rank != 0 and quiet):
+            with lock:
+                sys.stdout.buffer.write(b"".join(prefix + line for line in lines))
+                sys.stdout.buffer.flush()
+
     for line in iter(stream.readline, b""):
-        if rank != 0 and quiet:
-            continue
-        with lock:
-            sys.stdout.buffer.write(prefix.encode() + line)
-            sys.stdout.buffer.flush()
+        show(noise.feed(line) if filter_abort and interrupted() else noise.flush() + [line])
+    show(noise.flush())
     stream.close()
+    if noise.dropped and not (rank != 0 and quiet):
+        with lock:
+            print("runtime.launch: {} line(s) of worker {}'s output on the collectives aborted by the interrupt not "
+                  "shown ({}=1 shows them)".format(noise.dropped, rank, quiet_module.VERBOSE_ENV), file=sys.stderr,
+                  flush=True)
 
 
 def describe_exit(code):
@@ -112,6 +188,8 @@ class Launcher:
         self.processes = []
         self.threads = []
         self.forwarded = set()  # the signals forwarded to the workers
+        self.interrupted = False  # a signal to the launcher was forwarded (not the SIGTERM after a failure)
+        self.filter_abort = not quiet_module.verbose_requested(command)
         self._lock = threading.Lock()
 
     def start(self):
@@ -123,12 +201,17 @@ class Launcher:
             process = subprocess.Popen(self.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL, start_new_session=True)
             self.processes.append(process)
-            thread = threading.Thread(target=_pump, args=(process.stdout, rank, self.quiet_workers, self._lock),
-                                      daemon=True)
+            thread = threading.Thread(target=_pump, args=(process.stdout, rank, self.quiet_workers, self._lock,
+                                                          lambda: self.interrupted, self.filter_abort), daemon=True)
             thread.start()
             self.threads.append(thread)
 
     def forward(self, signum, _frame=None):
+        """The launcher's handler of SIGINT, SIGTERM and SIGUSR1: the signal to every worker."""
+        self.interrupted = True
+        self._send(signum)
+
+    def _send(self, signum):
         self.forwarded.add(signum)
         for process in self.processes:
             if process.poll() is None:
@@ -138,7 +221,7 @@ class Launcher:
                     pass
 
     def terminate_all(self):
-        self.forward(signal.SIGTERM)
+        self._send(signal.SIGTERM)
         deadline = time.monotonic() + self.grace
         while time.monotonic() < deadline and any(p.poll() is None for p in self.processes):
             time.sleep(0.1)

@@ -158,3 +158,90 @@ def test_a_signal_the_parent_ignored_is_not_forwarded(monkeypatch, tmp_path):
         for signum, handler in saved.items():
             signal.signal(signum, handler)
     assert seen["handlers"] == (signal.SIG_IGN, seen["forward"])
+
+
+# What worker 1 printed after the launcher's INTERRUPTED line when a Ctrl-C reached a 2-worker run during start-up
+# (1 run of 6, 2026-12-05): rank 0 had stopped, so worker 1's broadcast of the initial variables was aborted.
+ABORT_OUTPUT = [
+    b"E0000 00:00:1796515200.123456    4801 base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort "
+    b"UNAVAILABLE: recvmsg:Connection reset by peer\n",
+    b"Additional GRPC error information from remote target /job:worker/replica:0/task:0 while calling "
+    b"/tensorflow.WorkerService/RecvBuf:\n",
+    b':{"created":"@1796515200.123456789","description":"Error received from peer ipv4:127.0.0.1:57949",'
+    b'"grpc_message":"recvmsg:Connection reset by peer","grpc_status":14}\n',
+    b"/w/.venv/lib/python3.11/site-packages/keras/src/layers/layer.py:1581: UserWarning: Layer 'conv2d' looks like "
+    b"it has unbuilt state, but Keras is not able to trace the layer `call()` in order to build it automatically. "
+    b"Possible causes:\n",
+    b"1. The `call()` method of your layer may be crashing. Try to `__call__()` the layer eagerly ...\n",
+    b"2. If the `call()` method is correct, then you may need to implement the `def build(self, input_shape)` ...\n",
+    b"Exception encountered: ''{{function_node __wrapped__CollectiveBcastRecv_device_/job:worker/replica:0/task:1/"
+    b"device:CPU:0}} Collective ops is aborted by: recvmsg:Connection reset by peer\n",
+    b"Additional GRPC error information from remote target /job:worker/replica:0/task:0 while calling "
+    b"/tensorflow.WorkerService/RecvBuf:\n",
+    b':{"created":"@1796515200.123456789","grpc_message":"recvmsg:Connection reset by peer","grpc_status":14}\n',
+    b"The error could be from a previous operation. Restart your program to reset. [Op:CollectiveBcastRecv] "
+    b"name: ''\n",
+    b"  warnings.warn(\n",
+]
+# Another run (2026-12-05): the gRPC detail in another form, and the coordination service's lost tasks.
+ABORT_OUTPUT_2 = [
+    b"E0000 00:00:1796516316.996769   11928 base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort "
+    b"UNAVAILABLE: failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:35551: Failed to connect "
+    b"to remote host: Connection refused\n",
+    b"Additional GRPC error information from remote target /job:worker/replica:0/task:0 while calling "
+    b"/tensorflow.WorkerService/CompleteInstance:\n",
+    b':UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:"failed to connect to all addresses; last '
+    b'error: UNKNOWN: ipv4:127.0.0.1:35551: Failed to connect to remote host: Connection refused"}\n',
+    b"E0000 00:00:1796516317.100000   11928 base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort "
+    b"UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):\n",
+    b"/job:worker/replica:0/task:1\n",
+    b"The tasks have crashed. Check the task logs for an earlier error, or scheduler events (e.g. preemption, "
+    b"eviction) to debug further. [type.googleapis.com/tensorflow.CoordinationServiceError='']\n",
+]
+INTERRUPTED = b"INTERRUPTED: main.py stopped by SIGINT; its work is not complete; run the same command again\n"
+
+
+def _pumped(lines, capsysbinary, interrupt_at=0, filter_abort=True):
+    """(stdout lines, stderr) of launch._pump for worker 1 printing `lines`; the launcher forwards the interrupt
+    just before line `interrupt_at`."""
+    from runtime import launch
+    import threading
+    state = {"read": 0}
+
+    class Stream:
+        def readline(self):
+            line = lines[state["read"]] if state["read"] < len(lines) else b""
+            state["read"] += 1
+            return line
+
+        def close(self):
+            pass
+
+    launch._pump(Stream(), 1, False, threading.Lock(), lambda: state["read"] > interrupt_at, filter_abort)
+    out, err = capsysbinary.readouterr()
+    return out.splitlines(keepends=True), err.decode()
+
+
+def test_after_an_interrupt_the_aborted_collectives_output_of_a_worker_is_one_count(capsysbinary):
+    """Only the lines above go (11, counted once), after the interrupt; before it, and without the
+    filter (--verbose), everything is shown."""
+    before = [b"Current step: 0\n", ABORT_OUTPUT[0]]
+    out, err = _pumped(before + ABORT_OUTPUT + [INTERRUPTED], capsysbinary, interrupt_at=len(before))
+    assert out == [b"[worker 1] " + line for line in before + [INTERRUPTED]]
+    assert err == ("runtime.launch: 11 line(s) of worker 1's output on the collectives aborted by the interrupt not "
+                   "shown (RN50_VERBOSE=1 shows them)\n")
+    out, err = _pumped(ABORT_OUTPUT_2 + [INTERRUPTED], capsysbinary)
+    assert out == [b"[worker 1] " + INTERRUPTED] and err.startswith("runtime.launch: 6 line(s) of worker 1's")
+    out, err = _pumped(ABORT_OUTPUT + [INTERRUPTED], capsysbinary, filter_abort=False)
+    assert (len(out), err) == (len(ABORT_OUTPUT) + 1, "")
+
+
+def test_after_an_interrupt_other_warnings_and_a_real_traceback_are_shown_whole(capsysbinary):
+    other_warning = [b"/w/x.py:3: UserWarning: Layer 'dense' looks like it has unbuilt state, but ...\n",
+                     b"Exception encountered: ''shapes (3, 4) and (5,) are incompatible''\n", b"  warnings.warn(\n"]
+    traceback = [b"Traceback (most recent call last):\n", b'  File "main.py", line 160, in <module>\n',
+                 b"tensorflow.python.framework.errors_impl.InternalError: bad\n"] + ABORT_OUTPUT[:3]
+    # a line that looks like a status continuation but follows no abort line is the worker's own
+    lines = [b"/job:worker/replica:0/task:1\n"] + other_warning + traceback + [b"ERROR: a real failure\n"]
+    out, err = _pumped(lines, capsysbinary)
+    assert (out, err) == ([b"[worker 1] " + line for line in lines], "")
