@@ -34,6 +34,10 @@ RUNTIME_ENVIRONMENT = {
 FIXED_WEIGHT_MODES = ("predict", "inference_benchmark")
 
 
+def _unsaid(_line):
+    """The settings' log of a worker other than rank 0 (rank 0 says the same lines)."""
+
+
 def run(argv=None, runner_class=None, own_process=False):
     """Runs main.py with `argv`; its exit status. `runner_class`: a subclass of runtime/runner.Runner to run the mode
     with (one that records what it trained, as tests/_dist_train_worker.py does); by default the Runner.
@@ -70,8 +74,10 @@ def run(argv=None, runner_class=None, own_process=False):
                     config.results_dir) == os.path.realpath(config.model_dir)):
                 # ... and every run its log's directory: two runs never append to one log.json.
                 stack.enter_context(RunLock(config.results_dir, flag="--results_dir"))
-            resolved = run_settings.resolve(config, given, replicas=distribution.num_replicas,
-                                            workers=distribution.size)
+            # Rank 0 alone says what the settings resolve to (notes, `Using ... from <checkpoint>`): every worker
+            # resolves the same flags against the same checkpoint, and N workers printed each line N times.
+            resolved = run_settings.resolve(config, given, log=print if distribution.is_chief else _unsaid,
+                                            replicas=distribution.num_replicas, workers=distribution.size)
         except UserError as error:
             distribution.start_together(error)
         distribution.start_together()

@@ -392,3 +392,28 @@ def test_qat_workflow_end_to_end(trained, data_dir, tmp_path):
         [tf.TensorSpec([None, 32, 32, 3], tf.float32)])(tf.constant(images)).numpy()
     assert probabilities.shape == (2, NUM_CLASSES)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_in_a_multi_worker_run_only_rank_0_says_the_settings_notes(tmp_path, monkeypatch, capsys):
+    """Every worker resolves the same settings: the 8 workers of a recipe printed `Note: --data_idx_dir is not
+    used ...` 8 times. Rank 0 says them; the others resolve the same settings in silence."""
+    import main
+    from utils import distributed
+
+    class Worker:
+        def __init__(self, rank):
+            self.rank, self.is_chief, self.size, self.num_replicas = rank, rank == 0, 2, 2
+
+        def start_together(self, error=None):
+            if error is not None:
+                raise error
+
+    monkeypatch.setattr(main, "run_mode", lambda *args, **kwargs: 0)  # the settings are what this test is about
+    printed = []
+    for rank in (0, 1):
+        monkeypatch.setattr(distributed, "create", lambda *args, rank=rank: Worker(rank))
+        assert main.run(["--mode", "training_benchmark", "--synthetic_data_size", "32", "--num_classes", "11",
+                         "--batch_size", "2", "--cpu", "--gpu_id", "1", "--results_dir", str(tmp_path / str(rank))]) == 0
+        printed.append(capsys.readouterr().out)
+    assert "Note: --gpu_id is not used: --cpu runs on no GPU" in printed[0]
+    assert "Note:" not in printed[1]
