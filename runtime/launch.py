@@ -12,9 +12,11 @@ other workers' lines are prefixed with `[worker R] ` (or dropped with --quiet_wo
 Signals: SIGINT/SIGTERM/SIGUSR1 to the launcher are forwarded once to every worker (they run in their own
 sessions, so a terminal's Ctrl-C reaches them only through here): each finishes its step, the workers agree,
 checkpoint and stop (after a Ctrl-C the job exits 130, as each worker does). A second signal is forwarded again
-(workers then exit at once). A worker still starting when a peer stops on the signal may print what TensorFlow and
-Keras say about the aborted collectives (AbortNoise): after a forwarded signal those lines are not shown, their
-count is said once per worker (RN50_VERBOSE=1 or --verbose shows them).
+(workers then exit at once). A worker still running --grace seconds after rank 0 stopped on the signal is blocked
+where no signal reaches it (a collective rank 0 left) and is killed, said in one line. A worker still starting
+when a peer stops on the signal may print what TensorFlow and Keras say about the aborted collectives
+(AbortNoise): after a forwarded signal those lines are not shown, their count is said once per worker
+(RN50_VERBOSE=1 or --verbose shows them).
 Failure: when a worker exits with a non-zero status, the launcher names it (rank, pid, exit code or signal),
 terminates the others (SIGTERM, then SIGKILL after --grace seconds) and exits with its status. A worker that
 stopped only because another did (status 3, utils.errors.PeerStopped) is not named while the other one's failure
@@ -104,8 +106,9 @@ _MAX_HELD = 40  # a warning longer than this is not the one above: shown
 class AbortNoise:
     """One worker's filter of the lines above, on once the launcher has forwarded an interrupt: `feed(line)`
     returns the lines to show now. An abort line goes with the status lines right after it; a Keras warning is held
-    until its `warnings.warn(` line and dropped only if it names an aborted collective. Never dropped: ERROR and INTERRUPTED lines, and from a `Traceback` line on, all of
-    this worker's lines (a real failure's traceback may quote a gRPC status too)."""
+    until its `warnings.warn(` line and dropped only if it names an aborted collective. Never dropped: ERROR and
+    INTERRUPTED lines, and from a `Traceback` line on, all of this worker's lines (a real failure's traceback may
+    quote a gRPC status too)."""
 
     def __init__(self):
         self.held = []
@@ -189,6 +192,8 @@ class Launcher:
         self.threads = []
         self.forwarded = set()  # the signals forwarded to the workers
         self.interrupted = False  # a signal to the launcher was forwarded (not the SIGTERM after a failure)
+        self._chief_stopped_at = None  # when rank 0 stopped on a forwarded signal
+        self._left_behind = set()  # the ranks killed after it (_kill_workers_left_behind): stopped, not failed
         self.filter_abort = not quiet_module.verbose_requested(command)
         self._lock = threading.Lock()
 
@@ -237,7 +242,8 @@ class Launcher:
         while True:
             # A worker that stopped on the Ctrl-C forwarded to it exits with the shell's status for SIGINT.
             stopped = 128 + signal.SIGINT if signal.SIGINT in self.forwarded else None
-            codes = [process.poll() for process in self.processes]
+            codes = [(stopped or 0) if rank in self._left_behind else process.poll()
+                     for rank, process in enumerate(self.processes)]
             failed = _failed(codes, stopped)
             if failed:
                 rank, code = self._cause(failed, stopped)
@@ -254,7 +260,28 @@ class Launcher:
             if all(code is not None for code in codes):
                 self._join_output()
                 return max(codes)  # 0, or 130 when a worker stopped on the Ctrl-C
+            self._kill_workers_left_behind(codes, stopped)
             time.sleep(0.2)
+
+    def _kill_workers_left_behind(self, codes, stopped):
+        """After a forwarded signal rank 0 stops with its checkpoint written; a worker still running --grace seconds
+        later is blocked where no signal reaches it (in a collective its peer left: a Ctrl-C during start-up), and
+        has nothing to save: it is killed, said once, and the job ends with the stop's status."""
+        if not self.interrupted or codes[0] not in (0, stopped):
+            return
+        if self._chief_stopped_at is None:
+            self._chief_stopped_at = time.monotonic()
+        if time.monotonic() - self._chief_stopped_at < self.grace:
+            return
+        for rank, process in enumerate(self.processes):
+            if process.poll() is None:
+                with self._lock:
+                    print("runtime.launch: worker {} (pid {}) had not stopped {:g} s after rank 0 stopped on the "
+                          "signal (blocked in a collective rank 0 left; it had nothing to save): killed".format(
+                              rank, process.pid, self.grace), file=sys.stderr, flush=True)
+                process.kill()
+                process.wait()
+                self._left_behind.add(rank)
 
     def _cause(self, failed, stopped):
         """(rank, exit code) of the worker whose failure stopped the job, among `failed` ones. A worker that stopped

@@ -7,6 +7,8 @@ MODE "peer": rank 1 exits at once with PeerStopped's status 3 (it stopped becaus
 MODE "wait": every rank writes ready-<rank> and waits for SIGTERM, then writes got-<rank>-<SIGNAME> and exits 0.
 MODE "ctrl_c": as main.py's training on SIGINT: rank 1 exits 130 at once, rank 0 first takes 2 s to write
   stopped-0 (its checkpoint); a SIGTERM meanwhile is recorded as terminated-<rank>.
+MODE "stuck": rank 0 as in "ctrl_c"; rank 1 as a worker blocked in a collective its peer left (a Ctrl-C during
+  start-up): it writes ready-1 and then takes no signal but SIGKILL.
 """
 import json
 import os
@@ -40,7 +42,13 @@ elif mode == "wait":
         time.sleep(0.05)
     open(os.path.join(out_dir, "got-{}-{}".format(rank, "-".join(received) or "nothing")), "w").close()
     sys.exit(0 if received else 1)
-elif mode == "ctrl_c":
+elif mode == "stuck" and rank == 1:
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    open(os.path.join(out_dir, "ready-1"), "w").close()
+    time.sleep(120)
+    sys.exit(1)
+elif mode in ("ctrl_c", "stuck"):
     received = []
     signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
     signal.signal(signal.SIGTERM, lambda signum, frame: open(os.path.join(out_dir, "terminated-{}".format(rank)),

@@ -88,6 +88,28 @@ def test_after_a_ctrl_c_the_launcher_waits_for_every_worker_and_exits_130(tmp_pa
     assert "terminating" not in stderr and "job failed" not in stderr
 
 
+def test_a_worker_blocked_after_rank_0_stopped_on_a_ctrl_c_is_killed_after_the_grace(tmp_path):
+    """A Ctrl-C during start-up can leave a worker blocked in the collective its peer left, where no signal reaches
+    it: the job waited forever (seen 2026-12-05: over 10 minutes, a second Ctrl-C did nothing). Once rank 0 has
+    stopped on the signal, a worker still running --grace seconds later is killed with one line, and the job
+    exits 130 as an interrupted one, not as a failure."""
+    process = subprocess.Popen([PYTHON, "-m", "runtime.launch", "--nproc", "2", "--grace", "1",
+                                "tests/_dist_signal_worker.py", str(tmp_path), "stuck"], cwd=ROOT, env=_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not all(os.path.exists(tmp_path / "ready-{}".format(r)) for r in range(2)):
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "stopped-0" in os.listdir(tmp_path)
+    lines = [line for line in stderr.splitlines() if line.startswith("runtime.launch")]
+    assert len(lines) == 1 and lines[0].startswith("runtime.launch: worker 1 (pid ")
+    assert lines[0].endswith("had not stopped 1 s after rank 0 stopped on the signal (blocked in a collective rank 0 "
+                             "left; it had nothing to save): killed")
+
+
 def test_worker_environments_use_loopback_and_one_gpu_each():
     from runtime import launch
     envs = launch.worker_environments(2, [1111, 2222], {"RN50_ENGINE": "single"}, ["4", "5"])
