@@ -22,6 +22,7 @@ import time
 import uuid
 
 from utils.errors import UserError, first_line, on_interrupt
+from utils.run_lock import missing_directories
 
 DEFAULT_OPSET = 17
 
@@ -60,7 +61,7 @@ def save_saved_model(model, image_size, export_dir, source=None):
         final = os.path.join(export_dir, stamp)
     temporary = os.path.join(export_dir, ".tmp-" + stamp)
     shutil.rmtree(temporary, ignore_errors=True)
-    created = _missing_dirs(export_dir)  # what makedirs below creates, removed again if nothing is written
+    created = missing_directories(export_dir)  # what makedirs below creates, removed again if nothing is written
     try:
         with on_interrupt("no SavedModel written (its temporary directory is removed)"):
             os.makedirs(export_dir, exist_ok=True)
@@ -79,16 +80,6 @@ def save_saved_model(model, image_size, export_dir, source=None):
         _remove_empty(created)
         raise
     return final
-
-
-def _missing_dirs(path):
-    """`path` and its ancestors that do not exist yet, deepest first: what os.makedirs(path) would create."""
-    missing = []
-    path = os.path.abspath(path)
-    while not os.path.lexists(path):
-        missing.append(path)
-        path = os.path.dirname(path)
-    return missing
 
 
 def _remove_empty(created):

@@ -79,7 +79,7 @@ class RunLock:
     def acquire(self):
         if self._fd is not None:
             raise RuntimeError("RunLock for {} is already acquired".format(self.model_dir))
-        self._created = _missing_directories(self.model_dir)
+        self._created = missing_directories(self.model_dir)
         try:
             os.makedirs(self.model_dir, exist_ok=True)
         except OSError as error:
@@ -206,8 +206,9 @@ def _remove_quietly(path):
         pass
 
 
-def _missing_directories(path):
-    """The directories `os.makedirs(path)` would create, deepest first."""
+def missing_directories(path):
+    """The directories `os.makedirs(path)` would create, deepest first (the run lock's and an export's, which
+    remove them again when a run leaves them empty)."""
     missing = []
     path = os.path.abspath(path)
     while not os.path.exists(path):
