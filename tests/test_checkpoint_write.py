@@ -73,3 +73,38 @@ def test_discard_only_removes_a_runs_only_checkpoint_and_nothing_else(tmp_path):
     with pytest.raises(ValueError, match="is not the only checkpoint"):
         writer.discard_only(first)  # a run with two checkpoints trained something: nothing is removed
     assert checkpoint.latest_checkpoint(str(tmp_path)) == second
+
+
+def test_every_file_and_then_its_directory_is_synced_before_the_state_file_names_it(tmp_path, monkeypatch):
+    """Power-loss order: each checkpoint file is fsynced before its rename, the directory after the renames (a
+    rename is durable only then), the state file likewise, and an old checkpoint is removed only after the new one
+    and its directory entries are on disk."""
+    events = []
+    real_fsync, real_replace, real_remove = os.fsync, os.replace, os.remove
+
+    def fsync(descriptor):
+        path = os.readlink(f"/proc/self/fd/{descriptor}")
+        events.append(("sync", os.path.relpath(path, tmp_path)))
+        real_fsync(descriptor)
+
+    def replace(source, destination):
+        events.append(("rename", os.path.relpath(destination, tmp_path)))
+        real_replace(source, destination)
+
+    def remove(path):
+        events.append(("remove", os.path.relpath(path, tmp_path)))
+        real_remove(path)
+
+    writer = checkpoint.CheckpointWriter(str(tmp_path), {"x": tf.Variable([1.0, 2.0])}, {}, max_to_keep=1)
+    writer.save(1)
+    for name, function in (("fsync", fsync), ("replace", replace), ("remove", remove)):
+        monkeypatch.setattr(os, name, function)
+    writer.save(2)
+    data, index = "model.ckpt-2.data-00000-of-00001", "model.ckpt-2.index"
+    assert events[:5] == [("sync", "model.ckpt-2_temp/part.data-00000-of-00001"), ("rename", data),
+                          ("sync", "model.ckpt-2_temp/part.index"), ("rename", index), ("sync", ".")]
+    removed = [i for i, event in enumerate(events) if event[0] == "remove"]
+    assert sorted(events[i][1] for i in removed) == ["model.ckpt-1.data-00000-of-00001", "model.ckpt-1.index"]
+    assert min(removed) > 4
+    assert events[-3:] == [("sync", "checkpoint.tmp"), ("rename", "checkpoint"), ("sync", ".")]
+    assert checkpoint.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-2")

@@ -1,5 +1,6 @@
 """Writing checkpoints in the named format: the metadata record, the atomic save, the `checkpoint` state file, and
 CheckpointWriter's retention."""
+import errno
 import glob
 import json
 import os
@@ -30,8 +31,8 @@ def metadata(arch, num_classes, image_size, use_final_conv, input_normalized, tr
 
 def write(prefix, entries, meta=None):
     """Write {key: variable or array} and the metadata (if any) as a checkpoint at `prefix`, atomically: the shards
-    are written under `<prefix>_temp/`, then renamed into place data first and index last, so a killed save never
-    leaves a complete-looking checkpoint. The state file is not touched (CheckpointWriter does that). A write that
+    are written under `<prefix>_temp/`, each fsynced, then renamed into place data first and index last, and the
+    directory is fsynced, so neither a killed save nor a power loss leaves a complete-looking checkpoint. The state file is not touched (CheckpointWriter does that). A write that
     fails (a full disk, a directory that cannot be written) is a UserError; the temporary shards are removed."""
     temporary = prefix + "_temp"
     try:
@@ -51,6 +52,7 @@ def write(prefix, entries, meta=None):
             with open(source, "rb") as handle:
                 os.fsync(handle.fileno())
             os.replace(source, prefix + name[len("part"):])
+        sync_directory(os.path.dirname(prefix) or ".")
     except (OSError, tf.errors.OpError) as error:
         raise UserError(f"cannot write checkpoint {prefix} ({first_line(error)})") from None
     finally:
@@ -73,6 +75,21 @@ def write_state_file(directory, names, timestamps=None, last_preserved=None):
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(path + ".tmp", path)
+    sync_directory(directory)
+
+
+def sync_directory(directory):
+    """fsync `directory` itself: a rename is durable only once the directory holding it is, so after a power loss
+    the state file never names a checkpoint whose files' entries were lost. A file system that cannot sync a
+    directory (EINVAL, ENOTSUP: some network and FUSE file systems) is left as it is."""
+    descriptor = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(descriptor)
+    except OSError as error:
+        if error.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(descriptor)
 
 
 def remove_save_debris(directory):
