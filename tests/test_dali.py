@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests._data_helpers import label_of, write_tfrecord_shards
+from tests._data_helpers import label_of, random_image, write_tfrecord_shards
 from utils import dali_utils, data_utils
 from utils.errors import UserError
 
@@ -319,6 +319,100 @@ def test_dali_evaluation_reads_no_record_twice_within_an_epoch(tmp_path):
     assert labels == [label_of(i, NUM_CLASSES) - 1 for i in range(6)]
 
 
+def _records_of(directory, arrays):
+    """One validation shard holding `arrays` as quality-95 JPEGs (labels 1, 2, ...) and its DALI index."""
+    from tests._data_helpers import encode_image, make_example
+    path = str(directory / "validation-00000-of-00001")
+    with tf.io.TFRecordWriter(path) as writer:
+        for label, array in enumerate(arrays, 1):
+            writer.write(make_example(encode_image(array, "JPEG", quality=95), label, *array.shape[:2]))
+    dali_utils.make_dali_index(path, path + ".idx")
+    return [path], [path + ".idx"]
+
+
+def _dali_pixels(paths, idx, batch_size, height, width):
+    images, _ = next(iter(dali_utils.get_dali_input_fn(paths, idx, batch_size, height, width, training=False,
+                                                       num_threads=1, num_classes=NUM_CLASSES)))
+    return images.numpy() * np.array(dali_utils.CHANNEL_STDS) + np.array(dali_utils.CHANNEL_MEANS)
+
+
+def _window_of(shapes, height, width):
+    """([elongated], [roi_start], [roi_end]) of `dali_utils._eval_resize_window` for images of these (H, W)."""
+    from nvidia.dali import fn, pipeline_def, types
+
+    @pipeline_def(batch_size=len(shapes), num_threads=1, device_id=None)
+    def pipeline():
+        shape = fn.external_source(source=lambda: [np.array([h, w, 3], np.int64) for h, w in shapes], batch=True)
+        elongated, start, end = dali_utils._eval_resize_window(
+            shape, dali_utils.eval_resize_min(height, width), height, width)
+        return fn.cast(elongated, dtype=types.INT32), start, end
+
+    built = pipeline()
+    built.build()
+    outputs = built.run()
+    return ([bool(np.array(outputs[0][i])) for i in range(len(shapes))],
+            *([np.array(output[i]) for i in range(len(shapes))] for output in outputs[1:]))
+
+
+@needs_dali
+def test_the_crop_windows_source_region_is_the_central_crops_by_formula():
+    """Shorter side to s = 36 (32 px): scale 36 / shorter, resized side n = round(side * scale), source region of n
+    / scale centred on the image, crop from round((n - crop) / 2) for crop / scale source pixels. 2x800 at a 32x32
+    crop: rows n = 36, start (2 - 2) / 2 + 2 / 18; columns n = 14400, start (800 - 800) / 2 + 7184 / 18. 7x300 (and
+    its transpose): scale 36 / 7, n = round(1542.86) = 1543, start (300 - 1543 * 7 / 36) / 2 + 756 * 7 / 36."""
+    elongated, starts, ends = _window_of([(2, 800), (300, 7), (7, 300)], 32, 32)
+    assert elongated == [False] * 3  # under the real bound (16384)
+    scale = 36 / 7
+    expected = [([2 / 18, 7184 / 18], 32 / 18),  # (start [y, x], extent on both axes)
+                ([(300 - 1543 / scale) / 2 + 756 / scale, 2 / scale], 32 / scale),
+                ([2 / scale, (300 - 1543 / scale) / 2 + 756 / scale], 32 / scale)]
+    for (start, extent), got_start, got_end in zip(expected, starts, ends):
+        np.testing.assert_allclose(got_start, start, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got_end - got_start, [extent, extent], rtol=1e-5)
+
+
+@needs_dali
+def test_dali_evaluates_an_elongated_image_from_its_crop_window_with_the_full_resizes_pixels(tmp_path,
+                                                                                           monkeypatch):
+    """With the bound lowered to 1000 px, 2x800 and 801x3 images (aspect about 1:400 and 1:270; resized 36x14400
+    and 9612x36 at a 32x24 crop) take the crop-window resize, the 48x64 photo beside them in the batch the
+    original's resize: each must give the pixels of the full resize and crop (the unbounded run), the photo exactly,
+    the windows to one level (DALI rounds its uint8 resize output; the window's source region is computed in float32)."""
+    rng = np.random.default_rng(3)
+    paths, idx = _records_of(tmp_path, [random_image(rng, 48, 64), random_image(rng, 2, 800),
+                                        random_image(rng, 801, 3)])
+    full = _dali_pixels(paths, idx, 3, 32, 24)
+    monkeypatch.setattr(dali_utils, "EVAL_RESIZE_MAX_SIDE", 1000)
+    assert _window_of([(48, 64), (2, 800), (801, 3)], 32, 24)[0] == [False, True, True]  # the branch taken
+    windowed = _dali_pixels(paths, idx, 3, 32, 24)
+    assert windowed.shape == (3, 32, 24, 3)
+    np.testing.assert_allclose(windowed[0], full[0], atol=1e-3)  # float32 normalisation round trip
+    for window, reference in zip(windowed[1:], full[1:]):
+        assert np.abs(window - reference).max() < 1 + 1e-3 and np.abs(window - reference).mean() < 0.1
+        assert 0 - 1e-3 < window.min() and window.max() < 255 + 1e-3 and window.std() > 5  # an image, not a fill
+
+
+@needs_dali
+def test_dali_evaluation_of_a_1x16000_image_stays_in_a_photos_memory(tmp_path):
+    """The original's resize of a 1x16000 JPEG at 128 px would be 146x2,336,000 uint8 RGB (1.0 GB); the crop-window
+    resize keeps the process's peak RSS within 300 MB of where it was. (ru_maxrss is the process's lifetime peak: a
+    regression would go unseen only if the process had already peaked 700 MB above its size at this test.) Its
+    pixels are tf.data's to the two pipelines' usual distance (decoders, resize filters, pixel centres)."""
+    import resource
+    rng = np.random.default_rng(5)
+    paths, idx = _records_of(tmp_path, [random_image(rng, 1, 16000)])
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    pixels = _dali_pixels(paths, idx, 1, 128, 128)[0]
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mb < 300, f"peak RSS grew {grown_mb:.0f} MB"
+    assert pixels.shape == (128, 128, 3)
+    ours = next(iter(data_utils.get_tfrecords_input_fn(paths, 1, 128, 128, training=False,
+                                                       num_classes=NUM_CLASSES)))[0].numpy()[0]
+    # a 1-pixel-high noisy strip magnified 146 times: DALI samples at pixel centres, TF's legacy resize half a source
+    # pixel earlier, so the difference is larger than for a photo (about 8 levels) but of its order
+    assert np.abs(pixels - ours).mean() < 25
+
+
 def test_require_dali_message_when_missing(monkeypatch):
     real_import = builtins.__import__
 
@@ -364,7 +458,9 @@ def test_gpu_pipeline_has_the_cpu_pipelines_operators_and_parameters(training):
     assert decoder[1] == "mixed" and next(op for op in cpu if "decoders" in op[0])[1] == "cpu"
     after_decode = [(name.rstrip(":"), device) for name, device, _ in gpu if name.rstrip(":") in ("Resize",
                                                                                                "CropMirrorNormalize")]
-    assert after_decode == [("Resize", "gpu"), ("CropMirrorNormalize", "gpu")]
+    # evaluation: the crop-window resize of an elongated image, then the original's resize of the shorter side
+    resizes = [("Resize", "gpu")] * (1 if training else 2)
+    assert after_decode == resizes + [("CropMirrorNormalize", "gpu")]
     normalize = next(arguments for name, _, arguments in cpu if "CropMirrorNormalize" in name)
     assert normalize["crop"].startswith("[64.0") and "123.68" in normalize["mean"] and "58.395" in normalize["std"]
     if training:

@@ -12,8 +12,8 @@ import re
 
 from utils.data_utils import as_written, label_in_range_check, without_autotuning
 from utils.errors import UserError
-from utils.image_processing import (AREA_RANGE, ASPECT_RATIO_RANGE, CHANNEL_MEANS, CHANNEL_STDS, MAX_ATTEMPTS,
-                                    eval_resize_min)
+from utils.image_processing import (AREA_RANGE, ASPECT_RATIO_RANGE, CHANNEL_MEANS, CHANNEL_STDS,
+                                    EVAL_RESIZE_MAX_SIDE, MAX_ATTEMPTS, eval_resize_min)
 
 INSTALL_HINT = ("DALI is not installed: run `INSTALL_DALI=1 bash scripts/install.sh` "
                 "(or `pip install -r requirements-dali.txt`, see the comment in that file)")
@@ -53,6 +53,32 @@ def decode_error(error):
                      "dataprep.build_tfrecords".format(match.group(1).strip() or "no reason given"))
 
 
+def _eval_resize_window(image_shape, resize_min, height, width):
+    """(elongated, roi_start, roi_end) DALI nodes for one evaluation image of `image_shape` ([H, W, C]).
+
+    elongated: the `fn.resize(resize_shorter=resize_min)` output's longer side would exceed EVAL_RESIZE_MAX_SIDE (a
+    16000x1 image at 224 px would be resized to 4,096,000x256, 3.1 GB of uint8). roi_start / roi_end: the source
+    region (float, [y, x]) that the central (height, width) crop of that resize shows, so that
+    `fn.resize(roi_start, roi_end, size=(height, width))` computes those output pixels only. DALI's own geometry,
+    found by comparing with the full resize and crop (tests/test_dali.py): the resize keeps the scale
+    s = resize_min / shorter side on both axes (subpixel_scale) with an output side n = round(side * s) and a source
+    region of n / s centred on the image; crop_mirror_normalize's central crop starts at round((n - crop) / 2)."""
+    import nvidia.dali.math as dmath
+    from nvidia.dali import fn, types
+
+    shape = fn.cast(image_shape, dtype=types.FLOAT)
+    sides = (shape[0], shape[1])
+    scale = resize_min / dmath.min(sides[0], sides[1])
+    starts, ends, longest = [], [], None
+    for side, crop in zip(sides, (height, width)):
+        resized = dmath.floor(side * scale + 0.5)
+        longest = resized if longest is None else dmath.max(longest, resized)
+        start = (side - resized / scale) * 0.5 + dmath.floor((resized - crop) * 0.5 + 0.5) / scale
+        starts.append(start)
+        ends.append(start + crop / scale)
+    return longest > EVAL_RESIZE_MAX_SIDE, fn.stack(*starts), fn.stack(*ends)
+
+
 def _build_pipeline(filenames, idx_filenames, batch_size, height, width, training, num_threads, seed,
                     num_shards, shard_index, use_gpu, min_crop_area):
     from nvidia.dali import fn, pipeline_def, types
@@ -60,7 +86,9 @@ def _build_pipeline(filenames, idx_filenames, batch_size, height, width, trainin
 
     decode_device = "mixed" if use_gpu else "cpu"
 
-    @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=0 if use_gpu else None, seed=seed)
+    # enable_conditionals: the evaluation branch below takes a per-image `if` on an elongated image's shape.
+    @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=0 if use_gpu else None, seed=seed,
+                  enable_conditionals=True)
     def pipeline():
         inputs = fn.readers.tfrecord(
             path=list(filenames), index_path=list(idx_filenames),
@@ -88,7 +116,17 @@ def _build_pipeline(filenames, idx_filenames, batch_size, height, width, trainin
         else:
             images = fn.decoders.image(inputs["image/encoded"], device=decode_device, output_type=types.RGB,
                                        adjust_orientation=False)
-            images = fn.resize(images, resize_shorter=eval_resize_min(height, width))
+            resize_min = eval_resize_min(height, width)
+            # The header's shape, on the CPU whatever the decoder's device, turned as the decoder turns it (not).
+            elongated, roi_start, roi_end = _eval_resize_window(
+                fn.peek_image_shape(inputs["image/encoded"], adjust_orientation=False), resize_min, height, width)
+            if elongated:
+                # Only the central crop's pixels of the resize (the crop below then takes all of them), so an
+                # extremely elongated image costs the memory of any photo, as in the tf.data evaluation.
+                images = fn.resize(images, roi_start=roi_start, roi_end=roi_end, size=[height, width])
+            else:
+                # Every other image: the original's resize of the shorter side, then the central crop.
+                images = fn.resize(images, resize_shorter=resize_min)
             mirror = 0
         images = fn.crop_mirror_normalize(
             images, crop=(height, width), mean=list(CHANNEL_MEANS), std=list(CHANNEL_STDS),
