@@ -121,8 +121,8 @@ def _converted(data: bytes, image) -> tuple[bytes, int, int, bool]:
     if image_format in ("JPEG", "MPO") and image.mode == "RGB":
         return data, height, width, False
     out = io.BytesIO()
-    pixels.as_rgb(image).save(out, format="JPEG", quality=JPEG_QUALITY_CONVERTED,  # predict's conversion too
-                              subsampling=JPEG_SUBSAMPLING_CONVERTED)
+    pixels.as_rgb(image, data).save(out, format="JPEG", quality=JPEG_QUALITY_CONVERTED,  # predict's conversion too
+                                    subsampling=JPEG_SUBSAMPLING_CONVERTED)
     return out.getvalue(), height, width, True
 
 

@@ -21,6 +21,14 @@ def _sixteen_bit_grey(values):
     return tf.io.encode_png(tf.constant(values[..., None].astype(np.uint16))).numpy()
 
 
+def _sixteen_bit_rgb(values):
+    """A 16-bit RGB PNG (TensorFlow writes one from uint16 [H, W, 3]; PIL reads it as RGB, keeping high bytes)."""
+    import tensorflow as tf
+    data = tf.io.encode_png(tf.constant(values.astype(np.uint16))).numpy()
+    assert data[24:26] == bytes([16, 2])  # IHDR: bit depth 16, colour type 2 (RGB)
+    return data
+
+
 def _rgba(seed=0, shape=(24, 32)):
     rng = np.random.default_rng(seed)
     rgba = rng.integers(0, 256, shape + (4,), dtype=np.uint8)
@@ -181,7 +189,7 @@ def _with_trns(png, payload):
     return png[:pos] + struct.pack(">I", len(payload)) + chunk + struct.pack(">I", zlib.crc32(chunk)) + png[pos:]
 
 
-@pytest.mark.parametrize("kind", ["grey", "rgb", "grey16"])
+@pytest.mark.parametrize("kind", ["grey", "rgb", "grey16", "rgb16"])
 def test_a_png_s_transparent_colour_is_shown_on_white_by_both_doors(tmp_path, kind):
     """A tRNS chunk marks one grey level or RGB colour transparent (PIL: info["transparency"]). Before, has_alpha
     counted only palette images, so those areas stayed black in the dataset and in predict."""
@@ -202,17 +210,75 @@ def test_a_png_s_transparent_colour_is_shown_on_white_by_both_doors(tmp_path, ki
         rgb[transparent] = 0
         data = _with_trns(_png(rgb, "RGB"), struct.pack(">HHH", 0, 0, 0))
         colour = rgb
-    else:
+    elif kind == "grey16":
         values = np.where(transparent, 0, 65535 * (0.5 + 0.45 * np.sin(5 * x + 3 * y))).astype(np.uint16)
         data = _with_trns(_sixteen_bit_grey(values), struct.pack(">H", 0))
         colour = np.repeat((values >> 8)[..., None], 3, axis=-1)
+    else:
+        values = (65535 * np.stack([0.5 + 0.45 * np.sin(5 * x + 3 * y), 0.3 + 0.6 * y, 0.9 - 0.5 * x * y], -1))
+        values = np.where(transparent[..., None], 0, values).astype(np.uint16)
+        data = _with_trns(_sixteen_bit_rgb(values), struct.pack(">HHH", 0, 0, 0))
+        colour = values >> 8
     assert "transparency" in Image.open(io.BytesIO(data)).info
     reference = np.where(transparent[..., None], 255, colour).astype(np.uint8)  # NumPy: composited on white
-    np.testing.assert_array_equal(np.asarray(pixels.as_rgb(Image.open(io.BytesIO(data)))), reference)
+    np.testing.assert_array_equal(np.asarray(pixels.as_rgb(Image.open(io.BytesIO(data)), data)), reference)
     training_door, predict_door = _both_doors(tmp_path, data, side)
     reference_door = image_processing.eval_preprocess(tf.constant(_png(reference)), side, side).numpy()
     np.testing.assert_allclose(predict_door, reference_door, atol=1e-3)
     assert np.abs(training_door - reference_door).mean() < 1.5
+
+
+@pytest.mark.parametrize("colour", [(0x0012, 0x0034, 0x0056), (0x1234, 0x5678, 0x9ABC)])
+def test_a_sixteen_bit_rgb_png_s_transparent_colour_is_matched_on_all_16_bits(colour):
+    """tRNS of a 16-bit RGB PNG: three 2-byte values, compared with the full samples (PNG spec). Pixels equal to the
+    colour become white; every other pixel keeps the high bytes that the same PNG without tRNS gives (PIL's 16-bit
+    RGB, TensorFlow's 8-bit decode), also those whose high bytes alone equal the colour's or whose low bytes differ by
+    one. Before, PIL compared its 8-bit samples (high bytes) with the 16-bit colour: (0x0012, 0x0034, 0x0056) made
+    the pixel (0x1200, 0x3400, 0x5600) white and left the three of that colour opaque; (0x1234, ...) made nothing
+    white."""
+    import struct
+
+    import tensorflow as tf
+    r, g, b = colour
+    values = np.array([[colour, (r, g, b + 1), (r ^ 0xFF, g, b), (0xFFFF, 0, 1)],
+                       [(r >> 8, g >> 8, b >> 8), (0x0000, 0x0000, 0x0000), colour, (r & 0xFF00, g & 0xFF00, b)],
+                       [(0x1200, 0x3400, 0x5600), (0x8000, 0x8001, 0x7FFF), (r, g, b ^ 0x0100), colour]], np.uint16)
+    opaque_png = _sixteen_bit_rgb(values)
+    data = _with_trns(opaque_png, struct.pack(">HHH", *colour))
+    transparent = (values == np.array(colour)).all(axis=-1)  # NumPy: all three 16-bit samples equal
+    assert transparent.sum() == 3
+    without_trns = np.asarray(pixels.as_rgb(Image.open(io.BytesIO(opaque_png)), opaque_png))
+    np.testing.assert_array_equal(without_trns, values >> 8)  # the non-tRNS path: high bytes
+    np.testing.assert_array_equal(without_trns, tf.io.decode_png(opaque_png, channels=3).numpy())
+    rgb = np.asarray(pixels.as_rgb(Image.open(io.BytesIO(data)), data))
+    np.testing.assert_array_equal(rgb, np.where(transparent[..., None], 255, without_trns))
+    # predict's door: the PNG it hands TensorFlow's decoder holds those pixels
+    np.testing.assert_array_equal(tf.io.decode_png(pixels.png_for_model(data), channels=3).numpy(), rgb)
+
+
+def test_a_sixteen_bit_rgb_png_with_trns_that_only_pil_reads_is_skipped_by_dataprep_and_left_to_predict_s_decoder():
+    """A damaged image-data checksum: PIL decodes the file, TensorFlow's 16-bit decode refuses it. Dataprep skips it
+    as corrupt naming TensorFlow's reason in one line; predict's PNG is left as it is, for its decoder to report."""
+    import struct
+
+    from dataprep import records
+    data = bytearray(_with_trns(_sixteen_bit_rgb(np.full((4, 6, 3), 40000, np.uint16)), struct.pack(">HHH", 0, 0, 0)))
+    data[data.index(b"IEND") - 5] ^= 0xFF  # the last byte of the IDAT chunk's CRC
+    data = bytes(data)
+    Image.open(io.BytesIO(data)).load()
+    with pytest.raises(records.UnreadableImage) as info:
+        records.to_rgb_jpeg(data)
+    reason = f"its 16-bit samples cannot be decoded (Invalid PNG data, size {len(data)})"
+    assert str(info.value) == f"corrupt image ({reason})"
+    assert pixels.png_for_model(data) == data
+
+
+def test_as_rgb_of_an_rgb_png_with_a_transparent_colour_needs_its_bytes():
+    """Without the file's bytes the samples' bit depth is unknown once PIL has decoded them: an error, not a guess."""
+    import struct
+    data = _with_trns(_png(np.zeros((2, 2, 3), np.uint8), "RGB"), struct.pack(">HHH", 0, 0, 0))
+    with pytest.raises(ValueError, match="bytes of an RGB PNG with a tRNS colour"):
+        pixels.as_rgb(Image.open(io.BytesIO(data)))
 
 
 def _frames(image_format, count, side=16):

@@ -3,10 +3,13 @@ predict for PNG content that TensorFlow's decoder would read otherwise. So a pho
 in training and in prediction:
 - transparent areas are shown on white, as a viewer shows them (TensorFlow's decoder drops the alpha channel and
   keeps whatever colour the transparent pixels hold, often black): an alpha channel, a transparent palette entry,
-  and the transparent grey level or RGB colour of a PNG's tRNS chunk (8-bit greyscale and RGB, 16-bit greyscale;
-  PIL keeps no 16-bit RGB samples, so a 16-bit RGB tRNS colour matches nothing and such a PNG stays opaque);
-- 16-bit greyscale keeps the high byte of each sample, as TensorFlow's PNG decoder and PIL's 16-bit RGB do (PIL's
-  own conversion of 16-bit greyscale clips every value above 255 to white);
+  and the transparent grey level or RGB colour of a PNG's tRNS chunk, compared with the full samples (8- and 16-bit
+  greyscale and RGB). PIL keeps only the high byte of 16-bit RGB samples, and its own conversion compared those
+  with the 16-bit colour: a colour above 255 matched nothing, one below 256 every pixel whose high bytes equal it;
+  so a 16-bit RGB PNG with a tRNS colour is decoded again by TensorFlow (`tf.io.decode_png(dtype=uint16)`, imported
+  only then: both doors have TensorFlow loaded already) for the mask (`_sixteen_bit_rgb_on_white`);
+- 16-bit greyscale and RGB keep the high byte of each sample, as TensorFlow's PNG decoder and PIL's 16-bit RGB do
+  (PIL's own conversion of 16-bit greyscale clips every value above 255 to white);
 - anything else (greyscale, CMYK, palette) as PIL converts it.
 Some files are refused by both doors with the same reason, where the decoders would give different pixels:
 - a CMYK JPEG without an Adobe APP14 marker (`cmyk_without_adobe`): PIL always reads CMYK as Adobe-inverted ink,
@@ -113,10 +116,43 @@ def several_frames(image) -> str | None:
             "wanted as an image of its own")
 
 
-def as_rgb(image):
-    """The PIL image as 8-bit RGB by the rules above."""
+def is_sixteen_bit_rgb_png(data: bytes | None) -> bool:
+    """True when `data` is a PNG whose header (IHDR, always the first chunk) says 16-bit samples, colour type 2 (RGB
+    without alpha): signature 8 bytes, chunk length 4, b"IHDR" 4, width 4, height 4, then bit depth and colour type."""
+    return (data is not None and len(data) >= 26 and data.startswith(b"\x89PNG\r\n\x1a\n") and data[12:16] == b"IHDR"
+            and data[24] == 16 and data[25] == 2)
+
+
+def _sixteen_bit_rgb_on_white(image, data: bytes):
+    """as_rgb of a 16-bit RGB PNG with a tRNS colour: the high byte of each sample (PIL's RGB of it), white where all
+    three 16-bit samples equal the tRNS colour (PIL's info["transparency"], the chunk's three 2-byte values).
+    Raises ValueError when TensorFlow cannot decode the PNG that PIL read (e.g. a damaged data checksum)."""
+    import numpy as np
+    import tensorflow as tf
     from PIL import Image
 
+    try:
+        samples = tf.io.decode_png(data, channels=3, dtype=tf.uint16).numpy()
+    except tf.errors.OpError as error:
+        from utils.data_utils import op_error_text  # imported here: data_utils imports this module
+
+        raise ValueError(f"its 16-bit samples cannot be decoded ({op_error_text(error)})") from None
+    if samples.shape[:2] != (image.height, image.width):  # cannot happen for one PNG; never mask the wrong pixels
+        raise ValueError(f"16-bit samples {samples.shape[1]}x{samples.shape[0]} for an image of {image.size}")
+    transparent = (samples == np.array(image.info["transparency"], np.uint16)).all(axis=-1)
+    return Image.fromarray(np.where(transparent[..., None], 255, samples >> 8).astype(np.uint8), mode="RGB")
+
+
+def as_rgb(image, data: bytes | None = None):
+    """The PIL image as 8-bit RGB by the rules above. data: the file's bytes, needed for a PNG of RGB samples with a
+    tRNS colour (PIL tells 8- from 16-bit samples only before it decodes); ValueError without them."""
+    from PIL import Image
+
+    if image.format == "PNG" and image.mode == "RGB" and "transparency" in image.info:
+        if data is None:
+            raise ValueError("as_rgb needs the bytes of an RGB PNG with a tRNS colour (8- or 16-bit samples?)")
+        if is_sixteen_bit_rgb_png(data):
+            return _sixteen_bit_rgb_on_white(image, data)
     if is_sixteen_bit_grey(image):
         import numpy as np
 
@@ -159,7 +195,8 @@ def exif_orientation_note(data: bytes) -> str | None:
 def png_for_model(data: bytes) -> bytes:
     """PNG bytes as TensorFlow's decoder should see them: unchanged, unless the image has transparency or 16-bit
     greyscale, where TensorFlow would read other pixels than as_rgb: then its as_rgb form, re-encoded losslessly
-    as PNG. Bytes PIL cannot open are returned as they are (the decoder reports them)."""
+    as PNG. Bytes PIL cannot open, or whose 16-bit samples TensorFlow cannot decode, are returned as they are (the
+    decoder reports them)."""
     from PIL import Image
 
     try:
@@ -169,6 +206,10 @@ def png_for_model(data: bytes) -> bytes:
         image.load()
     except Exception:  # noqa: BLE001 - whatever PIL fails on, TensorFlow's decoder names it
         return data
+    try:
+        rgb = as_rgb(image, data)
+    except ValueError:  # TensorFlow's decoder, which failed on these bytes here, names the reason when predict runs
+        return data
     out = io.BytesIO()
-    as_rgb(image).save(out, format="PNG")
+    rgb.save(out, format="PNG")
     return out.getvalue()
