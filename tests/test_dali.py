@@ -377,7 +377,8 @@ def test_dali_evaluates_an_elongated_image_from_its_crop_window_with_the_full_re
     """With the bound lowered to 1000 px, 2x800 and 801x3 images (aspect about 1:400 and 1:270; resized 36x14400
     and 9612x36 at a 32x24 crop) take the crop-window resize, the 48x64 photo beside them in the batch the
     original's resize: each must give the pixels of the full resize and crop (the unbounded run), the photo exactly,
-    the windows to one level (DALI rounds its uint8 resize output; the window's source region is computed in float32)."""
+    the windows to one level (DALI rounds its uint8 resize output; the window's source region is computed in
+    float32)."""
     rng = np.random.default_rng(3)
     paths, idx = _records_of(tmp_path, [random_image(rng, 48, 64), random_image(rng, 2, 800),
                                         random_image(rng, 801, 3)])
