@@ -134,12 +134,27 @@ def _shard_identity(path):
             "mtime_ns": stat.st_mtime_ns}
 
 
+def dali_unusable_record(path, index, reason, mode):
+    """Why a shard holding a record DALI would stop on (data_utils.read_for_dali) is refused for a DALI
+    `mode` run, and what to do."""
+    return ("{}: record {} (counting from 0) {}: DALI cannot skip a record and would stop the run there; re-create "
+            "the dataset with python -m dataprep.build_tfrecords, or {} without --dali (tf.data skips such records, "
+            "with a warning)".format(path, index, reason, mode))
+
+
+def _checked_identity(path):
+    """What .checked records of a shard: its identity and what was checked (a record from before the example check
+    was added lacks "examples", so its shard is checked again)."""
+    return dict(_shard_identity(path), examples=True)
+
+
 def check_records_for_dali(filenames, idx_dir, mode, log):
-    """Refuses a shard of `filenames` TensorFlow's reader cannot read to its end, before DALI, which checks no
-    record's data checksum, reads it for `mode` ("train" / "evaluate"): a damaged record would be trained on or
-    evaluated as it is, where tf.data skips it. Each shard read to its end is recorded in `idx_dir`/.checked
-    (CHECKED_SHARDS), so later runs read only new, copied or rewritten shards; damage to a shard in place since it
-    was checked is `dataprep.verify_records`' to find."""
+    """Refuses a shard of `filenames` before DALI reads it for `mode` ("train" / "evaluate") when TensorFlow's reader
+    cannot read it to its end (DALI checks no record's data checksum: a damaged record would be trained on or
+    evaluated as it is, where tf.data skips it) or when it holds a record DALI would stop on mid-run (not an
+    Example of the trainer's features, no image; tf.data skips those too). Each shard that passes is recorded in
+    `idx_dir`/.checked (CHECKED_SHARDS), so later runs read only new, copied or rewritten shards; damage to a shard
+    in place since it was checked is `dataprep.verify_records`' to find."""
     import concurrent.futures
     import json
     record_dir = os.path.join(idx_dir, CHECKED_SHARDS)
@@ -150,7 +165,7 @@ def check_records_for_dali(filenames, idx_dir, mode, log):
     def recorded(path):
         try:
             with open(record_path(path), encoding="utf-8") as handle:
-                return json.load(handle) == _shard_identity(path)
+                return json.load(handle) == _checked_identity(path)
         except (OSError, ValueError):
             return False
 
@@ -158,22 +173,25 @@ def check_records_for_dali(filenames, idx_dir, mode, log):
     if not unchecked:
         return
     size = sum(os.path.getsize(path) for path in unchecked)
-    log("Checking the data checksums of {} {} shard(s) ({:,.1f} MB) with TensorFlow's reader before DALI reads them "
-        "(DALI checks none); {} records each shard read, so later runs read only new or rewritten ones".format(
+    log("Checking the data checksums and features of {} {} shard(s) ({:,.1f} MB) with TensorFlow's reader before "
+        "DALI reads them (DALI checks no checksum and cannot skip a record); {} records each shard read, so later "
+        "runs read only new or rewritten ones".format(
             len(unchecked), "train" if mode == "train" else "validation", size / 1e6, record_dir))
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(unchecked), os.cpu_count() or 1)) as pool:
-        reads = list(pool.map(data_utils.read_to_end, unchecked))  # the reader's C++ loop releases the GIL
-    for path, (read, error) in zip(unchecked, reads):
+        checks = list(pool.map(data_utils.read_for_dali, unchecked))  # the reader's C++ loop releases the GIL
+    for path, (read, error, unusable) in zip(unchecked, checks):
         framed = runner_utils.count_records(path)
         if error is not None or read != framed:
             raise UserError("{} cannot be read to its end: its reader stops after {:,} of {:,} records ({}); {}".format(
                 path, read, framed, error, dali_damaged_record(mode)))
+        if unusable is not None:
+            raise UserError(dali_unusable_record(path, *unusable, mode))
     try:
         os.makedirs(record_dir, exist_ok=True)
         for path in unchecked:
             temporary = "{}.tmp-{}".format(record_path(path), os.getpid())
             with open(temporary, "w", encoding="utf-8") as handle:
-                json.dump(_shard_identity(path), handle)
+                json.dump(_checked_identity(path), handle)
             os.replace(temporary, record_path(path))
     except OSError as error:
         log("Note: the checked shards cannot be recorded in {} ({}): later runs will read them again".format(

@@ -235,6 +235,40 @@ def test_a_dali_evaluation_refuses_a_record_whose_data_no_longer_matches_its_che
 
 
 @needs_dali
+@pytest.mark.parametrize("kind, reason", [
+    ("missing_image", "has no image (image/encoded missing or empty)"),
+    ("not_example", "is not a tf.train.Example (protobuf cannot parse it)")])
+@pytest.mark.parametrize("mode", ["train", "evaluate"])
+def test_a_record_dali_would_stop_on_is_refused_before_dali_reads_naming_shard_and_record(tmp_path, kind, reason,
+                                                                                          mode):
+    """DALI's reader fails mid-run on a record that is not an Example (and on one without image/encoded, with a
+    C++ assertion about sample dimensions), where tf.data skips both: the check before DALI reads names the shard
+    and the record, and records nothing in .checked, so the next run checks the shard again."""
+    from runtime import inputs
+    from runtime.config import RunConfig
+    from utils.devices import Platform
+    split = "train" if mode == "train" else "validation"
+    paths = write_tfrecord_shards(str(tmp_path / "data"), split, 2, 8, 40, NUM_CLASSES, corrupt={(1, 2): kind})
+    os.makedirs(tmp_path / "idx")
+    for path in paths:
+        dali_utils.make_dali_index(path, str(tmp_path / "idx" / os.path.basename(path)))
+    config = RunConfig(data_dir=str(tmp_path / "data"), data_idx_dir=str(tmp_path / "idx"), dali=True,
+                       num_classes=NUM_CLASSES, image_size=32, model_dir=str(tmp_path),
+                       mode="train" if mode == "train" else "evaluate")
+    build = (lambda: inputs.train_dataset(config, Platform(), 0, 1, log=lambda *_: None)) if mode == "train" else (
+        lambda: inputs.eval_dataset(config, Platform(), 2, log=lambda *_: None))
+    for _ in range(2):
+        with pytest.raises(UserError) as info:
+            build()
+        message = str(info.value)
+        assert message.startswith(f"{paths[1]}: record 2 (counting from 0) {reason}")
+        assert message.endswith(f": DALI cannot skip a record and would stop the run there; re-create the dataset "
+                                f"with python -m dataprep.build_tfrecords, or {mode} without --dali (tf.data skips "
+                                "such records, with a warning)")
+        assert "\n" not in message
+
+
+@needs_dali
 def test_dali_training_checks_each_shard_once_and_again_when_it_is_rewritten(tmp_path):
     """DALI training reads the train split as its index says: a damaged record would be trained on. Each shard is
     read once with TensorFlow's reader and recorded in the index dir's .checked; a later run reads only a shard
@@ -256,7 +290,7 @@ def test_dali_training_checks_each_shard_once_and_again_when_it_is_rewritten(tmp
         return [line for line in lines if "checksums" in line]
 
     first = train_input_lines()
-    assert len(first) == 1 and first[0].startswith("Checking the data checksums of 2 train shard(s) (")
+    assert len(first) == 1 and first[0].startswith("Checking the data checksums and features of 2 train shard(s) (")
     assert sorted(os.listdir(tmp_path / "idx" / inputs.CHECKED_SHARDS)) == [
         os.path.basename(path) + ".json" for path in paths]
     assert train_input_lines() == []  # checked before, unchanged
@@ -304,7 +338,7 @@ def test_dali_input_goes_on_when_the_checked_shards_cannot_be_recorded(tmp_path)
     for _ in range(2):
         lines = []
         inputs.eval_dataset(config, Platform(), 2, log=lines.append)
-        assert [line for line in lines if "checksums" in line][0].startswith("Checking the data checksums of 1 "
+        assert [line for line in lines if "checksums" in line][0].startswith("Checking the data checksums and features of 1 "
                                                                               "validation shard(s)")
         assert [line for line in lines if line.startswith("Note: the checked shards cannot be recorded in ")]
 

@@ -347,3 +347,20 @@ def test_fuzzed_records_never_crash(tmp_path, records, training):
         assert images.shape == (1, 16, 16, 3)
         assert np.isfinite(images.numpy()).all()
         assert 0 <= labels.numpy()[0] < NUM_CLASSES
+
+
+def test_read_for_dali_counts_like_the_reader_and_finds_the_first_record_dali_would_stop_on(tmp_path):
+    """A clean shard: its record count, no error, no record. A record without an image, one that is not an Example
+    and a damaged record after them: the count and error of read_to_end, and the first of the two records."""
+    from tests._data_helpers import corrupt_payload
+    clean, = write_tfrecord_shards(str(tmp_path / "clean"), "train", 1, 7, 40, NUM_CLASSES)
+    assert data_utils.read_for_dali(clean) == (7, None, None) and data_utils.read_to_end(clean) == (7, None)
+    for first, kind, reason in ((1, "missing_image", "has no image (image/encoded missing or empty)"),
+                                (2, "not_example", "is not a tf.train.Example (protobuf cannot parse it)")):
+        path, = write_tfrecord_shards(str(tmp_path / kind), "train", 1, 7, 40, NUM_CLASSES,
+                                      corrupt={(0, first): kind, (0, 4): kind})
+        assert data_utils.read_for_dali(path) == (7, None, (first, reason))
+        corrupt_payload(path, 5)
+        read, error = data_utils.read_to_end(path)
+        assert (read, error is not None) == (5, True)
+        assert data_utils.read_for_dali(path) == (5, error, (first, reason))

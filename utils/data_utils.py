@@ -442,6 +442,55 @@ def read_to_end(path: str) -> tuple[int, str | None]:
         return read, op_error_text(error)
 
 
+def read_for_dali(path: str) -> tuple[int, str | None, tuple[int, str] | None]:
+    """read_to_end for a shard DALI will read, in one pass that also parses every record: (records read, the
+    reader's error or None, (index from 0, reason) of the first record DALI's input would stop on rather than skip,
+    as tf.data does, or None). Such a record is not a tf.train.Example, or its features do not parse as
+    image_processing.feature_map gives them (the keys and types DALI's reader reads; its reader fails on it), or its
+    image/encoded is missing or empty (DALI's reader or decoder fails). Whether the images decode is not checked.
+    TensorFlow's parser reads some bytes that are not an Example as one without features: those count as imageless
+    in the fast pass, and protobuf's parser (DALI's) tells them apart in the record-by-record pass."""
+    spec = image_processing.feature_map()
+    dataset = tf.data.TFRecordDataset(path, buffer_size=8 << 20)
+
+    def counts(records):
+        encoded = tf.io.parse_example(records, spec)["image/encoded"]
+        return tf.size(records, tf.int64), tf.reduce_sum(tf.cast(tf.equal(tf.strings.length(encoded), 0), tf.int64))
+
+    zero = tf.constant(0, tf.int64)
+    try:
+        read, imageless = dataset.batch(256).map(counts).reduce((zero, zero), lambda a, b: (a[0] + b[0], a[1] + b[1]))
+        if int(imageless) == 0:
+            return int(read), None, None
+    except tf.errors.OpError:
+        pass  # a damaged record or one that does not parse: found one by one below (a bad shard is rare)
+
+    def unusable(record):
+        try:
+            tf.train.Example.FromString(record.numpy())
+        except DecodeError:
+            return "is not a tf.train.Example (protobuf cannot parse it)"
+        try:
+            encoded = tf.io.parse_single_example(record, spec)["image/encoded"]
+        except tf.errors.OpError as error:
+            return "does not hold the trainer's features as they should be ({})".format(op_error_text(error))
+        return "has no image (image/encoded missing or empty)" if int(tf.strings.length(encoded)) == 0 else None
+
+    read, first = 0, None
+    iterator = iter(dataset)
+    while True:
+        try:
+            record = next(iterator)
+        except StopIteration:
+            return read, None, first
+        except tf.errors.OpError as error:
+            return read, op_error_text(error), first
+        if first is None:
+            reason = unusable(record)
+            first = None if reason is None else (read, reason)
+        read += 1
+
+
 def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_threads=10, deterministic=False,
                            seed=None, num_shards=1, shard_index=0, *, num_classes=1001, start_step=0,
                            min_crop_area=image_processing.AREA_RANGE[0], augment=None, num_epochs=None,
