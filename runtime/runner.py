@@ -141,9 +141,11 @@ class Runner:
         current_step = int(global_step.numpy())
         run_iter = runner_utils.steps_this_run(config.run_iter, config.iter_unit, length.steps_per_epoch,
                                                length.num_steps, current_step)
+        distribution.check_same_step(current_step)
         if distribution.is_chief:
             self._log_training_parameters(length, is_benchmark, trains=run_iter > 0)
-        print("Current step: {}".format(current_step), flush=True)
+            # once per run: every other worker has just been checked to resume at this step too
+            print("Current step: {}".format(current_step), flush=True)
         left = length.num_steps - current_step
         if 0 < run_iter < left:
             unit = config.iter_unit if config.run_iter == 1 else config.iter_unit + \

@@ -127,8 +127,10 @@ def _check_two_worker_run(result, results_dir, weights_dir, backend, expected_st
     # rank 0 alone logs: one PARAMETER dump per run in log.json, no DLL line from worker 1
     assert sum('"PARAMETER"' in line and '"arch"' in line for line in records) == (2 if start_step else 1)
     if backend == "multi_worker":
-        assert "Current step: {}".format(start_step) in stdout
-        assert "[worker 1] Current step: {}".format(start_step) in stdout
+        # said once, by rank 0; worker 1 resumed at the same step, or Distribution.check_same_step would have
+        # stopped the run (tested below)
+        assert "Current step: {}".format(start_step) in stdout.splitlines()
+        assert "Current step" not in stdout.replace("Current step: {}\n".format(start_step), "", 1)
         assert not any(line.startswith("[worker 1] DLL") for line in stdout.splitlines())
         assert "Num GPUs 2" in stdout
         # --batch_size is per replica: the global batch and how the replicas are spread are said and recorded
@@ -167,7 +169,7 @@ def test_horovod_gradient_is_the_mean_and_two_workers_train_identically(tmp_path
     assert results[0]["backend"] == "horovod"
     _assert_averaged(results)
     _check_two_worker_run(result, results_dir, weights_dir, "horovod", expected_step=3, start_step=0)
-    assert result.stdout.count("Current step: 0") == 2
+    assert result.stdout.count("Current step: 0") == 1  # rank 0 alone (each worker checked it resumes there)
     assert result.stdout.count("Evaluated 4 of 4 images") == 1  # rank 0 alone evaluates
 
 
@@ -262,3 +264,29 @@ def test_workers_start_together_and_one_that_cannot_stops_the_others():
         _Workers(rank=1, total=2.0).start_together(own)
     assert raised.value is own
     Distribution(None).start_together()  # one process: nothing to agree on
+
+
+def test_a_worker_that_resumes_at_another_step_than_rank_0_stops_naming_both():
+    """Rank 0 alone says `Current step: N`; every worker first compares its restored step with rank 0's, so a worker
+    that restored another checkpoint (a model_dir its node does not share) is said, not trained on silently."""
+    from utils.distributed import Distribution
+    from utils.errors import UserError
+
+    class _Workers(Distribution):
+        def __init__(self, rank, chief_step):
+            super().__init__(None, rank=rank, size=2)
+            self.chief_step, self.sent = chief_step, None
+
+        def _sum_over_workers(self, value):
+            self.sent = value
+            return self.chief_step + (value if self.rank else 0.0)  # rank 0's step plus the others' (zero)
+
+    chief = _Workers(rank=0, chief_step=2.0)
+    assert chief.check_same_step(2) == 2 and chief.sent == 2.0
+    follower = _Workers(rank=1, chief_step=2.0)
+    assert follower.check_same_step(2) == 2 and follower.sent == 0.0
+    with pytest.raises(UserError, match=r"^worker 1 resumed at step 0 but rank 0 at step 2: the workers did not "
+                                        r"restore the same checkpoint \(--model_dir must be on a file system every "
+                                        r"worker shares, docs/SCALING.md\)$"):
+        _Workers(rank=1, chief_step=2.0).check_same_step(0)
+    assert Distribution(None).check_same_step(7) == 7  # one process: no collective

@@ -119,6 +119,21 @@ class Distribution:
     def _sum_over_workers(self, value):
         return float(_strategy_sum(self.strategy, value))
 
+    def check_same_step(self, step):
+        """Several workers: each compares the step it restored with rank 0's (one tiny collective: the sum of rank
+        0's step and the others' zeros, exact in float32 below 2**24 steps). A worker that resumes at another step
+        did not restore the checkpoint rank 0 did (a model_dir not shared by every node: docs/SCALING.md) and would
+        train other weights under the same collectives, so it stops with a UserError naming both steps, and rank 0
+        then stops at its next collective (PeerStopped). Returns rank 0's step; rank 0 alone says it."""
+        if self.size == 1:
+            return step
+        chief_step = int(round(self._sum_over_workers(float(step) if self.is_chief else 0.0)))
+        if chief_step != step:
+            raise UserError("worker {} resumed at step {} but rank 0 at step {}: the workers did not restore the same "
+                            "checkpoint (--model_dir must be on a file system every worker shares, docs/SCALING.md)"
+                            .format(self.rank, step, chief_step))
+        return chief_step
+
     def start_together(self, error=None):
         """Several workers: each tells the others whether it could start (rank 0's locks, the run's settings), so a
         worker whose peer stopped at the start says so in one line instead of failing later, in a collective the
