@@ -8,7 +8,8 @@ Each worker is `python <script> <args>` with
 - RN50_LOCAL_RANK = its index, and CUDA_VISIBLE_DEVICES = one GPU (the index-th of the GPUs visible to the
   launcher) when there are GPUs.
 Output: rank 0's lines pass through unchanged (logs and benchmark parsers see what one process prints); the
-other workers' lines are prefixed with `[worker R] ` (or dropped with --quiet_workers).
+other workers' lines are prefixed with `[worker R] ` (or dropped with --quiet_workers). An ERROR or WARNING line
+several workers print alike is shown once (RepeatedLines), and the launcher says which workers it did not show.
 Signals: SIGINT/SIGTERM/SIGUSR1 to the launcher are forwarded once to every worker (they run in their own
 sessions, so a terminal's Ctrl-C reaches them only through here): each finishes its step, the workers agree,
 checkpoint and stop (after a Ctrl-C the job exits 130, as each worker does). A second signal is forwarded again
@@ -18,7 +19,8 @@ when a peer stops on the signal may print what TensorFlow and Keras say about th
 (AbortNoise): after a forwarded signal those lines are not shown, their count is said once per worker
 (RN50_VERBOSE=1 or --verbose shows them).
 Failure: when a worker exits with a non-zero status, the launcher names it (rank, pid, exit code or signal),
-terminates the others (SIGTERM, then SIGKILL after --grace seconds) and exits with its status. A worker that
+terminates the others (SIGTERM, then SIGKILL after --grace seconds) and exits with its status. One that exits 2
+(bad input, its ERROR line) first gives the others BAD_INPUT_WAIT s to stop on their own: they usually find the same. A worker that
 stopped only because another did (status 3, utils.errors.PeerStopped) is not named while the other one's failure
 can still be seen: the launcher waits up to --grace seconds for it.
 """
@@ -36,7 +38,7 @@ import threading
 import time
 
 from utils import quiet as quiet_module
-from utils.errors import ArgumentParser, PeerStopped, command
+from utils.errors import ArgumentParser, PeerStopped, UserError, command
 
 
 def free_ports(count, host="127.0.0.1"):
@@ -144,21 +146,141 @@ class AbortNoise:
         return held
 
 
-def _pump(stream, rank, quiet, lock, interrupted=lambda: False, filter_abort=True):
+# The lines a worker prints when something is wrong: every worker that meets the same problem (a flag value checked
+# after start-up, the dataset, the checkpoint to resume) prints the same one.
+_REPEATABLE = re.compile(rb"(ERROR|WARNING): ")
+
+
+def _ranks(ranks):
+    """"worker 1", "workers 1-3, 5" (ranks sorted, runs of consecutive ones as ranges)."""
+    ranks = sorted(ranks)
+    runs = []
+    for rank in ranks:
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    text = ", ".join(str(a) if a == b else "{}-{}".format(a, b) for a, b in runs)
+    return ("worker " if len(ranks) == 1 else "workers ") + text
+
+
+class RepeatedLines:
+    """The ERROR and WARNING lines several workers print alike, shown once: rank 0's where rank 0 says it too.
+    `feed(rank, line)` and `end(rank)` (the worker's output ended) return the (rank, line) pairs to show now; the
+    caller holds the launcher's lock. A line of rank 0 is never held (its output passes through as it comes); an
+    ERROR or WARNING line of another worker is held until rank 0 says the same (it is then not shown), or that
+    worker prints another line, or rank 0's output has ended, or it has waited `wait` seconds (`expire(now)`, which
+    the launcher calls while it waits), or the launcher reports how the job ended (`release()`); then it is shown
+    unless another worker's identical line already was. One worker's line is
+    matched with at most one line of each other worker (a worker that says a warning twice is shown twice); lines
+    that differ are all shown. `notes()`: one line per shown line that others repeated, naming them."""
+
+    def __init__(self, wait=5.0, clock=time.monotonic):
+        self.shown = {}  # the text of an ERROR / WARNING line -> [[rank that showed it, ranks that said it], ...]
+        self.held = {}  # rank -> [(its ERROR / WARNING line not shown yet, when it came), ...]
+        self.chief_ended = False
+        self.wait = wait
+        self.clock = clock
+
+    def _said_before(self, rank, text):
+        """Claims for `rank` the first line shown with this text that `rank` had not said: True if there is one."""
+        for shown in self.shown.get(text, []):
+            if rank not in shown[1]:
+                shown[1].add(rank)
+                return True
+        return False
+
+    def _show(self, rank, text):
+        shown = [rank, {rank}]
+        self.shown.setdefault(text, []).append(shown)
+        return shown
+
+    def feed(self, rank, line):
+        text = line.rstrip(b"\r\n")
+        if not _REPEATABLE.match(text):
+            return self._release(rank) + [(rank, line)]
+        if self._said_before(rank, text):
+            return []
+        if rank != 0:
+            self.held.setdefault(rank, []).append((line, self.clock()))
+            return []
+        shown = self._show(rank, text)
+        for other, held in self.held.items():  # the same line held from another worker: said by rank 0
+            match = next((entry for entry in held if entry[0].rstrip(b"\r\n") == text), None)
+            if match is not None:
+                held.remove(match)
+                shown[1].add(other)
+        return [(rank, line)]
+
+    def end(self, rank):
+        if rank == 0:
+            self.chief_ended = True
+            return self.release()
+        return self._release(rank) if self.chief_ended else []
+
+    def release(self):
+        """Every held line (the job's end is being reported; rank 0 will not say them now)."""
+        return [pair for rank in sorted(self.held) for pair in self._release(rank)]
+
+    def expire(self):
+        """The held lines of each worker whose first held line has waited `wait` seconds."""
+        now = self.clock()
+        return [pair for rank in sorted(self.held) if self.held[rank] and now - self.held[rank][0][1] >= self.wait
+                for pair in self._release(rank)]
+
+    def _release(self, rank):
+        shown = []
+        for line, _since in self.held.pop(rank, []):
+            text = line.rstrip(b"\r\n")
+            if not self._said_before(rank, text):
+                self._show(rank, text)
+                shown.append((rank, line))
+        return shown
+
+    def notes(self):
+        """For each line shown once for several workers: `runtime.launch: worker 1 printed the same ERROR line (not
+        shown again)` (`... as worker 2` when not rank 0's was shown)."""
+        notes = []
+        for text, lines in self.shown.items():
+            for shown_by, ranks in lines:
+                others = ranks - {shown_by}
+                if others:
+                    notes.append("runtime.launch: {} printed the same {} line{} (not shown again)".format(
+                        _ranks(others), _REPEATABLE.match(text).group(1).decode(),
+                        "" if shown_by == 0 else " as worker {}".format(shown_by)))
+        return notes
+
+
+def _prefixed(rank, line):
+    return ("" if rank == 0 else "[worker {}] ".format(rank)).encode() + line
+
+
+def _show(pairs, quiet):
+    """Writes (rank, line) pairs to stdout, each prefixed with its worker; with `quiet` rank 0's only. The caller
+    holds the launcher's lock."""
+    pairs = [(rank, line) for rank, line in pairs if not (rank != 0 and quiet)]
+    if pairs:
+        sys.stdout.buffer.write(b"".join(_prefixed(rank, line) for rank, line in pairs))
+        sys.stdout.buffer.flush()
+
+
+def _pump(stream, rank, quiet, lock, interrupted=lambda: False, filter_abort=True, repeated=None):
     """Copies a worker's output to stdout, prefixed. `interrupted()`: whether the launcher has forwarded an
-    interrupt, from when on AbortNoise filters the lines (unless `filter_abort` is False: --verbose)."""
-    prefix = ("" if rank == 0 else "[worker {}] ".format(rank)).encode()
+    interrupt, from when on AbortNoise filters the lines (unless `filter_abort` is False: --verbose). `repeated`: the
+    launcher's RepeatedLines, shared by every worker's pump (None: every line shown)."""
     noise = AbortNoise()
 
-    def show(lines):
-        if lines and not (rank != 0 and quiet):
-            with lock:
-                sys.stdout.buffer.write(b"".join(prefix + line for line in lines))
-                sys.stdout.buffer.flush()
+    def take(lines):
+        with lock:
+            _show([pair for line in lines for pair in (
+                repeated.feed(rank, line) if repeated is not None else [(rank, line)])], quiet)
 
     for line in iter(stream.readline, b""):
-        show(noise.feed(line) if filter_abort and interrupted() else noise.flush() + [line])
-    show(noise.flush())
+        take(noise.feed(line) if filter_abort and interrupted() else noise.flush() + [line])
+    take(noise.flush())
+    if repeated is not None:
+        with lock:
+            _show(repeated.end(rank), quiet)
     stream.close()
     if noise.dropped and not (rank != 0 and quiet):
         with lock:
@@ -182,6 +304,10 @@ def _failed(codes, stopped):
     return [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0, stopped)]
 
 
+BAD_INPUT_WAIT = 5.0  # s: Launcher._cause
+REPEAT_WAIT = 5.0  # s: how long another worker's ERROR / WARNING line waits for rank 0 to say the same
+
+
 class Launcher:
     def __init__(self, command, nproc, quiet_workers=False, grace=10.0):
         self.command = command
@@ -195,6 +321,8 @@ class Launcher:
         self._chief_stopped_at = None  # when rank 0 stopped on a forwarded signal
         self._left_behind = set()  # the ranks killed after it (_kill_workers_left_behind): stopped, not failed
         self.filter_abort = not quiet_module.verbose_requested(command)
+        # the ERROR / WARNING lines several workers print, shown once (with --quiet_workers only rank 0's are)
+        self.repeated = None if quiet_workers else RepeatedLines(REPEAT_WAIT)
         self._lock = threading.Lock()
 
     def start(self):
@@ -207,7 +335,8 @@ class Launcher:
                                        stdin=subprocess.DEVNULL, start_new_session=True)
             self.processes.append(process)
             thread = threading.Thread(target=_pump, args=(process.stdout, rank, self.quiet_workers, self._lock,
-                                                          lambda: self.interrupted, self.filter_abort), daemon=True)
+                                                          lambda: self.interrupted, self.filter_abort,
+                                                          self.repeated), daemon=True)
             thread.start()
             self.threads.append(thread)
 
@@ -247,20 +376,28 @@ class Launcher:
             failed = _failed(codes, stopped)
             if failed:
                 rank, code = self._cause(failed, stopped)
-                message = "runtime.launch: worker {} (rank {}, pid {}) {}; terminating the other workers".format(
-                    rank, rank, self.processes[rank].pid, describe_exit(code))
+                # its last lines (the ERROR line saying why) before the line naming it, and the lines other workers
+                # said alike shown once, before it too
+                self.threads[rank].join(timeout=2)
+                running = any(process.poll() is None for process in self.processes)
+                message = "runtime.launch: worker {} (rank {}, pid {}) {}{}".format(
+                    rank, rank, self.processes[rank].pid, describe_exit(code),
+                    "; terminating the other workers" if running else "")
                 with self._lock:
+                    _show(self._repeated("release"), self.quiet_workers)
                     print(message, file=sys.stderr, flush=True)
                 self.terminate_all()
-                self._join_output()
+                self._end_output()
                 with self._lock:
                     print("runtime.launch: job failed: worker {} {}".format(rank, describe_exit(code)),
                           file=sys.stderr, flush=True)
                 return code if code > 0 else 128 - code
             if all(code is not None for code in codes):
-                self._join_output()
+                self._end_output()
                 return max(codes)  # 0, or 130 when a worker stopped on the Ctrl-C
             self._kill_workers_left_behind(codes, stopped)
+            with self._lock:
+                _show(self._repeated("expire"), self.quiet_workers)
             time.sleep(0.2)
 
     def _kill_workers_left_behind(self, codes, stopped):
@@ -286,9 +423,17 @@ class Launcher:
     def _cause(self, failed, stopped):
         """(rank, exit code) of the worker whose failure stopped the job, among `failed` ones. A worker that stopped
         because another did exits with PeerStopped's status: while only such workers have failed, the others get up
-        to --grace seconds to show the cause (the worker that could not start, failed or was killed)."""
+        to --grace seconds to show the cause (the worker that could not start, failed or was killed). A worker that
+        stopped on bad input (UserError's status, its ERROR line) found what the others usually find too (a flag
+        value, the dataset, the checkpoint): they get up to BAD_INPUT_WAIT s (at most --grace) to stop on their own
+        rather than be terminated before they say it, and the lowest rank that failed is named."""
         deadline = time.monotonic() + self.grace
         while all(code == PeerStopped.status for _, code in failed) and time.monotonic() < deadline and \
+                any(process.poll() is None for process in self.processes):
+            time.sleep(0.1)
+            failed = _failed([process.poll() for process in self.processes], stopped)
+        deadline = time.monotonic() + min(self.grace, BAD_INPUT_WAIT)
+        while any(code == UserError.status for _, code in failed) and time.monotonic() < deadline and \
                 any(process.poll() is None for process in self.processes):
             time.sleep(0.1)
             failed = _failed([process.poll() for process in self.processes], stopped)
@@ -298,6 +443,17 @@ class Launcher:
     def _join_output(self):
         for thread in self.threads:
             thread.join(timeout=5)
+
+    def _end_output(self):
+        """The workers' last lines, then which workers printed an ERROR / WARNING line already shown."""
+        self._join_output()
+        with self._lock:
+            _show(self._repeated("release"), self.quiet_workers)
+            for note in self._repeated("notes"):
+                print(note, file=sys.stderr, flush=True)
+
+    def _repeated(self, method):
+        return [] if self.repeated is None else getattr(self.repeated, method)()
 
 
 def parse_args(argv=None):

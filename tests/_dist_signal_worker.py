@@ -4,6 +4,8 @@
 MODE "die":  rank 1 kills itself with SIGKILL after 1 s; rank 0 sleeps (the launcher must stop it).
 MODE "peer": rank 1 exits at once with PeerStopped's status 3 (it stopped because another worker did); rank 0,
   the cause, prints an ERROR line and exits 2 after 2 s.
+MODE "same_error": as main.py's workers on bad input that each finds: rank 1 prints a WARNING line of its own, a
+  WARNING and an ERROR line rank 0 prints 1 s later too, and exits 2 at once; rank 0 then exits 2.
 MODE "wait": every rank writes ready-<rank> and waits for SIGTERM, then writes got-<rank>-<SIGNAME> and exits 0.
 MODE "ctrl_c": as main.py's training on SIGINT: rank 1 exits 130 at once, rank 0 first takes 2 s to write
   stopped-0 (its checkpoint); a SIGTERM meanwhile is recorded as terminated-<rank>.
@@ -32,6 +34,14 @@ elif mode == "peer":
         sys.exit(3)
     time.sleep(2)
     print("ERROR: the cause", file=sys.stderr, flush=True)
+    sys.exit(2)
+elif mode == "same_error":
+    if rank == 1:
+        print("WARNING: shard 3 of worker 1 is short", flush=True)
+    else:
+        time.sleep(1)
+    print("WARNING: the dataset has no manifest", flush=True)
+    print("ERROR: --num_classes 5 cannot hold the labels 1..10", file=sys.stderr, flush=True)
     sys.exit(2)
 elif mode == "wait":
     received = []

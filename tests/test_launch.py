@@ -56,6 +56,24 @@ def test_the_launcher_names_the_worker_that_caused_the_stop_not_one_that_followe
     assert "worker 1 (rank 1" not in result.stderr
 
 
+def test_an_error_every_worker_prints_is_shown_once_and_rank_0_is_named(tmp_path):
+    """Both workers meet the same bad input; worker 1 says it and exits first. Rank 0's ERROR line is the one shown
+    (worker 1's, the same, is not shown again: said in one line), rank 0 is named (it gets BAD_INPUT_WAIT s to say
+    it rather than being terminated), and worker 1's own WARNING line, which differs, is shown."""
+    result = _launch("tests/_dist_signal_worker.py", tmp_path, "same_error")
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stdout.splitlines() if "started, local rank" not in line]
+    # worker 1's own warning waited for rank 0 to say it, until rank 0's output ended
+    assert lines == ["WARNING: the dataset has no manifest", "ERROR: --num_classes 5 cannot hold the labels 1..10",
+                     "[worker 1] WARNING: shard 3 of worker 1 is short"], result.stdout
+    assert result.stderr.splitlines()[-4:] == [
+        "runtime.launch: worker 0 (rank 0, pid {}) exited with code 2".format(
+            result.stderr.split("(rank 0, pid ")[1].split(")")[0]),
+        "runtime.launch: worker 1 printed the same WARNING line (not shown again)",
+        "runtime.launch: worker 1 printed the same ERROR line (not shown again)",
+        "runtime.launch: job failed: worker 0 exited with code 2"], result.stderr
+
+
 def _launch_ready_workers(out_dir, mode):
     """The launcher of two tests/_dist_signal_worker.py workers in `mode`, once both are waiting for a signal."""
     process = subprocess.Popen([PYTHON, "-m", "runtime.launch", "--nproc", "2", "tests/_dist_signal_worker.py",
@@ -267,3 +285,43 @@ def test_after_an_interrupt_other_warnings_and_a_real_traceback_are_shown_whole(
     lines = [b"/job:worker/replica:0/task:1\n"] + other_warning + traceback + [b"ERROR: a real failure\n"]
     out, err = _pumped(lines, capsysbinary)
     assert (out, err) == ([b"[worker 1] " + line for line in lines], "")
+
+
+def test_repeated_error_and_warning_lines_are_shown_once_and_different_ones_all():
+    """launch.RepeatedLines on captured lines: what several workers print alike is shown once (rank 0's when rank 0
+    says it, whichever came first), with one note naming the others; everything else is shown, in each worker's
+    order."""
+    from runtime import launch
+    now = [0.0]
+    lines = launch.RepeatedLines(wait=5.0, clock=lambda: now[0])
+    error = b"ERROR: --num_classes 5 cannot hold dataset d's labels 1..10\n"
+    assert lines.feed(1, error) == []  # held: rank 0 may say it too
+    assert lines.feed(2, b"ERROR: worker 2's own problem\n") == []
+    assert lines.feed(0, b"Current step: 0\n") == [(0, b"Current step: 0\n")]  # other lines pass at once
+    assert lines.feed(0, error) == [(0, error)]  # rank 0's, not held
+    assert lines.feed(3, error) == []  # said already
+    assert lines.end(1) == []  # worker 1's held line was rank 0's
+    assert lines.end(0) == [(2, b"ERROR: worker 2's own problem\n")]  # differs: shown when rank 0 is done
+    assert lines.notes() == ["runtime.launch: workers 1, 3 printed the same ERROR line (not shown again)"]
+
+    # rank 0 never says it: the first worker's is shown when it has waited long enough, the others' not again
+    lines = launch.RepeatedLines(wait=5.0, clock=lambda: now[0])
+    warning = b"WARNING: the learning rate warms up the whole run\n"
+    assert lines.feed(1, warning) == [] and lines.feed(2, warning) == []
+    now[0] = 4.9
+    assert lines.expire() == []
+    now[0] = 5.0
+    assert lines.expire() == [(1, warning)]
+    assert lines.release() == []
+    assert lines.notes() == ["runtime.launch: worker 2 printed the same WARNING line as worker 1 (not shown again)"]
+
+    # a worker's next line releases what it held, in its order; a line said twice by each worker is shown twice
+    lines = launch.RepeatedLines(wait=5.0, clock=lambda: now[0])
+    assert lines.feed(1, warning) == []
+    assert lines.feed(1, b"worker 1 stopped with the others at step 10\n") == [
+        (1, warning), (1, b"worker 1 stopped with the others at step 10\n")]
+    assert lines.feed(0, warning) == []  # worker 1's was shown first: not again
+    assert lines.feed(0, warning) == [(0, warning)] and lines.feed(1, warning) == []
+    assert lines.notes() == ["runtime.launch: worker 0 printed the same WARNING line as worker 1 (not shown again)",
+                             "runtime.launch: worker 1 printed the same WARNING line (not shown again)"]
+    assert launch._ranks([5, 1, 2, 3]) == "workers 1-3, 5" and launch._ranks([4]) == "worker 4"
