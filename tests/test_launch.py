@@ -325,3 +325,37 @@ def test_repeated_error_and_warning_lines_are_shown_once_and_different_ones_all(
     assert lines.notes() == ["runtime.launch: worker 0 printed the same WARNING line as worker 1 (not shown again)",
                              "runtime.launch: worker 1 printed the same WARNING line (not shown again)"]
     assert launch._ranks([5, 1, 2, 3]) == "workers 1-3, 5" and launch._ranks([4]) == "worker 4"
+
+
+def test_horovodrun_through_runtime_horovodrun_reads_as_one_run(capsys, monkeypatch):
+    """runtime/horovodrun.py around horovodrun's run_commandline (a stand-in writing what horovodrun wrote for a
+    2-process job whose workers both found --num_classes too small, 2026-12-06): the ERROR line once, one note, and
+    one line with the worker's status instead of horovodrun's RuntimeError traceback and status 1."""
+    from runtime import horovodrun
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")  # what quiet.setup would set, restored after the test
+    error = "ERROR: --num_classes 5 cannot hold dataset d's labels 1..10 (10 classes); pass --num_classes 10 or more\n"
+
+    def failing_job():
+        assert sys.argv[0] == "horovodrun" and sys.argv[1:3] == ["-np", "2"]
+        sys.stderr.write("[1]<stderr>:" + error)
+        sys.stderr.write("[0]<stderr>:" + error)
+        sys.stderr.write("[0]<stderr>:WARNING: rank 0's own\n")
+        print("Process 1 exit with status code 2.")
+        raise RuntimeError("Horovod detected that one or more processes exited with non-zero status, thus causing "
+                           "the job to be terminated. The first process to do so was:\nProcess name: 1\nExit code: 2\n")
+
+    assert horovodrun.main(["-np", "2", "python", "main.py"], failing_job, install_filter=False) == 2
+    out, err = capsys.readouterr()
+    assert out == "Process 1 exit with status code 2.\n"
+    assert err.splitlines() == ["[1]<stderr>:" + error.strip(), "[0]<stderr>:WARNING: rank 0's own",
+                                "runtime.horovodrun: process 0 printed the same ERROR line as process 1 (not shown "
+                                "again)",
+                                "runtime.horovodrun: job failed: process 1 exited with code 2"]
+    assert sys.argv[0] != "horovodrun"  # restored
+
+    def other_failure():
+        raise RuntimeError("could not find a usable network interface\nmore detail")
+
+    assert horovodrun.main(["-np", "2", "python", "main.py"], other_failure, install_filter=False) == 1
+    assert capsys.readouterr().err == "ERROR: horovodrun: could not find a usable network interface\n"
+    assert horovodrun.main(["-np", "2", "python", "main.py"], lambda: None, install_filter=False) == 0

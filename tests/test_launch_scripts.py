@@ -115,13 +115,23 @@ def test_dgx2_se_amp_250e_trains_se_resnext_with_16_gpus():
     assert parse_cmdline(main_args).results_dir == "/workspace/rn50v15_tf/results"
 
 
-def test_horovod_and_mpirun_launchers():
+def test_horovod_and_mpirun_launchers(tmp_path):
     script = os.path.join(ROOT, "training", "resnet50v1.5", "DGX1_RN50_AMP_90E.sh")
-    (command,) = dry_run(script, LAUNCHER="horovod", HOROVOD_HOSTS="node1:8,node2:8")
-    assert os.path.basename(command[0]) == "horovodrun"
+    (command,) = dry_run(script, LAUNCHER="horovod", HOROVOD_HOSTS="node1:8,node2:8", PYTHON=str(tmp_path / "python"),
+                         PATH=_path_with_horovodrun(tmp_path))
+    assert os.path.basename(command[0]) == "horovodrun"  # PATH's: none beside PYTHON
     assert command[1:5] == ["-np", "8", "-H", "node1:8,node2:8"]
     (command,) = dry_run(script, LAUNCHER="mpirun", BIND_TO_SOCKET="1")
     assert command[:6] == ["mpirun", "--allow-run-as-root", "--bind-to", "socket", "-np", "8"]
+
+
+def _path_with_horovodrun(tmp_path):
+    """PATH, with a stand-in horovodrun at its front (a directory of its own, beside no python)."""
+    directory = tmp_path / "horovodrun-bin"
+    directory.mkdir()
+    (directory / "horovodrun").write_text("#!/bin/sh\n")
+    (directory / "horovodrun").chmod(0o755)
+    return str(directory) + os.pathsep + os.environ["PATH"]
 
 
 def _bare_path(tmp_path):
@@ -145,7 +155,10 @@ def test_horovod_runs_the_horovodrun_beside_python_else_a_missing_launcher_is_on
     bare = _bare_path(tmp_path)
     environ = {key: value for key, value in os.environ.items() if key not in ("DRY_RUN", "LAUNCHER", "PYTHON")}
     (command,) = dry_run(script, LAUNCHER="horovod", PYTHON=str(venv / "python"), PATH=bare)
-    assert command[:4] == [str(venv / "horovodrun"), "-np", "8", str(venv / "python")]
+    # that python has Horovod: its horovodrun is run through runtime/horovodrun.py, which reads its output as one run
+    assert command[0] == "env" and (command[1] == "PYTHONPATH=" + ROOT or
+                                    command[1].startswith("PYTHONPATH={}:".format(ROOT)))
+    assert command[2:8] == [str(venv / "python"), "-m", "runtime.horovodrun", "-np", "8", str(venv / "python")]
     (venv / "horovodrun").unlink()
     for launcher, expected in (
             ("horovod", "ERROR: LAUNCHER=horovod needs horovodrun, which is not beside {} nor on PATH (install "

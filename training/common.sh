@@ -9,7 +9,8 @@
 # Environment:
 #   LAUNCHER=tf (default)  python -m runtime.launch --nproc NP  (MultiWorkerMirroredStrategy, one process per GPU)
 #   LAUNCHER=horovod       horovodrun -np NP [-H $HOROVOD_HOSTS]  (Horovod backend; scripts/install_horovod.sh):
-#                          the horovodrun beside $PYTHON when there is one (the venv's), else PATH's
+#                          the horovodrun beside $PYTHON when there is one (the venv's), run as
+#                          $PYTHON -m runtime.horovodrun (its output read as one run), else PATH's
 #   LAUNCHER=mpirun        mpirun --allow-run-as-root [--bind-to socket] -np NP  (Horovod backend, as the original;
 #                          PATH's mpirun)
 #   BIND_TO_SOCKET=any     adds --bind-to socket with LAUNCHER=mpirun (the original's variable)
@@ -48,11 +49,15 @@ _run_or_print() {
 # else PATH's: a horovodrun of another Python would start workers that lack this interpreter's packages, and PATH
 # seldom holds the venv's bin/. Empty when there is neither.
 _horovodrun() {
+  if [ -x "$(_python_dir)/horovodrun" ]; then echo "$(_python_dir)/horovodrun"
+  else command -v horovodrun 2>/dev/null || true; fi
+}
+
+# The directory of $PYTHON as given, not of its target: a venv's python is a link to the system's.
+_python_dir() {
   local python
   python=$(command -v "$PYTHON" 2>/dev/null) || python=$PYTHON
-  # dirname of the path as given, not of its target: a venv's python is a link to the system's
-  if [ -x "$(dirname "$python")/horovodrun" ]; then echo "$(dirname "$python")/horovodrun"
-  else command -v horovodrun 2>/dev/null || true; fi
+  dirname "$python"
 }
 
 # A launcher missing at run time is one line and status 2 (bash's "command not found" is 127 and names no fix);
@@ -80,7 +85,14 @@ launch_words() {
              horovodrun=$(_horovodrun)
              _need_launcher horovodrun "$horovodrun" "beside $PYTHON nor on PATH (install Horovod into that \
 interpreter: bash scripts/install_horovod.sh; or set PYTHON to one that has it)" || return
-             LAUNCH=("${horovodrun:-horovodrun}" -np "$np")
+             if [ -n "$horovodrun" ] && [ "$horovodrun" = "$(_python_dir)/horovodrun" ]; then
+               # $PYTHON has Horovod: its horovodrun through runtime/horovodrun.py (TF's start-up lines of
+               # horovodrun's own process hidden, an ERROR line every worker prints shown once, a failure one line)
+               LAUNCH=(env "PYTHONPATH=$TRAINING_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m runtime.horovodrun
+                       -np "$np")
+             else
+               LAUNCH=("${horovodrun:-horovodrun}" -np "$np")
+             fi
              [ -n "${HOROVOD_HOSTS:-}" ] && LAUNCH+=(-H "$HOROVOD_HOSTS")
              LAUNCH+=("$PYTHON" "$TRAINING_ROOT/main.py") ;;
     mpirun) _need_launcher mpirun "$(command -v mpirun 2>/dev/null)" "on PATH (install Open MPI, e.g. \

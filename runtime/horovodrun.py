@@ -1,0 +1,116 @@
+"""`python -m runtime.horovodrun <horovodrun's arguments>`: Horovod's horovodrun, read as one run (docs/SCALING.md).
+
+What `training/common.sh` runs for LAUNCHER=horovod when $PYTHON has Horovod (the horovodrun beside it). The same
+horovodrun (`horovod.runner.launch.run_commandline`, in this process), with three differences:
+- TensorFlow's start-up lines of horovodrun's own process (it imports TensorFlow before any worker starts:
+  `WARNING: All log messages before absl::InitializeLog() ...`, `oneDNN custom operations are on`, the CUDA probe,
+  `cpu_feature_guard`) go through utils/quiet.py as every tool's do (--verbose or RN50_VERBOSE=1 shows them);
+- an ERROR or WARNING line several workers print alike (`[0]<stderr>:ERROR: ...`, `[1]<stderr>:ERROR: ...`) is
+  shown once, the first one, and at the end one line names the processes whose line was not shown again;
+- a failed job ends with one line, `runtime.horovodrun: job failed: process R exited with code C`, and that status
+  (horovodrun printed its own RuntimeError's traceback and exited 1).
+"""
+
+import re
+import sys
+import threading
+
+from utils import quiet
+
+# horovodrun's prefix of a worker's line (gloo; with --prefix-output-with-timestamp a time before it)
+_WORKER_LINE = re.compile(r"^(?P<time>.*?)\[(?P<rank>\d+)\]<(?P<stream>stdout|stderr)>:(?P<text>(?:ERROR|WARNING): .*)",
+                          re.S)
+_FAILED = re.compile(r"one or more processes exited with non-zero status.*Process name: (?P<name>\S+)\s+"
+                     r"Exit code: (?P<code>-?\d+)", re.S)
+
+
+class RepeatedWorkerLines:
+    """The filter of horovodrun's output streams: `keep(text)` for each line horovodrun writes. Every worker's line
+    is prefixed alike (`[R]<stream>:`), so the first of identical ERROR / WARNING lines is shown (nothing is held)
+    and the others' are not; one worker's line is matched with at most one line of each other worker."""
+
+    def __init__(self):
+        self.shown = {}  # text -> [[process that showed it, processes that said it], ...]
+        self.lock = threading.Lock()
+
+    def keep(self, line):
+        match = _WORKER_LINE.match(line)
+        if not match:
+            return True
+        text, rank = match.group("text").rstrip("\r\n"), int(match.group("rank"))
+        with self.lock:
+            for shown in self.shown.get(text, []):
+                if rank not in shown[1]:
+                    shown[1].add(rank)
+                    return False
+            self.shown.setdefault(text, []).append([rank, {rank}])
+            return True
+
+    def notes(self):
+        notes = []
+        for text, lines in self.shown.items():
+            for shown_by, ranks in lines:
+                others = sorted(ranks - {shown_by})
+                if others:
+                    notes.append("runtime.horovodrun: process{} {} printed the same {} line as process {} (not shown "
+                                 "again)".format("es" if len(others) > 1 else "", ", ".join(map(str, others)),
+                                                 text.split(":", 1)[0], shown_by))
+        return notes
+
+
+class _Filtered:
+    """A text stream that passes horovodrun's writes (one line each) on unless `lines` drops them."""
+
+    def __init__(self, stream, lines):
+        self._stream = stream
+        self._lines = lines
+
+    def write(self, text):
+        if self._lines.keep(text):
+            return self._stream.write(text)
+        return len(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def failure(error):
+    """(process, exit code) of horovodrun's RuntimeError for a failed job, or None for another error."""
+    match = _FAILED.search(str(error))
+    return (match.group("name"), int(match.group("code"))) if match else None
+
+
+def main(argv=None, run_commandline=None, install_filter=True):
+    """horovodrun with `argv`; its exit status. `run_commandline`: horovodrun's (by default Horovod's, imported
+    after the stderr filter is set up); `install_filter=False` leaves this process's stderr alone (a test)."""
+    argv = sys.argv[1:] if argv is None else argv
+    quiet.setup(argv, install_filter=install_filter)  # before horovod.runner imports TensorFlow
+    if run_commandline is None:
+        from horovod.runner.launch import run_commandline
+    lines = RepeatedWorkerLines()
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Filtered(sys.stdout, lines), _Filtered(sys.stderr, lines)
+    saved_argv, sys.argv = sys.argv, ["horovodrun", *argv]
+    message = None
+    try:
+        status = run_commandline()
+    except RuntimeError as error:
+        failed = failure(error)
+        if failed is None:  # another of horovodrun's failures: its message, without the traceback
+            status, message = 1, "ERROR: horovodrun: {}".format(str(error).strip().splitlines()[0])
+        else:
+            status = failed[1] if failed[1] > 0 else 1
+            message = "runtime.horovodrun: job failed: process {} exited with code {}".format(*failed)
+    finally:
+        sys.stdout, sys.stderr = streams
+        sys.argv = saved_argv
+        sys.stdout.flush()
+        for note in lines.notes():
+            print(note, file=sys.stderr, flush=True)
+    if message:
+        print(message, file=sys.stderr, flush=True)
+    return status or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
