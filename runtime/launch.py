@@ -20,9 +20,10 @@ when a peer stops on the signal may print what TensorFlow and Keras say about th
 (RN50_VERBOSE=1 or --verbose shows them).
 Failure: when a worker exits with a non-zero status, the launcher names it (rank, pid, exit code or signal),
 terminates the others (SIGTERM, then SIGKILL after --grace seconds) and exits with its status. One that exits 2
-(bad input, its ERROR line) first gives the others BAD_INPUT_WAIT s to stop on their own: they usually find the same. A worker that
-stopped only because another did (status 3, utils.errors.PeerStopped) is not named while the other one's failure
-can still be seen: the launcher waits up to --grace seconds for it.
+(bad input, its ERROR line) first gives the others BAD_INPUT_WAIT s to stop on their own (they usually find the
+same), and the lowest rank that failed is named. A worker that stopped only because another did (status 3,
+utils.errors.PeerStopped) is not named while the other one's failure can still be seen: the launcher waits up to
+--grace seconds for it.
 """
 
 import argparse
@@ -169,11 +170,11 @@ class RepeatedLines:
     `feed(rank, line)` and `end(rank)` (the worker's output ended) return the (rank, line) pairs to show now; the
     caller holds the launcher's lock. A line of rank 0 is never held (its output passes through as it comes); an
     ERROR or WARNING line of another worker is held until rank 0 says the same (it is then not shown), or that
-    worker prints another line, or rank 0's output has ended, or it has waited `wait` seconds (`expire(now)`, which
+    worker prints another line, or rank 0's output has ended, or it has waited `wait` seconds (`expire()`, which
     the launcher calls while it waits), or the launcher reports how the job ended (`release()`); then it is shown
-    unless another worker's identical line already was. One worker's line is
-    matched with at most one line of each other worker (a worker that says a warning twice is shown twice); lines
-    that differ are all shown. `notes()`: one line per shown line that others repeated, naming them."""
+    unless another worker's identical line already was. One worker's line is matched with at most one line of each
+    other worker (a worker that says a warning twice is shown twice); lines that differ are all shown. `notes()`:
+    one line per shown line that others repeated, naming them."""
 
     def __init__(self, wait=5.0, clock=time.monotonic):
         self.shown = {}  # the text of an ERROR / WARNING line -> [[rank that showed it, ranks that said it], ...]

@@ -120,8 +120,8 @@ def _check_two_worker_run(result, results_dir, weights_dir, backend, expected_st
     # barrier); nor from horovodrun's own process, which imports TensorFlow before any worker starts
     # (runtime/horovodrun.py: until 2026-12-06 its start-up lines came first, twice)
     output = (stdout + result.stderr).splitlines()
-    for noise in ("cuInit", "absl::InitializeLog", "NodeDef mentions", "StartAbort", "triggered tf.function retracing",
-                  "oneDNN custom operations", "cuda drivers", "cpu_feature_guard"):
+    for noise in ("cuInit", "absl::InitializeLog", "NodeDef mentions", "StartAbort",
+                  "triggered tf.function retracing", "oneDNN custom operations", "cuda drivers", "cpu_feature_guard"):
         assert not [line for line in output if noise in line], noise
     records = [line for line in open(os.path.join(results_dir, "log.json")) if line.startswith("DLLL")]
     # rank 0 alone logs: one PARAMETER dump per run in log.json, no DLL line from worker 1
