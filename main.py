@@ -94,7 +94,6 @@ def run(argv=None, runner_class=None, own_process=False):
 
 def run_mode(resolved, distribution, platform, precision, runner_class=None):
     """The mode of `resolved` (runtime/settings.RunSettings): log, Runner, train / evaluate / predict."""
-    import tensorflow as tf
     from runtime import runner as runner_module
     from runtime import startup
     from utils.errors import INTERRUPT_STATUS, interrupt_line, on_interrupt
@@ -119,8 +118,7 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None):
         logger.print(devices.FROZEN_WEIGHTS_NOTE)
     startup.set_seeds(config.seed, distribution.rank)
     startup.configure_xla(config, distribution)
-    if config.seed is not None:
-        tf.config.experimental.enable_op_determinism()
+    startup.configure_determinism(config, logger.print)
     runner = (runner_class or runner_module.Runner)(config, logger, distribution, platform, precision)
 
     interrupted = None

@@ -45,6 +45,30 @@ def configure_xla(config, distribution):
     return False
 
 
+# Why --seed leaves op determinism off with --xla: TF 2.21's XLA refuses to compile the max-pool gradient under it.
+XLA_NOT_DETERMINISTIC = ("Note: --seed with --xla seeds every random stream but leaves TensorFlow's op determinism "
+                         "off (TensorFlow 2.21's XLA refuses to compile the max-pool gradient under it): a resumed or "
+                         "repeated run was bit-identical on CPU, but is not guaranteed to be on a GPU")
+
+
+def configure_determinism(config, log):
+    """--seed makes TensorFlow's ops deterministic (a resumed run is bit-identical, docs/RELIABILITY.md#exact-resume),
+    except with --xla in a mode that trains, where XLA cannot compile the max-pool gradient deterministically: the
+    seeds then stay and the log says what is lost. Returns whether op determinism is on."""
+    import tensorflow as tf
+    from tensorflow.python.framework import config as tf_config
+    wanted = config.seed is not None
+    if wanted and config.xla and config.mode in ("train", "train_and_evaluate", "training_benchmark"):
+        log(XLA_NOT_DETERMINISTIC)
+        wanted = False
+    if wanted:
+        tf.config.experimental.enable_op_determinism()
+    elif tf_config.is_op_determinism_enabled():
+        # A caller that runs several tools in one process (tests) left it on: it is process-wide, and XLA fails under it
+        tf_config.disable_op_determinism()
+    return wanted
+
+
 def set_seeds(seed, rank):
     """Per-rank seeding (docs/ORIGINAL.md#seeds): seed * 2 + rank for Python, NumPy and TF."""
     if seed is None:

@@ -99,3 +99,20 @@ def test_the_model_of_the_run_has_the_kernels_of_its_purpose_its_classes_and_inp
     assert tuple(inference.input_shape) == (None, 40, 40, 3)
     assert _conv_implementations(startup.build_model(config, CPU, purpose="train", kernels=CPU_PLAIN_KERNELS)) == {
         "native"}
+
+
+def test_a_seed_makes_ops_deterministic_except_where_xla_compiles_a_training_step():
+    from tensorflow.python.framework import config as tf_config
+    before = tf_config.is_op_determinism_enabled()
+    said = []
+    try:
+        for mode, xla, seed, wanted in (("train", False, 1, True), ("train", True, 1, False),
+                                         ("training_benchmark", True, 1, False), ("evaluate", True, 1, True),
+                                         ("train", False, None, False)):
+            tf_config.enable_op_determinism()  # left on by an earlier run in this process
+            said.clear()
+            assert startup.configure_determinism(RunConfig(mode=mode, xla=xla, seed=seed), said.append) is wanted
+            assert tf_config.is_op_determinism_enabled() is wanted
+            assert said == ([] if wanted or seed is None else [startup.XLA_NOT_DETERMINISTIC])
+    finally:
+        (tf_config.enable_op_determinism if before else tf_config.disable_op_determinism)()
