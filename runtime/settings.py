@@ -423,26 +423,31 @@ def _training_state_changes(config, info, given, log, note):
 def _note_another_stream(config, info, count, replicas, workers, note):
     """A resume whose images per step (another --batch_size, GPU count or --grad_accum_steps), processes, input or
     --seed differ from the checkpoint's run: its schedule per step or its data stream is another from here. Said,
-    not refused; with the train split's record `count` (None: synthetic data), the line gives the rate at the
+    not refused, each fact once: the input or seed change in its own note (whatever else changed), the images per
+    step in its, which adds that --seed's stream does not continue only when no such note says so already. With
+    the train split's record `count` (None: synthetic data), the images-per-step note gives the rate at the
     resume's step in both runs and the epoch's length in steps."""
     recorded = info.recorded_settings()
     recorded_images, images = recorded.get("images_per_step"), images_per_step(config, replicas)
+    stream_notes = []
+    _note_another_data_stream(config, info, recorded.get("data_stream"), stream_notes.append)
     if recorded_images is not None and recorded_images != images:
         note("Note: checkpoint {} was trained at {} images per step: this run continues at {} (--batch_size {} x {} "
              "replica(s) x --grad_accum_steps {}), {}{}".format(
                  info.path, recorded_images, images, config.batch_size, replicas, config.grad_accum_steps,
                  _schedule_at_other_images(config, info, count, images),
-                 "; --seed's data stream does not continue where the checkpoint's stopped" if config.seed is not None
-                 else ""))
-    elif config.seed is not None and not config.uses_dali and recorded.get("processes") not in (None, workers):
+                 "; --seed's data stream does not continue where the checkpoint's stopped"
+                 if config.seed is not None and not stream_notes else ""))
+    elif config.seed is not None and not config.uses_dali and recorded.get("processes") not in (None, workers) \
+            and not stream_notes:
         # The same images per step read by another number of processes, each reading its own share of the train
         # files: the seeded stream is another one (DALI's resume has its own note).
         processes = recorded["processes"]
         note("Note: checkpoint {} was trained by {} process{}, each reading its own share of the train files: this "
              "run has {}, so --seed's data stream does not continue where the checkpoint's stopped (the same {} images "
              "per step, other images in them)".format(info.path, processes, "es" * (processes != 1), workers, images))
-    else:
-        _note_another_data_stream(config, info, recorded.get("data_stream"), note)
+    for line in stream_notes:
+        note(line)
     if config.uses_dali and config.seed is not None:
         note("Note: DALI's input cannot skip to step {}: this resume reads its data stream from the start, so it is "
              "not the exact continuation --seed gives on the TFRecord input".format(info.step))
@@ -479,20 +484,22 @@ def _schedule_of(config, count, images):
 
 def _note_another_data_stream(config, info, recorded, note):
     """A resume through another input, or with another --seed, than the checkpoint's run: its data stream is
-    another from here (said; checkpoints before 2026-12-05 record neither)."""
+    another from here (said, in one line naming each change; checkpoints before 2026-12-05 record neither)."""
     if not recorded:
         return
     stream = data_stream(config)
+    was, now = [], []
     if recorded.get("input") != stream["input"]:
-        note("Note: checkpoint {} was trained through {}: this run reads through {}, so its data stream does not "
-             "continue the checkpoint's{}".format(info.path, recorded.get("input"), stream["input"],
-                                                  " (and DALI's resize filter is not TensorFlow's)"
-                                                  if "dali" in (recorded.get("input"), stream["input"]) else ""))
-    elif recorded.get("seed") != stream["seed"] and (stream["seed"] is not None or recorded.get("seed") is not None):
-        note("Note: checkpoint {} was trained {}: this run has {}, so its data stream does not continue the "
-             "checkpoint's".format(info.path, "without --seed" if recorded.get("seed") is None else
-                                   "with --seed {}".format(recorded["seed"]),
-                                   "no --seed" if stream["seed"] is None else "--seed {}".format(stream["seed"])))
+        was.append("through {}".format(recorded.get("input")))
+        now.append("reads through {}".format(stream["input"]))
+    if recorded.get("seed") != stream["seed"] and (stream["seed"] is not None or recorded.get("seed") is not None):
+        was.append("without --seed" if recorded.get("seed") is None else "with --seed {}".format(recorded["seed"]))
+        now.append("has no --seed" if stream["seed"] is None else "has --seed {}".format(stream["seed"]))
+    if now:
+        note("Note: checkpoint {} was trained {}: this run {}, so its data stream does not continue the "
+             "checkpoint's{}".format(info.path, " ".join(was), " and ".join(now),
+                                     " (and DALI's resize filter is not TensorFlow's)" if recorded.get("input") !=
+                                     stream["input"] and "dali" in (recorded.get("input"), stream["input"]) else ""))
 
 
 def _schedule_points(schedule, step, num_steps):

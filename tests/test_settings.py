@@ -813,3 +813,40 @@ def test_a_checkpoint_records_its_runs_seed_and_input():
                                                                                           "input": "dali"}
     assert settings.data_stream(dataclasses.replace(config, mode="training_benchmark", data_dir=None, seed=None)) \
         == {"seed": None, "input": "synthetic"}
+
+
+def test_a_resume_that_changes_the_images_per_step_and_the_stream_says_each_change_once(tmp_path):
+    """The input and --seed notes are said whatever else changed (before 2026-12-06 another images per step or
+    process count hid them), and the images-per-step note's "--seed's data stream does not continue" only where
+    no such note already says the stream is another."""
+    model = {"mode": "train", "num_classes": 10, "image_size": 32}
+    path = fake_checkpoint(tmp_path, training={"moving_average_decay": 0.0, "images_per_step": 16, "processes": 1,
+                                               "data_stream": {"seed": 1, "input": "tf.data"}})
+    images = (f"Note: checkpoint {path} was trained at 16 images per step: this run continues at 8 (--batch_size 8 x "
+              "1 replica(s) x --grad_accum_steps 1), and its learning rate and steps per epoch follow from 8")
+    stream = f"Note: checkpoint {path} was trained with --seed 1: this run has {{}}, so its data stream does not " \
+             "continue the checkpoint's"
+    assert resolve(tmp_path, batch_size=8, **model)[1] == [images, stream.format("no --seed")]
+    assert resolve(tmp_path, batch_size=8, seed=2, **model)[1] == [images, stream.format("--seed 2")]
+    assert resolve(tmp_path, batch_size=8, seed=1, **model)[1] == [
+        images + "; --seed's data stream does not continue where the checkpoint's stopped"]
+    lines = []  # the same 16 images per step over 2 processes, with another seed: the seed note says it all
+    settings.resolve(RunConfig(model_dir=str(tmp_path), batch_size=8, seed=2, **model), {"batch_size", "seed"} |
+                     set(model), log=lines.append, replicas=2, workers=2)
+    assert lines == [stream.format("--seed 2")]
+    # Through DALI over 2 processes at 4 images each (a --dali run needs its index files to resolve: the notes'
+    # own function here): the input note, with the seed's change in the same line when there is one.
+    info = checkpoint.inspect(path)
+    for seed, change in ((1, ""), (None, " with --seed 1: this run reads through dali and has no --seed")):
+        lines = []
+        settings._note_another_stream(RunConfig(seed=seed, dali=True, data_dir="/data", data_idx_dir="/idx",
+                                                batch_size=4, **model), info, None, 2, 2, lines.append)
+        assert lines[0] == (f"Note: checkpoint {path} was trained at 16 images per step: this run continues at 8 "
+                            "(--batch_size 4 x 2 replica(s) x --grad_accum_steps 1), and its learning rate and steps "
+                            "per epoch follow from 8")
+        assert lines[1] == (f"Note: checkpoint {path} was trained through tf.data"
+                            f"{change or ': this run reads through dali'}, so its data stream does not continue the "
+                            "checkpoint's (and DALI's resize filter is not TensorFlow's)")
+        assert lines[2:] == ([] if seed is None else [
+            "Note: DALI's input cannot skip to step 3: this resume reads its data stream from the start, so it is "
+            "not the exact continuation --seed gives on the TFRecord input"])
