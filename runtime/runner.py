@@ -16,7 +16,7 @@ import time
 import tensorflow as tf
 
 from model import checkpoint, export
-from runtime import checkpoints, inputs, predict, runner_utils, startup, train_state, train_step
+from runtime import checkpoints, inputs, predict, runner_utils, settings, startup, train_state, train_step
 from runtime.metrics import (ThroughputMeter, TrainStats, evaluated_images_line, non_finite_warning,
                              require_evaluated)
 from utils import errors, learning_rate
@@ -128,8 +128,6 @@ class Runner:
 
         saver = None
         if not is_benchmark:
-            saver = checkpoint.CheckpointWriter(config.model_dir, state.checkpoint_entries,
-                                                state.checkpoint_metadata, max_to_keep=5, keep_every_hours=3)
             finetuned = checkpoints.restore_or_initialise(
                 state.model, state.optimizer, global_step, config.model_dir,
                 finetune_checkpoint=config.finetune_checkpoint, averages=state.averages, arch=config.arch,
@@ -139,6 +137,10 @@ class Runner:
                 self._note_finetuned_classes(finetuned)
         distribution.broadcast_variables(state.variables)
         current_step = int(global_step.numpy())
+        if not is_benchmark:
+            saver = checkpoint.CheckpointWriter(config.model_dir, state.checkpoint_entries,
+                                                self._metadata_seen_from(current_step), max_to_keep=5,
+                                                keep_every_hours=3)
         run_iter = runner_utils.steps_this_run(config.run_iter, config.iter_unit, length.steps_per_epoch,
                                                length.num_steps, current_step)
         distribution.check_same_step(current_step)
@@ -241,6 +243,17 @@ class Runner:
         if stopped_by_signal:
             raise TrainingInterrupted(final_step, stop.signum, checkpointed=saver is not None)
         return state
+
+    def _metadata_seen_from(self, step):
+        """The metadata of this run's checkpoints, with the images its training had seen at `step`, where it starts
+        (runtime/settings.images_seen_record: from the checkpoint it resumes, 0 for a new run or a fine-tune), so
+        that a later resume at another images per step can count them."""
+        latest = checkpoint.latest_checkpoint(self.config.model_dir, warn=self.logger.print)
+        seen = settings.images_seen_record(checkpoint.inspect(latest) if latest else None, step)
+        meta = self.state.checkpoint_metadata
+        if seen is None or "training" not in meta:
+            return meta
+        return dict(meta, training=dict(meta["training"], images_seen=seen))
 
     def _log_training_parameters(self, length, is_benchmark=False, trains=True):
         """The original's parameter lines, then (`trains`: the run has steps to train) the notes on its warmup and

@@ -78,11 +78,12 @@ RECIPE_FLAGS = ("weight_decay", "momentum", "label_smoothing", "mixup", "cutmix"
                 "static_loss_scale")
 
 
-def training_state(config, replicas=1, train_images=None, length=None, workers=1):
+def training_state(config, replicas=1, train_images=None, length=None, workers=1, seen=None):
     """{name: value} of the training state a checkpoint records (model/checkpoint.metadata), so a resume
     continues it: the TRAINING_STATE fields, the images of one optimizer step and the processes (`workers`) that
     read them, the RECIPE_FLAGS, (`train_images`, None on synthetic data) the records of the train split, which
-    count the run's epochs, and (`length`, the run's runtime/inputs.TrainingLength) its learning-rate schedule."""
+    count the run's epochs, (`length`, the run's runtime/inputs.TrainingLength) its learning-rate schedule and
+    (`seen`, an images_seen_record) the images its training had seen at its first step."""
     state = dict({name: getattr(config, name) for name in TRAINING_STATE},
                  images_per_step=images_per_step(config, replicas), processes=int(workers),
                  recipe={name: getattr(config, name) for name in RECIPE_FLAGS}, data_stream=data_stream(config))
@@ -93,9 +94,35 @@ def training_state(config, replicas=1, train_images=None, length=None, workers=1
             state["train_files"] = files_fingerprint(list_filenames_in_dataset(config.data_dir, "train"))
     if length is not None:
         state["schedule"] = schedule_record(config, length.num_steps, length.num_decay_steps, length.steps_per_epoch)
+    if seen is not None:
+        state["images_seen"] = dict(seen)
     if config.finetune_checkpoint:  # the fine-tune this run started, or continues (resolve adopts it on a resume)
         state["finetune_checkpoint"] = os.path.abspath(config.finetune_checkpoint)
     return state
+
+
+def images_seen_record(info, step):
+    """The `images_seen` record of a training run that starts at `step` from checkpoint `info` (None: no checkpoint,
+    a new run or a fine-tune, which has seen no image yet): {"step": step, "images": the images its training had
+    seen by then}, from which on the checkpoints it writes count images_per_step a step (images_seen). None when
+    `info` does not record the images it had seen (checkpoints before 2026-12-06, and the resumes of them): the
+    images of the steps before cannot be known once a resume may have changed the images per step."""
+    if info is None:
+        return {"step": int(step), "images": 0}
+    images = images_seen(info, step)
+    return None if images is None else {"step": int(step), "images": int(images)}
+
+
+def images_seen(info, step=None):
+    """The images the training of checkpoint `info` had seen by `step` (by default its own step), counting
+    images_per_step a step from its `images_seen` record on; None where it records no such count, or `step` is
+    before it."""
+    recorded = info.recorded_settings()
+    seen, per_step = recorded.get("images_seen"), recorded.get("images_per_step")
+    step = info.step if step is None else step
+    if seen is None or per_step is None or step is None or step < seen["step"]:
+        return None
+    return seen["images"] + (step - seen["step"]) * per_step
 
 
 def data_stream(config):
@@ -463,16 +490,23 @@ def _schedule_at_other_images(config, info, count, images):
     step = info.step or 0
     schedule = _schedule_of(config, count, images)
     recorded_images = info.recorded_settings()["images_per_step"]
-    # Steps count the run's length: its last step is another one, and so are the images it will have seen.
+    # Steps count the run's length: its last step is another one, and so are the images it will have seen. The
+    # images before the checkpoint's step are its record's count (earlier resumes may have changed the images per
+    # step); a checkpoint without one gives a figure only on the assumption, said, that every step had its images.
     end = schedule["num_steps"]
-    seen = step * recorded_images + max(end - step, 0) * images
+    before, then = images_seen(info), images_seen(info, recorded["num_steps"])
+    assumed = before is None or then is None
+    if assumed:
+        before, then = step * recorded_images, recorded["num_steps"] * recorded_images
+    seen = before + max(end - step, 0) * images
     return ("so at step {} its learning rate is {:.6g} where the checkpoint's run had {:.6g}, and it ends at step {} "
             "(an epoch is {:g} steps) where that run ended at step {} ({:g}): {:,} images in all ({:.3g} epoch{}) "
-            "where that run saw {:,} ({:.3g})".format(
+            "where that run saw {:,} ({:.3g}){}".format(
                 step, learning_rate_at(schedule, images, step), learning_rate_at(recorded, recorded_images, step),
                 end, schedule["steps_per_epoch"], recorded["num_steps"], recorded["steps_per_epoch"],
-                seen, seen / count, "" if seen == count else "s", recorded["num_steps"] * recorded_images,
-                recorded["num_steps"] * recorded_images / count))
+                seen, seen / count, "" if seen == count else "s", then, then / count,
+                ", if every step before {} had {} images (the checkpoint does not record the images it has seen)"
+                .format(step, recorded_images) if assumed else ""))
 
 
 def _schedule_of(config, count, images):

@@ -99,6 +99,17 @@ def test_train_checkpoints_resume_and_already_trained(trained):
     assert os.path.isfile(os.path.join(results, "labels.txt"))
 
 
+def test_the_checkpoints_count_the_images_their_training_has_seen(trained):
+    """Each run records the images its training had seen at its first step (0 for a new one): the first run's
+    checkpoints 3 x 8 by step 3, the resume's 24 + 3 x 8 by step 6."""
+    from model import checkpoint
+    from runtime import settings
+    infos = {step: checkpoint.inspect(os.path.join(trained["dir"], f"model.ckpt-{step}")) for step in (3, 6)}
+    assert infos[3].recorded_settings()["images_seen"] == {"step": 0, "images": 0}
+    assert infos[6].recorded_settings()["images_seen"] == {"step": 3, "images": 24}
+    assert (settings.images_seen(infos[3]), settings.images_seen(infos[6])) == (24, 48)
+
+
 def test_a_resume_on_data_with_other_class_names_says_predict_keeps_the_first_ones(tmp_path, data_dir, trained):
     import shutil
     results = str(tmp_path / "run")

@@ -553,7 +553,8 @@ def test_a_schedule_note_is_about_the_schedule_flags_not_a_batch_change(tmp_path
     flags = {"mode": "train", "num_classes": 10, "image_size": 32, "data_dir": str(data), "lr_init": 0.256,
              "lr_warmup_epochs": 0, "cosine_lr": False, "iter_unit": "batch"}
     path = fake_checkpoint(tmp_path / "run", step=2, training=settings.training_state(
-        RunConfig(batch_size=1, num_iter=3, **flags), train_images=6, length=TrainingLength(3, 1, 540, 3.0, 6)))
+        RunConfig(batch_size=1, num_iter=3, **flags), train_images=6, length=TrainingLength(3, 1, 540, 3.0, 6),
+        seen={"step": 0, "images": 0}))
     lines = resolve(tmp_path / "run", batch_size=2, num_iter=4, **flags)[1]
     # The rate at the checkpoint's step in each run (0.256 per 256 images, no warmup, the step schedule), the
     # schedule's epoch (num_steps / num_epochs: 3 steps of 1 epoch then, 4 steps of ceil(4 / 3) = 2 epochs now) and
@@ -587,7 +588,42 @@ def test_a_resume_at_another_batch_gives_the_rate_of_both_runs_at_its_step(tmp_p
         f"Note: checkpoint {path} was trained at 4 images per step: this run continues at 8 (--batch_size 8 x 1 "
         f"replica(s) x --grad_accum_steps 1), so at step 6 its learning rate is {now:.6g} where the checkpoint's run "
         f"had {was:.6g}, and it ends at step 10 (an epoch is 5 steps) where that run ended at step 20 (10): 56 images "
-        "in all (1.4 epochs) where that run saw 80 (2)"]  # 6 x 4 + 4 x 8 images against 20 x 4
+        "in all (1.4 epochs) where that run saw 80 (2), if every step before 6 had 4 images (the checkpoint does not "
+        "record the images it has seen)"]  # 6 x 4 + 4 x 8 images against 20 x 4, on that assumption
+
+
+def test_the_images_seen_count_every_images_per_step_a_run_had(tmp_path):
+    """6 steps at 16 images (96), resumed to step 10 at 8 (32 more: 128 by step 10), resumed to step 30 at 16 (20
+    x 16 more: 448 in all). The figures come from the checkpoint's count, not from its last images per step (400
+    and 80 before 2026-12-06)."""
+    from runtime.inputs import TrainingLength
+    from tests._data_helpers import write_tfrecord_shards
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "train", 2, 32, 32)  # 64 records
+    flags = {"mode": "train", "num_classes": 10, "image_size": 32, "data_dir": str(data), "lr_init": 0.1,
+             "lr_warmup_epochs": 1, "cosine_lr": True, "iter_unit": "batch"}
+    first = fake_checkpoint(tmp_path / "first", step=6, training=settings.training_state(
+        RunConfig(batch_size=16, num_iter=6, **flags), train_images=64, length=TrainingLength(6, 2, 360, 3.0, 64),
+        seen=settings.images_seen_record(None, 0)))
+    assert settings.images_seen(checkpoint.inspect(first)) == 96
+    seen = settings.images_seen_record(checkpoint.inspect(first), 6)
+    assert seen == {"step": 6, "images": 96}
+    path = fake_checkpoint(tmp_path / "run", step=10, training=settings.training_state(
+        RunConfig(batch_size=8, num_iter=10, **flags), train_images=64, length=TrainingLength(10, 2, 720, 5.0, 64),
+        seen=seen))
+    info = checkpoint.inspect(path)
+    assert (settings.images_seen(info), settings.images_seen(info, 8), settings.images_seen(info, 5)) == (128, 112,
+                                                                                                           None)
+    assert settings.images_seen_record(info, 10) == {"step": 10, "images": 128}
+    line = resolve(tmp_path / "run", batch_size=16, num_iter=30, **flags)[1][0]
+    assert line.endswith(": 448 images in all (7 epochs) where that run saw 128 (2)"), line
+    older = fake_checkpoint(tmp_path / "older", step=10, training=settings.training_state(
+        RunConfig(batch_size=8, num_iter=10, **flags), train_images=64, length=TrainingLength(10, 2, 720, 5.0, 64)))
+    assert settings.images_seen(checkpoint.inspect(older)) is None  # before the count was recorded
+    assert settings.images_seen_record(checkpoint.inspect(older), 10) is None  # nor do its resumes record one
+    assert resolve(tmp_path / "older", batch_size=16, num_iter=30, **flags)[1][0].endswith(
+        ": 400 images in all (6.25 epochs) where that run saw 80 (1.25), if every step before 10 had 8 images (the "
+        "checkpoint does not record the images it has seen)")
 
 
 def test_a_resume_with_nothing_left_to_train_says_nothing_of_what_it_would_change(tmp_path):
