@@ -499,12 +499,16 @@ def _schedule_at_other_images(config, info, count, images):
     if assumed:
         before, then = step * recorded_images, recorded["num_steps"] * recorded_images
     seen = before + max(end - step, 0) * images
+    # "Epoch" is the schedule's (under --iter_unit batch, num_iter steps over a whole number of them, as the
+    # original's), the images are counted in passes over the train split: the two differ under --iter_unit batch.
     return ("so at step {} its learning rate is {:.6g} where the checkpoint's run had {:.6g}, and it ends at step {} "
-            "(an epoch is {:g} steps) where that run ended at step {} ({:g}): {:,} images in all ({:.3g} epoch{}) "
-            "where that run saw {:,} ({:.3g}){}".format(
+            "where that run ended at step {} ({}its schedule's epoch is {:g} steps, that run's {:g}): {:,} images in "
+            "all ({:.3g} pass{} over the {:,} train images) where that run saw {:,} ({:.3g} pass{}){}".format(
                 step, learning_rate_at(schedule, images, step), learning_rate_at(recorded, recorded_images, step),
-                end, schedule["steps_per_epoch"], recorded["num_steps"], recorded["steps_per_epoch"],
-                seen, seen / count, "" if seen == count else "s", then, then / count,
+                end, recorded["num_steps"], "under --iter_unit batch " if config.iter_unit == "batch" else "",
+                schedule["steps_per_epoch"], recorded["steps_per_epoch"],
+                seen, seen / count, "" if seen == count else "es", count, then, then / count,
+                "" if then == count else "es",
                 ", if every step before {} had {} images (the checkpoint does not record the images it has seen)"
                 .format(step, recorded_images) if assumed else ""))
 

@@ -561,8 +561,9 @@ def test_a_schedule_note_is_about_the_schedule_flags_not_a_batch_change(tmp_path
     # the images of the whole run (2 x 1 + 2 x 2 against 3 x 1, of 6 records).
     assert lines == [f"Note: checkpoint {path} was trained at 1 images per step: this run continues at 2 (--batch_size 2 x "
                      f"1 replica(s) x --grad_accum_steps 1), so at step 2 its learning rate is {0.256 * 2 / 256:.6g} "
-                     f"where the checkpoint's run had {0.256 / 256:.6g}, and it ends at step 4 (an epoch is 2 steps) "
-                     "where that run ended at step 3 (3): 6 images in all (1 epoch) where that run saw 3 (0.5)"]
+                     f"where the checkpoint's run had {0.256 / 256:.6g}, and it ends at step 4 where that run ended at "
+                     "step 3 (under --iter_unit batch its schedule's epoch is 2 steps, that run's 3): 6 images in "
+                     "all (1 pass over the 6 train images) where that run saw 3 (0.5 passes)"]
     assert resolve(tmp_path / "run", batch_size=2, num_iter=4, **dict(flags, lr_init=0.512))[1][1].endswith(
         f"--lr_init 0.512 (was 0.256), --num_iter 4 (was 3); at step 2 the rate is {0.512 * 2 / 256:.6g} where the "
         f"checkpoint's flags give {0.256 * 2 / 256:.6g} at this run's 2 images per step, over 4 steps in all (was 3)")
@@ -587,8 +588,9 @@ def test_a_resume_at_another_batch_gives_the_rate_of_both_runs_at_its_step(tmp_p
     assert resolve(tmp_path / "run", batch_size=8, **flags)[1] == [
         f"Note: checkpoint {path} was trained at 4 images per step: this run continues at 8 (--batch_size 8 x 1 "
         f"replica(s) x --grad_accum_steps 1), so at step 6 its learning rate is {now:.6g} where the checkpoint's run "
-        f"had {was:.6g}, and it ends at step 10 (an epoch is 5 steps) where that run ended at step 20 (10): 56 images "
-        "in all (1.4 epochs) where that run saw 80 (2), if every step before 6 had 4 images (the checkpoint does not "
+        f"had {was:.6g}, and it ends at step 10 where that run ended at step 20 (its schedule's epoch is 5 steps, "
+        "that run's 10): 56 images in all (1.4 passes over the 40 train images) where that run saw 80 (2 passes), "
+        "if every step before 6 had 4 images (the checkpoint does not "
         "record the images it has seen)"]  # 6 x 4 + 4 x 8 images against 20 x 4, on that assumption
 
 
@@ -616,13 +618,17 @@ def test_the_images_seen_count_every_images_per_step_a_run_had(tmp_path):
                                                                                                            None)
     assert settings.images_seen_record(info, 10) == {"step": 10, "images": 128}
     line = resolve(tmp_path / "run", batch_size=16, num_iter=30, **flags)[1][0]
-    assert line.endswith(": 448 images in all (7 epochs) where that run saw 128 (2)"), line
+    # (under --iter_unit batch the schedule's epoch is num_iter / ceil(num_iter / steps of a pass over the 64 records):
+    # 30 / ceil(30 / 4) = 3.75 steps now, 10 / ceil(10 / 8) = 5 then; not a pass's 4)
+    assert line.endswith("and it ends at step 30 where that run ended at step 10 (under --iter_unit batch its "
+                         "schedule's epoch is 3.75 steps, that run's 5): 448 images in all (7 passes over the "
+                         "64 train images) where that run saw 128 (2 passes)"), line
     older = fake_checkpoint(tmp_path / "older", step=10, training=settings.training_state(
         RunConfig(batch_size=8, num_iter=10, **flags), train_images=64, length=TrainingLength(10, 2, 720, 5.0, 64)))
     assert settings.images_seen(checkpoint.inspect(older)) is None  # before the count was recorded
     assert settings.images_seen_record(checkpoint.inspect(older), 10) is None  # nor do its resumes record one
     assert resolve(tmp_path / "older", batch_size=16, num_iter=30, **flags)[1][0].endswith(
-        ": 400 images in all (6.25 epochs) where that run saw 80 (1.25), if every step before 10 had 8 images (the "
+        ": 400 images in all (6.25 passes over the 64 train images) where that run saw 80 (1.25 passes), if every step before 10 had 8 images (the "
         "checkpoint does not record the images it has seen)")
 
 
