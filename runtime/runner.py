@@ -256,8 +256,10 @@ class Runner:
         return dict(meta, training=dict(meta["training"], images_seen=seen))
 
     def _log_training_parameters(self, length, is_benchmark=False, trains=True):
-        """The original's parameter lines, then (`trains`: the run has steps to train) the notes on its warmup and
-        this CPU's bfloat16."""
+        """The original's parameter lines of the run's length and schedule, then, when it has steps to train
+        (`trains`; a run that has none says "Model already trained required number of steps. Skipped"), the lines on
+        the training they will be: the warmup's reach, the precision and this CPU's bfloat16, mixup, the extensions
+        and QAT."""
         config = self.config
         log = self.logger
         log.print("Starting Model Training...")
@@ -275,8 +277,10 @@ class Runner:
                 self.global_batch_size, self.distribution.describe(),
                 ", {} micro-batches each".format(config.grad_accum_steps) if config.grad_accum_steps > 1 else ""))
         log.print("Using {} learning rate schedule".format("cosine" if config.cosine_lr else "step"))
+        if not trains:
+            return
         reach = learning_rate.warmup_reach(length.steps_per_epoch, config.lr_warmup_epochs, length.num_steps)
-        if reach is not None and trains and not is_benchmark:  # (a benchmark's synthetic epoch is the whole run)
+        if reach is not None and not is_benchmark:  # (a benchmark's synthetic epoch is the whole run)
             def steps(n):
                 return "{:,} step{}".format(n, "" if n == 1 else "s")
             log.print("Note: the learning-rate warmup (--lr_warmup_epochs {} = {}) lasts the whole run of {}: the "
@@ -289,7 +293,7 @@ class Runner:
             note = " (TensorFlow's float16 CPU kernels: for checking the GPU path)" \
                 if self.precision.policy == "mixed_float16" and not self.platform.gpu else ""
             log.print("Mixed precision: {}, {}{}".format(self.precision.policy, scaling, note))
-        if trains and not self.platform.gpu:
+        if not self.platform.gpu:
             bfloat16_note = cpu_bfloat16_note(self.precision.policy, cpu_bfloat16_support())
             if bfloat16_note:
                 log.print(bfloat16_note)

@@ -54,7 +54,7 @@ def trained(tmp_path_factory, data_dir):
     third = run_main("--mode", "train", "--data_dir", data_dir, "--batch_size", 8, "--num_iter", 6,
                      "--iter_unit", "batch", "--results_dir", results, "--checkpoint_interval", 3, "--seed", 7,
                      *SMALL)
-    return {"dir": results, "first_ckpts": first, "second": second, "third": third}
+    return {"dir": results, "first_ckpts": first, "second": second, "third": third, "data_dir": data_dir}
 
 
 def test_training_benchmark_on_synthetic_data(tmp_path):
@@ -97,6 +97,18 @@ def test_train_checkpoints_resume_and_already_trained(trained):
         assert np.isfinite(record["data"]["total_loss"])
         assert record["data"]["l2_loss"] > 0
     assert os.path.isfile(os.path.join(results, "labels.txt"))
+
+
+def test_a_finished_run_continued_with_other_recipe_flags_says_nothing_of_a_training_it_skips(trained):
+    """The lines on the training about to happen (mixup, the precision, ...) are for runs with a step to train; the
+    original's lines of the run's length stay."""
+    out = run_main("--mode", "train", "--data_dir", trained["data_dir"],
+                   "--batch_size", 8, "--num_iter", 6, "--iter_unit", "batch", "--results_dir", trained["dir"],
+                   "--checkpoint_interval", 3, "--seed", 7, "--mixup", 0.2, "--amp", *SMALL).stdout
+    assert "Model already trained required number of steps. Skipped" in out
+    assert "Total Steps 6" in out and "Current step: 6" in out
+    for line in ("Using mixup training", "Mixed precision:", "Note:"):
+        assert line not in out
 
 
 def test_the_checkpoints_count_the_images_their_training_has_seen(trained):
