@@ -248,7 +248,8 @@ class Runner:
         """The metadata of this run's checkpoints, with the images its training had seen at `step`, where it starts
         (runtime/settings.images_seen_record: from the checkpoint it resumes, 0 for a new run or a fine-tune), so
         that a later resume at another images per step can count them."""
-        latest = checkpoint.latest_checkpoint(self.config.model_dir, warn=self.logger.print)
+        # (the restore said which checkpoint it took, and any it skipped: not said twice)
+        latest = checkpoint.latest_checkpoint(self.config.model_dir, warn=lambda *_: None)
         seen = settings.images_seen_record(checkpoint.inspect(latest) if latest else None, step)
         meta = self.state.checkpoint_metadata
         if seen is None or "training" not in meta:
