@@ -9,6 +9,8 @@ Variants:
   ours_xla        ... with --xla (jit_compile=True)
   ours_amp        ... with --amp (mixed_bfloat16 on CPU)
   ours_ref_bn     ours with the reference (unfused) batch norm, to show what the fused BN buys
+  ours_no_wd      ours with --weight_decay 0: what the L2 term's ops (L2Loss, its gradient and the AddN into each
+                  kernel's gradient) cost, the most a fused decay-and-update could save
   ours_native     ours built with plain tf.nn.conv2d convs (grouped ones per group; the CPU conv formulations off)
   ours_amp_native ours --amp built with those plain convs
   keras           keras.applications.ResNet50(weights=None), SGD momentum, CE loss, tf.function
@@ -35,8 +37,9 @@ def build_variant(name, args, images, labels):
         xla = name == "ours_xla"
         amp = name in ("ours_amp", "ours_amp_native")
         native = name in ("ours_native", "ours_amp_native")
+        extra = {"weight_decay": 0.0} if name == "ours_no_wd" else {}
         ours = common.OurModel(args.arch, args.batch, args.size, xla=xla, amp=amp,
-                               kernels=kernels.CPU_PLAIN_KERNELS if native else None)
+                               kernels=kernels.CPU_PLAIN_KERNELS if native else None, **extra)
         if name == "ours_ref_bn":
             from model.layers import batch_norm
             batch_norm.set_implementation(ours.model, "reference")
