@@ -391,9 +391,12 @@ def parse_cmdline(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         action.required = True
     if unknown:
         options = [option for action in parser._actions for option in action.option_strings]
-        for arg in _unknown_flags(argv, unknown):
-            print("ERROR: Unknown command line arg: {}{}".format(arg, _suggestion(arg, options)), file=sys.stderr)
-        raise UserError("Invalid command line arg(s)")
+        # The original's line for each; the last is the error itself, so one bad flag is one line.
+        lines = ["Unknown command line arg: {}{}".format(arg, _suggestion(arg, options))
+                 for arg in _unknown_flags(argv, unknown)] or ["Invalid command line arg(s): " + " ".join(unknown)]
+        for line in lines[:-1]:
+            print("ERROR: " + line, file=sys.stderr)
+        raise UserError(lines[-1])
     args = parser.parse_args(argv)
     RunConfig.from_args(args)
     return args

@@ -154,8 +154,7 @@ def test_the_launcher_checks_main_py_flags_once_before_starting_workers(capsys):
     from runtime import launch
     assert launch.main(["--nproc", "2", "main.py", "--mode", "train", "--batch", "8"]) == 2
     errors = capsys.readouterr().err.splitlines()
-    assert errors == ["ERROR: Unknown command line arg: --batch (did you mean --batch_size?)",
-                      "ERROR: Invalid command line arg(s)"]
+    assert errors == ["ERROR: Unknown command line arg: --batch (did you mean --batch_size?)"]
 
 
 def test_main_py_help_through_the_launcher_is_main_py_s(capsys):

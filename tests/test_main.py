@@ -322,7 +322,7 @@ def test_an_inference_benchmark_export_without_a_checkpoint_says_its_weights_are
     (["--mode", "predict", "--batch_size", "1"], "No data to predict on."),
     (["--mode", "predict", "--batch_size", "1", "--to_predict", "/nonexistent/x.jpg"], "does not exist"),
     (["--mode", "train", "--batch_size", "4", "--data_dir", "/nonexistent"], "does not exist"),
-    (["--batch_size", "4", "--bogus"], "Invalid command line arg(s)"),
+    (["--batch_size", "4", "--bogus"], "Unknown command line arg: --bogus"),
     (["--batch_size", "0"], "--batch_size must be a positive integer"),
 ])
 def test_bad_input_is_one_clear_line_and_writes_nothing(tmp_path, args, message):
