@@ -6,7 +6,11 @@ import dataclasses
 import math
 import sys
 
-import keras
+if __name__ == "__main__":  # the tool (main below): TensorFlow's start-up lines filtered as every tool's, before
+    from utils import quiet  # keras imports it (utils/quiet.py; RN50_VERBOSE=1 shows them)
+    quiet.setup(sys.argv[1:])
+
+import keras  # noqa: E402
 
 from model.blocks.conv2d_block import Conv2DBlock
 from model.blocks.resnet_bottleneck_block import BottleneckBlock
@@ -214,7 +218,7 @@ def summary_lines(model, arch, image_size=224, num_classes=1001):
         frozen = sum(math.prod(v.shape) for layer in layers for v in layer.non_trainable_weights)
         shape = "[B, " + ", ".join(str(d) for d in layers[-1].output.shape[1:]) + "]"
         lines.append(f"{row:<10}{shape:<24}{trainable:>14,}{frozen:>16,}{macs[row] / 1e9:>10.3f}")
-    lines.append(f"forward GFLOPs (multiply-adds, conv+dense, per image at {image_size}px): "
+    lines.append(f"forward GMACs (multiply-adds, conv+dense, per image at {image_size}px): "
                  f"{sum(macs.values()) / 1e9:.3f}")
     trainable = sum(math.prod(v.shape) for v in model.trainable_variables)
     frozen = sum(math.prod(v.shape) for v in model.non_trainable_variables)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Quickstart on the embedded Fashion-MNIST subset (datasets/fashion_mnist: 9,000 train / 2,000 test images).
 # Run after `bash scripts/install.sh`; no root, no downloads. Everything goes to results/quickstart/ (recreated).
-#   bash scripts/quickstart.sh                 4 epochs (1,124 steps of 32 images at 40x40, 6-11 min on 2 cores)
+#   bash scripts/quickstart.sh                 4 epochs (1,124 steps of 32 images at 40x40, 5-11 min on 2 cores:
+#                                              36,000 images at the step's img/s plus 30-40 s)
 #   EPOCHS=10 bash scripts/quickstart.sh       longer (the recipe's cosine schedule stretches with it)
+#   SIZE=32 bash scripts/quickstart.sh         another image size (40 by default; see the recipe below)
 #   bash scripts/quickstart.sh --amp           extra arguments go to both main.py calls
 #   OUT=/tmp/qs bash scripts/quickstart.sh     another output directory
 # Ctrl-C stops training after a checkpoint (status 130); the same command again continues that run where it
@@ -102,8 +104,9 @@ next:
    export a SavedModel / a frozen graph:
      .venv/bin/python main.py --mode evaluate --model_dir {out}{device} --data_dir {out}/data --batch_size 32 \\
        --export_dir /tmp/quickstart_savedmodel
-     .venv/bin/python export_frozen_graph.py --checkpoint {out} --output_file /tmp/quickstart_frozen.pb""".format(
+     .venv/bin/python export_frozen_graph.py --checkpoint {out} --output_file /tmp/quickstart_frozen.pb{frozen}""".format(
     m=elapsed // 60, s=elapsed % 60, accuracy=accuracy, checkpoint=checkpoint, out=out, size=size, args=args,
     device=" " + device if device else "",
+    frozen=" --compute_format NHWC" if device else "",  # the original's NCHW default needs a GPU to run
     continued=" (this run, which continued an interrupted one)" if continued else ""))
 PY

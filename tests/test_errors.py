@@ -228,3 +228,20 @@ def test_interrupts_are_not_user_errors_and_pass_other_handlers():
     """Terminated is a BaseException: `except Exception` clean-up code does not swallow it."""
     assert not issubclass(Terminated, Exception) and issubclass(Terminated, BaseException)
     assert interrupt_line("main.py", signal.SIGINT, "x") == "INTERRUPTED: main.py stopped by SIGINT; x"
+
+
+def test_a_package_missing_from_the_interpreter_is_one_line_naming_it_and_the_venv(capsys):
+    """The system's `python` instead of the venv's: the first import of TensorFlow or Keras fails deep in a tool;
+    one line and status 2, not a traceback. A module of the repository's own that cannot be imported is a bug."""
+    def missing(name):
+        @command
+        def tool(argv=None):
+            raise ModuleNotFoundError(f"No module named '{name}'", name=name)
+        return tool
+
+    assert missing("keras")() == 2
+    assert capsys.readouterr().err == (f"ERROR: Python module 'keras' is not installed for {sys.executable}: run the "
+                                       "tools with the interpreter scripts/install.sh set up, .venv/bin/python (or "
+                                       "`source .venv/bin/activate` first, then python)\n")
+    with pytest.raises(ModuleNotFoundError):
+        missing("runtime.gone")()

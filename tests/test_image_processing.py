@@ -222,20 +222,23 @@ def test_predict_batches_keep_order_and_report_each_bad_file_once(tmp_path):
     png = encode_image(random_image(rng, 40, 48), "PNG")
     broken_png = bytearray(png)
     broken_png[60:80] = bytes(20)  # pixel data damaged, chunk structure and IEND intact: only the decoder sees it
+    idat = png.index(b"IDAT") - 4
+    lost_chunk = png[:idat] + (2 ** 31).to_bytes(4, "big") + png[idat + 4:]  # a chunk length damaged, IEND still last
     content = {"a.jpg": jpeg, "b.jpg": b"", "c.png": png, "d.jpg": jpeg[:len(jpeg) // 2], "e.jpg": b"not an image",
                "f.jpg": jpeg, "g.png": bytes(broken_png), "h.png": png[:-6], "i.jpg": jpeg, "j.png": png,
-               "k.jpg": encode_image(random_image(rng, 30, 30), "GIF")}
+               "k.jpg": encode_image(random_image(rng, 30, 30), "GIF"), "l.png": lost_chunk}
     paths = sorted(_write(tmp_path / name, data) for name, data in content.items())
     batches, skipped = _batches(paths, batch_size=2)
     assert batches == [((2, 32, 32, 3), ["a.jpg", "c.png"]), ((2, 32, 32, 3), ["f.jpg", "i.jpg"]),
                        ((1, 32, 32, 3), ["j.png"])]
     reasons = dict(skipped)
-    assert [name for name, _ in skipped] == ["b.jpg", "d.jpg", "e.jpg", "g.png", "h.png", "k.jpg"]
+    assert [name for name, _ in skipped] == ["b.jpg", "d.jpg", "e.jpg", "g.png", "h.png", "k.jpg", "l.png"]
     assert reasons["b.jpg"] == "image file is empty (0 bytes)"
     assert reasons["d.jpg"] == "truncated JPEG image (end-of-image marker FFD9 missing)"
     assert reasons["e.jpg"] == "not an image file (JPEG or PNG expected)"
     assert reasons["g.png"].startswith("cannot decode image (") and "{{" not in reasons["g.png"]
     assert reasons["h.png"] == "truncated PNG image (IEND chunk missing)"
+    assert reasons["l.png"] == "damaged PNG image (its chunks do not lead to the IEND chunk it ends with)"
     assert reasons["k.jpg"].startswith("unsupported image format GIF")
     assert all("\n" not in reason for reason in reasons.values())
 

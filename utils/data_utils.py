@@ -590,14 +590,21 @@ def read_image_file(path) -> bytes:
         raise ImageFileError(path, "image file is empty (0 bytes)")
     image_format = _image_format(path, data)
     if not _is_complete(data, image_format):
-        raise _truncated(path, image_format)
+        raise _truncated(path, image_format, data)
     if image_format == "JPEG" and pixels.cmyk_without_adobe(data):
         raise ImageFileError(path, pixels.CMYK_WITHOUT_ADOBE)
     return data
 
 
-def _truncated(path, image_format):
-    """The error for a file cut off before the end its format requires."""
+# A PNG's last chunk as every writer writes it: length 0, "IEND", its CRC.
+_PNG_IEND_CHUNK = b"\x00\x00\x00\x00IEND\xaeB`\x82"
+
+
+def _truncated(path, image_format, data=b""):
+    """The error for a file that does not reach the end its format requires: cut off, or (a PNG that still ends with
+    its IEND chunk) damaged inside, where the chunk walk loses its way."""
+    if image_format == "PNG" and data.endswith(_PNG_IEND_CHUNK):
+        return ImageFileError(path, "damaged PNG image (its chunks do not lead to the IEND chunk it ends with)")
     return ImageFileError(path, f"truncated {image_format} image ({_END_MARKS[image_format]} missing)")
 
 

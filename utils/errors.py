@@ -214,6 +214,17 @@ def _tool_name(body):
     return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "the command"
 
 
+# The repository's own packages: a module of theirs that cannot be imported is not a missing install.
+OWN_PACKAGES = ("bench", "dataprep", "model", "runtime", "tests", "utils")
+
+
+def missing_module_line(name):
+    """What a tool says when a package it needs is not installed for the interpreter running it (most often the
+    system's `python` instead of the venv's)."""
+    return ("Python module '{}' is not installed for {}: run the tools with the interpreter scripts/install.sh set "
+            "up, .venv/bin/python (or `source .venv/bin/activate` first, then python)".format(name, sys.executable))
+
+
 def command(body):
     """Decorates a tool's `main(argv=None)`: restricts the umask, turns a UserError into one line
     `ERROR: <message>` on stderr and exit status 2 (3 for PeerStopped), and maps a `None` return to 0. Usage errors
@@ -244,6 +255,11 @@ def command(body):
             except UserError as error:
                 print(f"ERROR: {error}", file=sys.stderr, flush=True)
                 return error.status
+            except ModuleNotFoundError as error:
+                if (error.name or "").split(".")[0] in OWN_PACKAGES:
+                    raise  # one of ours: a bug, or a tool run from outside the repository
+                print(f"ERROR: {missing_module_line(error.name)}", file=sys.stderr, flush=True)
+                return UserError.status
             except STOPPING as stop:
                 handlers.restore()  # a second signal from here on ends the process the default way
                 signum = stop.signum if isinstance(stop, Terminated) else signal.SIGINT
