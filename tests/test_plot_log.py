@@ -133,6 +133,8 @@ def _error(argv, capsys):
     (None, "does not exist"),
     ("", "no DLLL records"),
     ("just some text\nDLL 2026-01-01 - () top1_accuracy : 0.5\n", "no DLLL records"),
+    ('DLLL {"type": "METADATA", "metric": "top1_accuracy", "metadata": {"unit": null}}\nDLLL {"type": "LO',
+     "has DLLL METADATA records but no LOG record: the run that wrote it stopped before its PARAMETER record"),
     ('DLLL {"type": "LOG", "step": [], "data": {"top1_accuracy": 0.7, "top5_accuracy": 0.9}}\n',
      "no training steps"),
 ])
@@ -232,7 +234,7 @@ def test_trainings_into_other_model_dirs_on_one_log_plot_the_last_and_a_resume_s
     log_path = tmp_path / "log.json"
     logger = DLLogger(str(log_path), stdout=False)
     for model_dir, steps, rate in (("/runs/a", range(1, 7), 0.0005), ("/runs/b", range(1, 4), 0.002),
-                                   ("/runs/b", range(4, 6), 0.003)):  # b, then b resumed
+                                   ("/runs/b/", range(4, 6), 0.003)):  # b, then b resumed (spelt with a slash)
         logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "train", "model_dir": model_dir})
         for step in steps:
             logger.log(step=(0, step), data={"cross_entropy": 1.0, "learning_rate": rate})
@@ -240,7 +242,7 @@ def test_trainings_into_other_model_dirs_on_one_log_plot_the_last_and_a_resume_s
     records, parameters, left_out = plot_log.load_log(str(log_path))
     assert [(row["global_step"], row["learning_rate"]) for row in plot_log.step_table(records)] == [
         (1, 0.002), (2, 0.002), (3, 0.002), (4, 0.003), (5, 0.003)]
-    assert parameters["model_dir"] == "/runs/b"
+    assert parameters["model_dir"] == "/runs/b/"  # the last run's, as given
     assert left_out == ("plotted the training into model_dir /runs/b, the last of 2 trainings logged to the same "
                         "file (the others: /runs/a)")
 

@@ -60,6 +60,9 @@ def load_log(path):
         raise UserError("{} is not a text DLLL log".format(path)) from None
     logs = [r for r in records if r.get("type") == "LOG" and isinstance(r.get("data"), dict)]
     if not logs:
+        if records:  # METADATA lines only: a log cut before the run's first record (its PARAMETER)
+            raise UserError("{} has DLLL METADATA records but no LOG record: the run that wrote it stopped before "
+                            "its PARAMETER record, or the file was cut there".format(path))
         raise UserError("{} has no DLLL records (expected lines `DLLL {{json}}` written by main.py)".format(path))
     plotted, left_out = _select_runs(_split_runs(logs))
     plotted, other_trainings = _last_training(plotted)
@@ -93,9 +96,11 @@ def _has_steps(run):
 def _last_training(runs):
     """(the runs of the last training's model_dir, a line naming the trainings left out or None). Trainings into
     other model_dirs that shared a --results_dir (so its log) are other models: their steps would interleave with
-    this one's in one curve. A resume is the same model_dir, and stays."""
+    this one's in one curve. A resume is the same model_dir, and stays, however its path was spelt (`m` and `m/`).
+    """
     def model_dir(run):
-        return (run[0] or {}).get("model_dir")
+        path = (run[0] or {}).get("model_dir")
+        return os.path.normpath(path) if isinstance(path, str) and path else path
 
     trainings = list(dict.fromkeys(model_dir(run) for run in runs
                                    if _mode(run) in ("train", "train_and_evaluate") and _has_steps(run)))
