@@ -230,7 +230,10 @@ class Runner:
         final_step = int(global_step.numpy())
         if saver is not None and distribution.is_chief and \
                 not (saver.latest_checkpoint or "").endswith("-{}".format(final_step)):
-            saver.save(final_step)
+            # A signal from here on (StopRequest's handlers are gone: the second Ctrl-C of an impatient user) ends the
+            # run without this save, which leaves nothing half-written: its line names the checkpoint a resume takes.
+            with errors.on_interrupt(lambda: self._kept_after_interrupted_save(final_step)):
+                saver.save(final_step)
         if writer is not None:
             writer.flush()
         if distribution.is_chief:
@@ -243,6 +246,15 @@ class Runner:
         if stopped_by_signal:
             raise TrainingInterrupted(final_step, stop.signum, checkpointed=saver is not None)
         return state
+
+    def _kept_after_interrupted_save(self, step):
+        """The interrupt line's account of a final save a signal cut short: the checkpoint the state file names,
+        which a resume takes (read from disk: the signal may have come before or after the state file's update)."""
+        latest = checkpoint.latest_checkpoint(self.config.model_dir, warn=lambda *_: None)
+        if latest is None:
+            return "no checkpoint was written: run the same command again to start afresh"
+        return "the last complete checkpoint, {}, is kept{}: run the same command again to resume from it".format(
+            latest, "" if latest.endswith("-{}".format(step)) else " (the save of step {} was cut short)".format(step))
 
     def _metadata_seen_from(self, step):
         """The metadata of this run's checkpoints, with the images its training had seen at `step`, where it starts

@@ -139,3 +139,31 @@ def test_the_training_loop_leaves_a_signal_its_parent_ignored_ignored(capsys):
     finally:
         for signum, handler in saved.items():
             signal.signal(signum, handler)
+
+
+def test_a_signal_that_cuts_the_final_save_short_names_the_checkpoint_a_resume_takes(tmp_path, monkeypatch):
+    """The second Ctrl-C of an impatient user lands after the loop, while the final checkpoint is written (the
+    loop's StopRequest has handed the signals back): the line names the checkpoint the state file still names, not
+    "its work is not complete". Here the save of step 3 is interrupted; step 2's, written by the loop, is kept."""
+    from model import checkpoint
+    data = str(tmp_path / "data")
+    write_tfrecord_shards(data, "train", 2, 8, 40, num_classes=11)
+    real_save = checkpoint.CheckpointWriter.save
+
+    def save(self, step):
+        if step == 3:
+            raise KeyboardInterrupt
+        return real_save(self, step)
+
+    monkeypatch.setattr(checkpoint.CheckpointWriter, "save", save)
+    model_dir = tmp_path / "model"
+    result = main_in_process("--mode", "train", "--data_dir", data, "--num_classes", 10, "--image_size", 32,
+                             "--batch_size", 4, "--num_iter", 3, "--iter_unit", "batch", "--checkpoint_interval", 2,
+                             "--model_dir", model_dir, "--results_dir", tmp_path / "results", "--no_progress",
+                             check=False)
+    assert result.returncode == 130
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("INTERRUPTED: main") and line.endswith(
+        f" stopped by SIGINT; the last complete checkpoint, {model_dir}/model.ckpt-2, is kept (the save of step 3 was "
+        "cut short): run the same command again to resume from it")
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith("model.ckpt-2")
