@@ -237,7 +237,7 @@ class Runner:
         if writer is not None:
             writer.flush()
         if distribution.is_chief:
-            if is_benchmark and meter.warmup_warning():
+            if meter.warmup_warning():  # any run this short: its throughput counts tracing and warm-up
                 log.print(meter.warmup_warning())
             log.log(step=(), data=meter.summary("train"))
             if stats.skipped_total:
@@ -442,7 +442,7 @@ class Runner:
             log.print(evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size,
                                             skipped=skipped.count if passes is not None else 0,
                                             read=skipped.read if passes is not None else None))
-        if is_benchmark and meter.warmup_warning():
+        if meter.warmup_warning():  # any evaluation this short: its throughput and latency count the warm-up
             log.print(meter.warmup_warning())
         if non_finite:
             log.print(non_finite_warning(non_finite, seen))
