@@ -272,3 +272,38 @@ def test_a_log_without_steps_says_which_tool_or_mode_wrote_it(tmp_path, capsys):
                                           "--display_every 10 steps after its --warmup_steps 5, and it was run with "
                                           "--num_iter 3 --iter_unit batch (or stopped before)"}[mode]
         assert _error([str(path)], capsys).endswith(expected + "\n")
+
+
+def test_a_resume_is_marked_and_one_at_another_batch_size_is_said(tmp_path, capsys):
+    """A training resumed into the same model_dir appends to its log: the plot marks the step each resume started
+    at, and a Note and the title say which settings it changed (a step at batch 16 is half the images of one at
+    32); a resume that changed nothing is marked without a Note."""
+    log_path = tmp_path / "log.json"
+    logger = DLLogger(str(log_path), stdout=False)
+    runs = (({"batch_size": 32}, range(1, 11)),  # steps 1-10; checkpoint at 8
+            ({"batch_size": 32}, range(9, 16)),  # resumed at 8: repeats 9-10, unchanged
+            ({"batch_size": 16, "lr_init": 0.1}, range(13, 21)))  # resumed at 12, at another batch and rate
+    for extra, steps in runs:
+        logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "train", "model_dir": "/runs/a",
+                                           "batch_size": 32, "lr_init": 0.05, **extra})
+        for step in steps:
+            logger.log(step=(0, step), data={"cross_entropy": 1.0, "learning_rate": 0.01})
+    logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "evaluate", "batch_size": 64})
+    logger.log(step=(), data={"top1_accuracy": 0.5})
+    logger.close()
+    records, parameters, _ = plot_log.load_log(str(log_path))
+    assert plot_log.resumes(records) == [(9, {}), (13, {"batch_size": (32, 16), "lr_init": (0.05, 0.1)})]
+    assert plot_log._title("log.json", parameters, plot_log.resumes(records)) == (
+        "log.json  (arch resnet50, mode train, batch_size 32->16)")
+    assert plot_log.main([str(log_path), "-o", str(tmp_path / "c.png")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Note: the training resumed at step 13 with batch_size 16 (was 32), lr_init 0.1 (was "
+                          "0.05): its curves mean another run from there")
+    assert "step 9" not in out
+    assert png_size(tmp_path / "c.png")[0] > 0
+    # One training, no resume: nothing marked, nothing said.
+    single = tmp_path / "single.json"
+    write_training_log(single)
+    assert plot_log.resumes(plot_log.load_log(str(single))[0]) == []
+    assert plot_log.main([str(single), "-o", str(tmp_path / "s.png")]) == 0
+    assert "Note" not in capsys.readouterr().out

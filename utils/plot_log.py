@@ -12,7 +12,9 @@ Records read (by their `step`):
     [epoch]                end of an epoch (not plotted; the per-step records carry the same curves)
     []                     final results: train_throughput, top1_accuracy, top5_accuracy, eval_throughput, ...
 A resumed run appends to the same log and repeats the steps since its last checkpoint; the later record of a
-step wins. Benchmark runs logged to a training's file are left out of its plot (and said so).
+step wins, and a dashed line marks the step it resumed at (a Note names the settings it changed, e.g. another
+batch size, where a global step stands for another number of images). Benchmark runs logged to a training's file
+are left out of its plot (and said so).
 """
 
 import collections
@@ -40,6 +42,10 @@ RUN_PARAMETERS = ("arch", "mode", "batch_size", "amp", "xla")  # shown in the ti
 # the same results directory (the quick start predicts after training); the title describes the steps' runs.
 STEP_MODES = ("train", "train_and_evaluate", "training_benchmark", "inference_benchmark")
 BENCHMARK_MODES = ("training_benchmark", "inference_benchmark")
+TRAINING_MODES = ("train", "train_and_evaluate")
+# Settings a resume may change that change what the curves mean from its step on (images per step, precision,
+# the schedule, the data read).
+RESUME_KEYS = ("batch_size", "amp", "xla", "lr_init", "num_iter", "iter_unit", "data_dir", "dali")
 
 
 def load_log(path):
@@ -156,6 +162,37 @@ def step_table(records):
     return [rows[key] for key in sorted(rows, key=lambda k: (k[0] != "train", k[1]))]
 
 
+def resumes(records):
+    """[(global step, {setting: (before, after)})] for each training run that logged steps after an earlier one in
+    `records` (a resume: load_log keeps one model_dir's trainings), at its first logged training step, with the
+    RESUME_KEYS its PARAMETER record changed against the previous training run's."""
+    points, previous, pending = [], None, None
+    for record in records:
+        step, data = record.get("step"), record["data"]
+        if step == "PARAMETER":
+            if data.get("mode") in TRAINING_MODES:
+                pending = data
+        elif (pending is not None and isinstance(step, list) and len(step) == 2 and BENCHMARK_KEY not in data
+              and any(key in data for key in TRAIN_KEYS)):
+            if previous is not None:
+                changes = {key: (previous.get(key), pending.get(key)) for key in RESUME_KEYS
+                           if previous.get(key) != pending.get(key)}
+                points.append((int(step[1]), changes))
+            previous, pending = pending, None
+    return points
+
+
+def describe_resumes(points):
+    """One line for the resumes that changed a setting, or None."""
+    changed = ["at step {} with {}".format(step, ", ".join(
+        "{} {} (was {})".format(key, after, before) for key, (before, after) in changes.items()))
+        for step, changes in points if changes]
+    if not changed:
+        return None
+    return "the training resumed {}: its curves mean another run from there (a global step of another batch " \
+           "size is another number of images)".format("; ".join(changed))
+
+
 def final_results(records):
     """The step-[] records in file order, each paired with the last training step logged before it."""
     results, last_step = [], 0
@@ -178,8 +215,9 @@ def write_csv(rows, path):
             writer.writerow(["" if row[c] is None else repr(row[c]) for c in CSV_COLUMNS])
 
 
-def plot(rows, finals, output, title=""):
-    """Writes the four-panel PNG to `output` with matplotlib's Agg canvas (no display, no pyplot state)."""
+def plot(rows, finals, output, title="", resumed=()):
+    """Writes the four-panel PNG to `output` with matplotlib's Agg canvas (no display, no pyplot state); a dashed
+    line at each step of `resumed` (from `resumes`)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -206,6 +244,13 @@ def plot(rows, finals, output, title=""):
     def epoch_lines(axis):
         for step in epoch_starts if len(epoch_starts) <= MAX_EPOCH_LINES else ():
             axis.axvline(step, color="0.6", linestyle=":", linewidth=0.8, zorder=0)
+        for index, (step, changes) in enumerate(resumed):
+            label = None if index else "resumed"
+            axis.axvline(step, color="tab:red", linestyle="--", linewidth=0.9, alpha=0.7, zorder=0, label=label)
+            if changes:
+                axis.annotate(", ".join("{} {}".format(key, after) for key, (_, after) in changes.items()),
+                              (step, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12),
+                              textcoords="offset points", color="tab:red", fontsize=8)
 
     for key in ("cross_entropy", "total_loss"):
         steps, values = series(key)
@@ -214,14 +259,14 @@ def plot(rows, finals, output, title=""):
     if not train:
         _no_data(ax_loss, "no training steps (benchmark log)")
         _no_data(ax_lr, "no training steps (benchmark log)")
-    _finish(ax_loss, "Loss", "global step", "loss")
     epoch_lines(ax_loss)
+    _finish(ax_loss, "Loss", "global step", "loss")
 
     steps, values = series("learning_rate")
     if steps:
         ax_lr.plot(steps, values, color="tab:green", marker="." if len(steps) < 50 else None)
-    _finish(ax_lr, "Learning rate", "global step", "learning rate", legend=False)
     epoch_lines(ax_lr)
+    _finish(ax_lr, "Learning rate", "global step", "learning rate", legend=False)
 
     steps, values = series("imgs_per_sec")
     if steps:
@@ -301,10 +346,15 @@ def _make_parent(path):
         raise UserError("cannot create directory {}: {}".format(parent, error.strerror or error)) from None
 
 
-def _title(path, parameters):
+def _title(path, parameters, resumed=()):
+    """The log's path and the runs' RUN_PARAMETERS; one a resume changed reads `batch_size 32->16`."""
     details = []
     for key in RUN_PARAMETERS:
+        values = [changes[key][0] for _, changes in resumed if key in changes]
         value = parameters.get(key)
+        if values:
+            details.append("{} {}".format(key, "->".join(str(v) for v in values + [value])))
+            continue
         if value is None or value is False:
             continue
         details.append(key if value is True else "{} {}".format(key, value))
@@ -337,9 +387,13 @@ def run(log_path, output, csv_path=None):
     if not rows:
         raise UserError("{} has no training steps (no records with step [epoch, global_step] or benchmark "
                         "[0, i]): {}".format(log_path, _why_no_steps(parameters)))
+    resumed = resumes(records)
+    changed = describe_resumes(resumed)
+    if changed:
+        print("Note: {}".format(changed))
     if csv_path:
         write_csv(rows, csv_path)
-    plot(rows, final_results(records), output, title=_title(log_path, parameters))
+    plot(rows, final_results(records), output, title=_title(log_path, parameters, resumed), resumed=resumed)
     return rows
 
 
