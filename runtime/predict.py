@@ -7,6 +7,7 @@ import sys
 import numpy as np
 
 from runtime.metrics import NON_FINITE_CAUSES
+from runtime import runner_utils
 from runtime.runner_utils import read_class_names
 from utils import data_utils, pixels
 from utils.errors import UserError, on_interrupt
@@ -91,14 +92,20 @@ def format_prediction(filename, probabilities, top, class_names):
 
 def load_class_names(labels_file, config, warn=None):
     """Class names from --labels_file, else labels.txt in model_dir (written there by training) or data_dir; None
-    when there is none (classes are shown by number)."""
+    when there is none (classes are shown by number). A file that names other classes than the labels.txt beside
+    the checkpoints (the classes it was trained on) is warned about, as evaluate and inference.py do."""
+    beside_checkpoints = os.path.join(config.model_dir, "labels.txt")
     candidates = [labels_file] if labels_file else [
-        os.path.join(config.model_dir, "labels.txt"),
-        os.path.join(config.data_dir, "labels.txt") if config.data_dir else None]
+        beside_checkpoints, os.path.join(config.data_dir, "labels.txt") if config.data_dir else None]
     for path in candidates:
         names = read_class_names(path)
         if names is not None:
             _check_class_names(path, names, config.num_classes, warn)
+            if os.path.abspath(path) != os.path.abspath(beside_checkpoints):
+                other = runner_utils.other_class_names(path, beside_checkpoints)
+                if other:
+                    (warn or _print_stderr)("WARNING: {}, the classes this checkpoint was trained on: output k is "
+                                            "its class k, shown here under this file's name k".format(other))
             return names
     if labels_file:
         raise UserError("--labels_file {} does not exist".format(labels_file))

@@ -100,6 +100,10 @@ class Runner:
         if self._inference is None:
             self._inference = (startup.build_model(self.config, self.platform, self.precision, purpose="inference"),
                                train_state.create_step_counter())
+            if self.precision.policy and self.config.mode not in settings.TRAINING_MODES:  # (training said it)
+                self.logger.print("Mixed precision: {}: the model computes in {} from float32 weights, so its outputs "
+                                  "differ from a float32 run's by that rounding".format(
+                                      self.precision.policy, self.precision.policy.split("_")[1]))
         return self._inference
 
     def restore_for_inference(self, required, ema=False, note_raw=True, note_unsettled=True):

@@ -211,6 +211,9 @@ def parse(argv=None):
 # ---------------------------------------------------------------- the rule
 
 def contradiction(flag, value, source, recorded_flag, recorded):
+    if isinstance(value, bool) and isinstance(recorded, bool):  # a switch: "--symmetric ..., trained without it"
+        return UserError("{} contradicts {}, trained {} {} (omit the flag to use the checkpoint's)".format(
+            flag if value else flag + " False", source, "with" if recorded else "without", recorded_flag))
     return UserError("{} {} contradicts {}, trained with {} {} (omit the flag to use the checkpoint's)".format(
         flag, _shown(value), source, recorded_flag, _shown(recorded)))
 
@@ -680,6 +683,13 @@ def _finetune_changes(config, given, log):
     recorded = {name: value for name, value in info.recorded_settings().items() if name in MODEL_SETTINGS}
     changes = reconcile(dataclasses.asdict(config), recorded, given, {name: "--" + name for name in MODEL_SETTINGS},
                         "checkpoint {}".format(info.path), log, compatible=lambda *_: True)
+    if "image_size" in given and info.image_size and config.image_size != info.image_size:
+        log("Fine-tuning at --image_size {} from checkpoint {}, trained at {} px (the convolutions' weights do not "
+            "depend on the size; the features they learned are of another scale)".format(
+                config.image_size, info.path, info.image_size))
+    if info.has_quantization_ranges and not config.quantize:
+        log("Checkpoint {} holds quantisation ranges: this fine-tune without --quantize trains the float model and "
+            "leaves them out".format(info.path))
     if config.moving_average_decay > 0:  # a fine-tune restores the weights only (runtime/checkpoints.py)
         log("EMA: the averages start from the weights restored from checkpoint {}{}".format(
             info.path, " (not from its averages)" if info.has_weight_averages else ""))

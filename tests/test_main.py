@@ -232,6 +232,19 @@ def test_predict_on_directory_prints_top5_with_class_names(trained, tmp_path):
     assert "Ending Inference ..." in out
 
 
+def test_predict_with_amp_says_the_model_computes_in_bfloat16(trained, tmp_path):
+    """The inference modes under --amp run the model in mixed precision; the log says so, as a training does (it
+    said nothing until 2026-12-06, and the probabilities move by bfloat16's rounding)."""
+    from PIL import Image
+    image = tmp_path / "a.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(image)
+    line = ("Mixed precision: mixed_bfloat16: the model computes in bfloat16 from float32 weights, so its outputs "
+            "differ from a float32 run's by that rounding")
+    common = ("--mode", "predict", "--to_predict", image, "--batch_size", 1, "--results_dir", trained["dir"], *SMALL)
+    assert line in run_main(*common, "--amp").stdout.splitlines()
+    assert "Mixed precision" not in run_main(*common).stdout
+
+
 def test_predict_on_a_directory_skips_each_bad_file_and_exits_1(trained, tmp_path):
     from tests._data_helpers import encode_image, random_image
     rng = np.random.default_rng(3)

@@ -143,6 +143,28 @@ def test_a_labels_file_that_covers_the_classifier_is_not_warned_about(tmp_path, 
     assert warnings == []
 
 
+def test_a_labels_file_naming_other_classes_than_the_checkpoints_is_warned_about(tmp_path):
+    """--labels_file renames the outputs: when it differs from the labels.txt training left beside the checkpoints
+    (the classes the model learned), predict says so, as evaluate and inference.py do."""
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "labels.txt").write_text("bag\ncoat\nshirt\n")
+    other = tmp_path / "other.txt"
+    other.write_text("shirt\ncoat\nbag\n")
+    warnings = []
+    config = RunConfig(model_dir=str(model_dir), num_classes=3)
+    assert load_class_names(str(other), config, warn=warnings.append) == ["shirt", "coat", "bag"]
+    assert warnings == [f"WARNING: {other} names other classes than {model_dir / 'labels.txt'} (the same names in "
+                        "another order), the classes this checkpoint was trained on: output k is its class k, shown "
+                        "here under this file's name k"]
+    same = tmp_path / "same.txt"
+    same.write_text("bag\ncoat\nshirt\n")
+    for path in (str(same), None, str(model_dir / "labels.txt")):  # the same names, or the file itself
+        warnings.clear()
+        load_class_names(path, config, warn=warnings.append)
+        assert warnings == []
+
+
 def test_a_photo_whose_exif_orientation_asks_a_turn_is_noted_as_seen_as_stored(tmp_path, capsys):
     """A phone photo stored sideways with Orientation 6: viewers turn it, the model (as in training, and as the
     original's decoder) does not. Said once per such file on stderr; 1 and no tag say nothing."""

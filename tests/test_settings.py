@@ -400,7 +400,9 @@ def test_a_finetune_takes_the_architecture_of_its_checkpoint_and_the_classes_and
                               image_size=32)
     assert (resolved.config.arch, resolved.config.num_classes, resolved.config.image_size) == (
         "resnext101-32x4d", 10, 32)
-    assert resolved.finetune.path == source and lines == using(source, "--arch resnext101-32x4d")
+    assert resolved.finetune.path == source and lines == using(source, "--arch resnext101-32x4d") + [
+        f"Fine-tuning at --image_size 32 from checkpoint {source}, trained at 224 px (the convolutions' weights do "
+        "not depend on the size; the features they learned are of another scale)"]
     # A fine-tune of a 10-class 40 px model (a QAT fine-tune of the quick start's, say) without those flags
     # continues that model, classifier included, rather than building the defaults' 1001 classes at 224 px.
     small = fake_checkpoint(tmp_path / "small", num_classes=10, image_size=40)
@@ -414,6 +416,14 @@ def test_a_finetune_takes_the_architecture_of_its_checkpoint_and_the_classes_and
     for source, detail in ((small, ""), (averaged, " (not from its averages)")):
         lines = resolve(tmp_path / "ema", mode="train", finetune_checkpoint=source, moving_average_decay=0.9)[1]
         assert lines[-1] == f"EMA: the averages start from the weights restored from checkpoint {source}{detail}"
+    # A QAT checkpoint fine-tuned without --quantize: the float model trains, and the run says its ranges are left.
+    qat = fake_checkpoint(tmp_path / "qat_source", num_classes=10, image_size=40, ranges=True,
+                          training={"quantize": True})
+    lines = resolve(tmp_path / "float", mode="train", finetune_checkpoint=qat)[1]
+    assert lines[-1] == (f"Checkpoint {qat} holds quantisation ranges: this fine-tune without --quantize trains the "
+                         "float model and leaves them out")
+    assert not any("quantisation ranges" in line
+                   for line in resolve(tmp_path / "qat2", mode="train", finetune_checkpoint=qat, quantize=True)[1])
 
 
 def test_the_recorded_training_state_round_trips_through_the_metadata(tmp_path):
