@@ -113,13 +113,14 @@ def load_class_names(labels_file, config, warn=None):
 
 
 def _check_class_names(path, names, num_classes, warn=None):
-    """One warning when the labels file names fewer classes than the model has outputs. 1000 names for 1001
-    outputs is the ImageNet layout (labels 1..1000 -> outputs 0..999; output 1000 is never a label) and passes.
+    """One warning when the labels file names fewer classes than the model has outputs. One name fewer than the
+    outputs is the original's layout (ImageNet: labels 1..1000 -> outputs 0..999; output 1000 is never a label;
+    dataprep's datasets at --num_classes K + 1 alike) and passes.
     More names than outputs is a UserError: the file belongs to another dataset, and its names would be wrong."""
     if len(names) > num_classes:
         raise UserError("labels file {} names {} classes but the model has {} outputs: it is the labels file of "
                         "another dataset (pass the right --labels_file)".format(path, len(names), num_classes))
-    if len(names) >= num_classes or (num_classes == 1001 and len(names) == 1000):
+    if len(names) >= num_classes - 1:
         return
     (warn or _print_stderr)("WARNING: labels file {} names {} classes but the model has {} outputs; outputs {}..{} "
                             "are shown by number only".format(path, len(names), num_classes, len(names),

@@ -132,9 +132,10 @@ def test_a_labels_file_of_more_classes_than_the_classifier_is_refused(tmp_path):
                                 "of another dataset (pass the right --labels_file)".format(path))
 
 
-@pytest.mark.parametrize("names,num_classes", [(5, 5), (1000, 1001)])
+@pytest.mark.parametrize("names,num_classes", [(5, 5), (1000, 1001), (10, 11)])
 def test_a_labels_file_that_covers_the_classifier_is_not_warned_about(tmp_path, names, num_classes):
-    """1000 names for 1001 outputs is the ImageNet layout: labels 1..1000 use outputs 0..999."""
+    """1000 names for 1001 outputs is the ImageNet layout: labels 1..1000 use outputs 0..999; K names for K + 1
+    outputs is the same layout on any dataset (output K is never a label)."""
     warnings = []
     load_class_names(None, RunConfig(model_dir=str(tmp_path), num_classes=num_classes), warn=warnings.append)
     assert warnings == []  # no labels file at all

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 
-from utils.data_utils import as_written, label_in_range_check, without_autotuning
+from utils.data_utils import as_written, class_index, label_in_range_check, without_autotuning
 from utils.errors import UserError
 from utils.image_processing import (AREA_RANGE, ASPECT_RATIO_RANGE, CHANNEL_MEANS, CHANNEL_STDS,
                                     EVAL_RESIZE_MAX_SIDE, MAX_ATTEMPTS, eval_resize_min)
@@ -185,7 +185,7 @@ def get_dali_input_fn(filenames, idx_filenames, batch_size, height, width, train
         outside = tf.logical_or(labels < 1, labels > num_classes)
         first_outside = labels[tf.argmax(tf.cast(outside, tf.int32))]  # labels[0] when none is outside
         with tf.control_dependencies([label_in_range_check(first_outside, num_classes)]):
-            return images, tf.cast(labels - 1, tf.int32)
+            return images, class_index(labels)
 
     with tf.device(device):
         return without_autotuning(dataset.map(as_written(to_contract)))

@@ -228,6 +228,12 @@ _LABEL_CHECK_MESSAGE = re.compile(r"\[{}\] \[(-?\d+)\] \[(\d+)\] \[(.*?)\] \[(-?
     re.escape(LABEL_CHECK_MARKER), re.escape(LABEL_CHECK_END)), re.DOTALL)
 
 
+def class_index(label):
+    """The classifier output of a stored label: labels are 1-based (the original's ImageNet records, label 0 was
+    its background class), outputs 0-based; every input pipeline maps them here."""
+    return tf.cast(label, tf.int32) - 1
+
+
 def label_in_range_check(label, num_classes, filename="", record_index=-1):
     """The Assert that `label` (stored, 1-based; a scalar) is in 1..num_classes, with the report's fields."""
     label = tf.cast(label, tf.int64)
@@ -416,7 +422,7 @@ def _corrupt_record_guard(filenames_t, num_classes, first_position, training, st
         # prefetch thread's next element would then be reported as a gap.
         check = label_in_range_check(label, num_classes, tf.gather(filenames_t, file_index), record_index)
         with tf.control_dependencies([check]):
-            return image, tf.identity(label - 1)
+            return image, class_index(label)
 
     def end_marker(image_shape):
         return tf.data.Dataset.range(1).map(as_written(lambda _: (
