@@ -779,10 +779,16 @@ def resolve(config, given, log=print, replicas=1, workers=1):
         if config.mode == "training_benchmark":
             # It times the checkpoint's model (as the original, whose Estimator restored model_dir's checkpoint), but
             # from fresh weights, and writes nothing: a benchmark must not continue or extend a run.
+            left_out = []  # what the checkpoint's training step did that this benchmark's does not time
+            if info.has_quantization_ranges and not config.quantize:
+                left_out.append("quantisation-aware training needs --quantize")
+            if info.has_weight_averages and not config.moving_average_decay > 0:
+                decay = info.recorded_settings().get("moving_average_decay")
+                left_out.append("weight averaging needs --moving_average_decay {}".format(
+                    _shown(decay) if decay else "D"))
             log("Note: training_benchmark times the model of checkpoint {} from fresh weights; it restores no "
                 "checkpoint and writes none{}".format(
-                    info.path, " (the checkpoint's quantisation-aware training needs --quantize here)"
-                    if info.has_quantization_ranges and not config.quantize else ""))
+                    info.path, " (the checkpoint's {} here)".format(" and its ".join(left_out)) if left_out else ""))
         elif resumes:
             changes.update(_finetune_on_resume(config, info, log))
             changes.update(_training_state_changes(config, info, given, log, notes.append))

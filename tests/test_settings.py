@@ -181,6 +181,15 @@ def test_training_benchmark_times_the_checkpoints_model_and_says_it_restores_not
                           "--synthetic_data_size 40") + [
         f"Note: training_benchmark times the model of checkpoint {path} from fresh weights; it restores no "
         "checkpoint and writes none (the checkpoint's quantisation-aware training needs --quantize here)"]
+    # A checkpoint trained with weight averaging: its update is not in the step timed unless asked for.
+    averaged = fake_checkpoint(tmp_path / "ema", num_classes=10, image_size=40, averages=True, ranges=True,
+                               training={"quantize": True, "moving_average_decay": 0.999})
+    assert resolve(tmp_path / "ema", mode="training_benchmark")[1][-1].endswith(
+        "(the checkpoint's quantisation-aware training needs --quantize and its weight averaging needs "
+        "--moving_average_decay 0.999 here)")
+    assert resolve(tmp_path / "ema", mode="training_benchmark", quantize=True, moving_average_decay=0.5)[1][-1] == (
+        f"Note: training_benchmark times the model of checkpoint {averaged} from fresh weights; it restores no "
+        "checkpoint and writes none")
     # Synthetic images of another size are a choice; another classifier is not.
     assert resolve(tmp_path, mode="training_benchmark", image_size=64)[0].config.input_size == 64
     with pytest.raises(UserError, match="--num_classes 1001 contradicts checkpoint"):
