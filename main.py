@@ -131,8 +131,9 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None):
         if distribution.is_chief:
             kept = "no evaluation result was written; run the same command again"
             if config.mode == "train_and_evaluate":
-                with on_interrupt("the training checkpoints are kept, no evaluation result was written; evaluate "
-                                  "with --mode evaluate"):
+                with on_interrupt("the training checkpoints are kept, no evaluation result was written; run the "
+                                  "same command again to evaluate{} (or --mode evaluate)".format(
+                                      " and export" if config.export_dir else "")):
                     runner.evaluate("epoch", 1, config.batch_size, export_dir=config.export_dir)
             else:
                 with on_interrupt(kept):
@@ -151,6 +152,10 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None):
     if interrupted is not None:
         if distribution.is_chief:
             print(str(interrupted), flush=True)
+            if config.mode == "train_and_evaluate" and interrupted.checkpointed:  # exit 0 on SIGTERM: said
+                print("Note: the evaluation{} of --mode train_and_evaluate did not run: run the same command again to "
+                      "resume and evaluate".format(" and the export to --export_dir" if config.export_dir else ""),
+                      flush=True)
             if interrupted.by_user:
                 print(interrupt_line("main.py", signal.SIGINT, interrupted.outcome), file=sys.stderr, flush=True)
         else:  # rank 0's lines say what was kept: the others' would repeat them, and rank 0 alone checkpoints

@@ -40,6 +40,7 @@ class StopRequest:
         self.signum = None  # the first signal received (None when a peer worker's stop ended the loop)
         self.kept = kept
         self.agree_every = agree_every  # several workers: the steps between their agreements to stop
+        self.when = None  # when the run stops, if not at a step (said on the first signal)
         self._previous = {}
 
     def _handle(self, signum, frame):
@@ -47,12 +48,12 @@ class StopRequest:
             # At once, wherever the main thread is: the line is written straight to the descriptor (as a handler
             # may), and nothing is cleaned up. Checkpoints are renamed into place whole: the last complete one stays.
             os.write(2, "INTERRUPTED: main.py stopped by a second {}, at once; {}\n".format(
-                signal.Signals(signum).name, self.kept).encode())
+                signal.Signals(signum).name, self.kept() if callable(self.kept) else self.kept).encode())
             os._exit(128 + signum)
         self.requested = True
         self.signum = signum
-        when = ("at the next step the workers agree on (they do every {} steps)".format(self.agree_every)
-                if self.agree_every else "after the current step")
+        when = self.when or ("at the next step the workers agree on (they do every {} steps)".format(
+            self.agree_every) if self.agree_every else "after the current step")
         print("Received signal {}: stopping {} (send it again to exit at once)".format(
             signal.Signals(signum).name, when), flush=True)
 
@@ -187,9 +188,9 @@ class Runner:
         progress = _progress(run_iter, "train", config.no_progress or not distribution.is_chief)
         stopped_by_signal = False
         stepped = False
-        try:
-            with StopRequest(BENCHMARK_KEEPS if is_benchmark else CHECKPOINT_KEPT,
-                             agree_every=SIGNAL_SYNC_EVERY if distribution.size > 1 else None) as stop:
+        with StopRequest(BENCHMARK_KEEPS if is_benchmark else CHECKPOINT_KEPT,
+                         agree_every=SIGNAL_SYNC_EVERY if distribution.size > 1 else None) as stop:
+            try:
                 for index in range(run_iter):
                     start = time.perf_counter()
                     images, labels = inputs.next_training_batch(iterator, config, current_step + index)
@@ -214,30 +215,34 @@ class Runner:
                     if distribution.any_worker_flag(stop.requested):
                         stopped_by_signal = True
                         break
-        except Exception:
-            if started is not None and not stepped:
-                # A run that failed before its first step (a label the classifier cannot hold, unreadable data)
-                # trained nothing: its start checkpoint would only bind the corrected command to the failed one's
-                # settings.
-                saver.discard_only(started)
-                log.print("Removed {}: this run stopped before its first step, so the next starts afresh".format(
-                    started))
-            raise  # (main.py turns a collective's failure after another worker's loss into one line)
-        finally:
-            # An exception leaves this frame in its traceback, and a traceback caught by a context manager can sit
-            # in a reference cycle until the process ends: the input's threads would then still run while the
-            # process tears down. Dropped here, they stop now.
-            del iterator
-        if progress is not None:
-            progress.close()
+            except Exception:
+                if started is not None and not stepped:
+                    # A run that failed before its first step (a label the classifier cannot hold, unreadable data)
+                    # trained nothing: its start checkpoint would only bind the corrected command to the failed
+                    # one's settings.
+                    saver.discard_only(started)
+                    log.print("Removed {}: this run stopped before its first step, so the next starts afresh".format(
+                        started))
+                raise  # (main.py turns a collective's failure after another worker's loss into one line)
+            finally:
+                # An exception leaves this frame in its traceback, and a traceback caught by a context manager can
+                # sit in a reference cycle until the process ends: the input's threads would then still run while
+                # the process tears down. Dropped here, they stop now.
+                del iterator
+            if progress is not None:
+                progress.close()
 
-        final_step = int(global_step.numpy())
-        if saver is not None and distribution.is_chief and \
-                not (saver.latest_checkpoint or "").endswith("-{}".format(final_step)):
-            # A signal from here on (StopRequest's handlers are gone: the second Ctrl-C of an impatient user) ends the
-            # run without this save, which leaves nothing half-written: its line names the checkpoint a resume takes.
-            with errors.on_interrupt(lambda: self._kept_after_interrupted_save(final_step)):
+            final_step = int(global_step.numpy())
+            if saver is not None and distribution.is_chief and \
+                    not (saver.latest_checkpoint or "").endswith("-{}".format(final_step)):
+                # Still under the StopRequest: a first signal here (a preemption's SIGTERM) lets this save finish and
+                # then stops the run; a second ends it at once, naming the checkpoint a resume takes.
+                stop.when = "once the checkpoint of step {} is written".format(final_step)
+                stop.kept = lambda: self._kept_after_interrupted_save(final_step)
                 saver.save(final_step)
+            # A signal after the workers' last agreement (during the final save) stops every worker here.
+            if not stopped_by_signal and distribution.all_workers_flag(stop.requested):
+                stopped_by_signal = True
         if writer is not None:
             writer.flush()
         if distribution.is_chief:

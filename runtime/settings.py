@@ -609,6 +609,23 @@ def _steps_left(config, info, count, replicas):
                                        info.step or 0) > 0
 
 
+def _note_fewer_images_than_asked(config, info, count, replicas):
+    """[the line] when a resume with no step left (its length in steps reached) stands on a checkpoint whose
+    training saw fewer images than that length at this run's images per step (some of its steps had fewer), else
+    []: --num_iter counts steps, as the original's, so no more are trained, and the user is told how far short."""
+    from runtime import runner_utils
+    images = images_per_step(config, replicas)
+    num_steps = runner_utils.count_steps(config.iter_unit, count, config.num_iter, images)[0]
+    seen = images_seen(info)
+    if seen is None or seen >= num_steps * images:
+        return []
+    asked = num_steps * images
+    return ["Note: checkpoint {} is at step {}, this run's last, but its training saw {:,} images ({:.3g} passes over "
+            "the {:,} train images), not the {:,} ({:.3g} passes) that {} steps of this run's {} images make: some of "
+            "its steps had fewer images; raise --num_iter to train more".format(
+                info.path, info.step, seen, seen / count, count, asked, asked / count, num_steps, images)]
+
+
 def _recipe_in_effect(recipe, amp):
     """The RECIPE_FLAGS of `recipe` that shape the training: RandAugment's only with it, the switch between mixup
     and CutMix only with both, the loss scale and the --amp dtype only with --amp."""
@@ -815,7 +832,9 @@ def resolve(config, given, log=print, replicas=1, workers=1):
             _note_another_train_set(resolved, info, data["train"], count, notes.append)
             _note_another_schedule(resolved, info, count, replicas, notes.append)
             if not _steps_left(resolved, info, count, replicas):
-                notes = []  # the run says "Model already trained required number of steps. Skipped"
+                # The run says "Model already trained required number of steps. Skipped": of its notes, only
+                # that the steps it counts trained fewer images than this run's length means, if so.
+                notes = _note_fewer_images_than_asked(resolved, info, count, replicas)
     for line in notes:
         log(line)
     return RunSettings(resolved, info, finetune, data, changes)

@@ -145,29 +145,69 @@ def test_the_training_loop_leaves_a_signal_its_parent_ignored_ignored(capsys):
             signal.signal(signum, handler)
 
 
-def test_a_signal_that_cuts_the_final_save_short_names_the_checkpoint_a_resume_takes(tmp_path, monkeypatch):
-    """The second Ctrl-C of an impatient user lands after the loop, while the final checkpoint is written (the
-    loop's StopRequest has handed the signals back): the line names the checkpoint the state file still names, not
-    "its work is not complete". Here the save of step 3 is interrupted; step 2's, written by the loop, is kept."""
+@pytest.mark.parametrize("mode,signame,status", [("train", "SIGINT", 130), ("train_and_evaluate", "SIGTERM", 0)])
+def test_a_first_signal_during_the_final_save_lets_it_finish_and_then_stops(tmp_path, monkeypatch, mode, signame,
+                                                                            status):
+    """A signal that lands while the final checkpoint is written (a preemption's SIGTERM, a Ctrl-C just after the
+    last step) lets the save finish and then stops the run as a signal in the loop does: until 2026-12-06 the loop
+    had handed the signals back by then, so the first one cut the save short and the steps since the last periodic
+    checkpoint (up to --checkpoint_interval - 1 of them) were lost. A train_and_evaluate so stopped by SIGTERM
+    exits 0 (a preemption is no failure) and says its evaluation did not run."""
+    import signal
     from model import checkpoint
     data = str(tmp_path / "data")
     write_tfrecord_shards(data, "train", 2, 8, 40, num_classes=11)
+    write_tfrecord_shards(data, "validation", 1, 4, 40, num_classes=11)
     real_save = checkpoint.CheckpointWriter.save
 
     def save(self, step):
         if step == 3:
-            raise KeyboardInterrupt
+            os.kill(os.getpid(), getattr(signal, signame))  # handled before the save's first Python line
         return real_save(self, step)
 
     monkeypatch.setattr(checkpoint.CheckpointWriter, "save", save)
     model_dir = tmp_path / "model"
-    result = main_in_process("--mode", "train", "--data_dir", data, "--num_classes", 10, "--image_size", 32,
+    result = main_in_process("--mode", mode, "--data_dir", data, "--num_classes", 10, "--image_size", 32,
                              "--batch_size", 4, "--num_iter", 3, "--iter_unit", "batch", "--checkpoint_interval", 2,
                              "--model_dir", model_dir, "--results_dir", tmp_path / "results", "--no_progress",
                              check=False)
-    assert result.returncode == 130
-    line = result.stderr.strip().splitlines()[-1]
-    assert line.startswith("INTERRUPTED: main") and line.endswith(
-        f" stopped by SIGINT; the last complete checkpoint, {model_dir}/model.ckpt-2, is kept (the save of step 3 was "
-        "cut short): run the same command again to resume from it")
-    assert tf.train.latest_checkpoint(str(model_dir)).endswith("model.ckpt-2")
+    assert result.returncode == status, result.stderr[-2000:]
+    assert (f"Received signal {signame}: stopping once the checkpoint of step 3 is written (send it again to exit "
+            "at once)") in result.stdout
+    assert "training stopped by a signal at step 3; checkpoint written" in result.stdout
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith("model.ckpt-3")
+    if signame == "SIGINT":
+        assert result.stderr.strip().splitlines()[-1].endswith(
+            "stopped by SIGINT; checkpoint written at step 3; run the same command again to resume")
+    else:
+        assert result.stdout.strip().splitlines()[-1] == (
+            "Note: the evaluation of --mode train_and_evaluate did not run: run the same command again to resume and "
+            "evaluate")
+        assert "top1_accuracy" not in result.stdout
+
+
+def test_a_second_signal_during_the_final_save_names_the_checkpoint_a_resume_takes(tmp_path, monkeypatch, capfd):
+    """The second signal exits at once, from the handler: its line names the checkpoint the state file still names
+    (the save of the last step was cut short), read when the signal comes."""
+    import signal
+    from runtime.runner import Runner, StopRequest
+    from model import checkpoint
+    runner = Runner.__new__(Runner)
+    runner.config = RunConfig(model_dir=str(tmp_path))
+    checkpoint.write(str(tmp_path / "model.ckpt-2"), {checkpoint.GLOBAL_STEP_KEY: np.int64(2)},
+                     dict(checkpoint.metadata("resnet50", 10, 32, False, False), step=2))
+    checkpoint.write_state_file(str(tmp_path), ["model.ckpt-2"])
+    stop = StopRequest("generic")
+    stop.requested = True
+    stop.kept = lambda: runner._kept_after_interrupted_save(3)
+
+    def exit_now(status):
+        raise SystemExit(status)
+
+    monkeypatch.setattr(os, "_exit", exit_now)
+    with pytest.raises(SystemExit) as exited:
+        stop._handle(signal.SIGTERM, None)
+    assert exited.value.code == 128 + signal.SIGTERM
+    assert capfd.readouterr().err == (
+        f"INTERRUPTED: main.py stopped by a second SIGTERM, at once; the last complete checkpoint, {tmp_path}/"
+        "model.ckpt-2, is kept (the save of step 3 was cut short): run the same command again to resume from it\n")

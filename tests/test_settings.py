@@ -669,6 +669,29 @@ def test_a_resume_with_nothing_left_to_train_says_nothing_of_what_it_would_chang
     assert all(path in line for line in lines)
 
 
+def test_a_resume_with_no_step_left_but_fewer_images_than_its_length_means_says_how_far_short(tmp_path):
+    """--num_iter counts steps: a checkpoint whose first 3 steps had 4 images and the next 3 had 8 reaches step 6,
+    the last of 2 epochs at 8 images per step, having seen 36 of the 48 images those steps make. The run skips
+    (the original's rule), and says how far short it is (until 2026-12-06 it said nothing)."""
+    from runtime.inputs import TrainingLength
+    from tests._data_helpers import write_tfrecord_shards
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "train", 2, 12, 32)  # 24 records: 3 steps of 8 per epoch
+    flags = {"mode": "train", "num_classes": 10, "image_size": 32, "data_dir": str(data), "iter_unit": "epoch",
+             "num_iter": 2}
+    path = fake_checkpoint(tmp_path / "run", step=6, training=settings.training_state(
+        RunConfig(batch_size=8, **flags), train_images=24, length=TrainingLength(6, 2, 6, 3.0, 24),
+        seen={"step": 3, "images": 12}))
+    assert resolve(tmp_path / "run", batch_size=8, **flags)[1] == [
+        f"Note: checkpoint {path} is at step 6, this run's last, but its training saw 36 images (1.5 passes over the "
+        "24 train images), not the 48 (2 passes) that 6 steps of this run's 8 images make: some of its steps had "
+        "fewer images; raise --num_iter to train more"]
+    full = fake_checkpoint(tmp_path / "full", step=6, training=settings.training_state(
+        RunConfig(batch_size=8, **flags), train_images=24, length=TrainingLength(6, 2, 6, 3.0, 24),
+        seen={"step": 0, "images": 0}))
+    assert resolve(tmp_path / "full", batch_size=8, **flags)[1] == [] and full
+
+
 def test_a_resume_with_other_recipe_flags_says_which_of_those_in_effect_changed(tmp_path):
     trained = RunConfig(batch_size=2, mode="train", label_smoothing=0.1, augmenter_name="randaugment")
     path = fake_checkpoint(tmp_path, training=settings.training_state(trained))

@@ -111,6 +111,10 @@ class Distribution:
             return False
         return self._sum_over_workers(1.0 if flag else 0.0) > 0
 
+    def all_workers_flag(self, flag):
+        """True on every worker when `flag` is True on any, agreed at once (every worker must call it)."""
+        return bool(flag) if self.size == 1 else self._sum_over_workers(1.0 if flag else 0.0) > 0
+
     def barrier(self):
         """Waits for every worker (the original's MPI barrier after rank 0's evaluation)."""
         if self.size > 1:
