@@ -353,11 +353,18 @@ def resolve_input_pixels(args, onnx_path, log, onnx_model=None):
             "inference.py normalises each batch before it is timed")
     elif pixels != export.RAW:
         raise UserError(f"--model {args.model} records input_pixels {pixels!r}, which this version does not know")
+    return input_feed(pixels), pixels
+
+
+def input_feed(pixels):
+    """The function that turns raw 0..255 NHWC batches into what a model whose `input_pixels` is `pixels` takes:
+    the input normalisation for "normalized", None (the batches as they are) for "raw"."""
+    from model import export
     if pixels != export.NORMALIZED:
-        return None, pixels
+        return None
     from utils.image_processing import CHANNEL_MEANS, CHANNEL_STDS
     mean, std = np.asarray(CHANNEL_MEANS, np.float32), np.asarray(CHANNEL_STDS, np.float32)
-    return (lambda images: (images - mean) / std), pixels
+    return lambda images: (images - mean) / std
 
 
 def make_runner(args, saved_model_dir, onnx_path, workdir, log=print):

@@ -161,3 +161,58 @@ def write_json(path, payload):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as handle:
         json.dump(payload, handle, indent=1)
+
+
+class FrozenGraph:
+    """A frozen graph of export_frozen_graph.py run as it records it must be fed: its input layout (NHWC or NCHW,
+    from the placeholder's shape, as inference.py reads an ONNX model's), its `input_pixels` (raw or normalised),
+    its one output node; its input size and classes from its `source` record, else from its shapes. UserError for a
+    graph that does not say what input it takes, or is not one image batch in and one output out."""
+
+    def __init__(self, path):
+        import tensorflow as tf
+        from inference import input_feed, onnx_input_layout
+        from model import export
+        from utils.errors import UserError
+        graph_def = export.load_graph_def(path)
+        inputs, outputs = export.graph_def_io(graph_def)
+        if len(inputs) != 1 or len(outputs) != 1:
+            raise UserError(f"{path}: expected one placeholder and one output, got {inputs} -> {outputs}")
+        self.source = export.graph_source(graph_def) or {}
+        placeholder = next(node for node in graph_def.node if node.name == inputs[0])
+        shape = [dim.size for dim in placeholder.attr["shape"].shape.dim]
+        self.layout, side = onnx_input_layout(shape)
+        if self.layout is None:
+            raise UserError(f"{path}: its input {shape} is not an image batch with 3 channels first or last")
+        self.image_size = self.source.get("image_size") or side
+        if not self.image_size:
+            raise UserError(f"{path}: its input {shape} has no fixed size and the graph records none")
+        self.input_pixels = export.graph_input_pixels(graph_def)
+        if self.input_pixels is None:
+            raise UserError(f"{path} does not record whether it takes raw or normalised pixels (the original's "
+                            "graph, or an earlier export's): export it again with export_frozen_graph.py")
+        if self.input_pixels not in (export.RAW, export.NORMALIZED):
+            raise UserError(f"{path} records input_pixels {self.input_pixels!r}, which this version does not know")
+        self.normalize = input_feed(self.input_pixels)
+        spec = ([None, 3, self.image_size, self.image_size] if self.layout == "NCHW"
+                else [None, self.image_size, self.image_size, 3])
+        self.function = tf.compat.v1.wrap_function(
+            lambda x: tf.graph_util.import_graph_def(graph_def, input_map={inputs[0] + ":0": x},
+                                                     return_elements=[outputs[0] + ":0"])[0],
+            [tf.TensorSpec(spec, tf.float32)])
+        self.num_classes = self.source.get("num_classes") or self.function.outputs[0].shape[-1]
+
+    def prepare(self, images):
+        """Raw 0..255 NHWC images (the eval pipeline's) -> the graph's input: normalised if it takes normalised
+        pixels, NCHW if its placeholder is."""
+        import numpy as np
+        images = np.asarray(images, np.float32)
+        if self.normalize is not None:
+            images = self.normalize(images)
+        if self.layout == "NCHW":
+            images = np.ascontiguousarray(images.transpose(0, 3, 1, 2))
+        return images
+
+    def __call__(self, prepared):
+        """Probabilities [N, K] of a batch already `prepare`d."""
+        return self.function(prepared).numpy()

@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+from utils.errors import command
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMON = ["--arch", "resnet50", "--num_classes", "10", "--weight_init", "fan_in", "--no_progress", "--seed", "1"]
 
@@ -43,24 +45,21 @@ def final_top1(log_path):
     return top1
 
 
-def frozen_graph_accuracy(graph_path, data_dir, image_size, batch_size=100):
-    import tensorflow as tf
+def frozen_graph_accuracy(graph_path, data_dir, batch_size=100):
+    """Top-1 accuracy of a frozen graph over the validation split of `data_dir`, fed as the graph records it takes
+    its input (bench.common.FrozenGraph: layout, pixels, size and classes)."""
+    from bench.common import FrozenGraph
     from runtime import runner_utils
     from utils import data_utils
-    graph_def = tf.compat.v1.GraphDef()
-    with open(graph_path, "rb") as handle:
-        graph_def.ParseFromString(handle.read())
-    probabilities = tf.compat.v1.wrap_function(
-        lambda x: tf.graph_util.import_graph_def(graph_def, input_map={"input:0": x},
-                                                 return_elements=["resnet50/output/softmax:0"])[0],
-        [tf.TensorSpec([None, image_size, image_size, 3], tf.float32)])
+    graph = FrozenGraph(graph_path)
     filenames = runner_utils.list_filenames_in_dataset(data_dir, "validation")
     total = sum(runner_utils.count_records(name) for name in filenames)
-    dataset = data_utils.get_tfrecords_input_fn(filenames, batch_size, image_size, image_size, training=False,
-                                                num_threads=2, deterministic=True, num_classes=10)
+    dataset = data_utils.get_tfrecords_input_fn(filenames, batch_size, graph.image_size, graph.image_size,
+                                                training=False, num_threads=2, deterministic=True,
+                                                num_classes=graph.num_classes)
     correct = seen = 0
     for images, labels in dataset.take(-(-total // batch_size)):
-        predicted = np.argmax(probabilities(images).numpy(), axis=1)
+        predicted = np.argmax(graph(graph.prepare(images.numpy())), axis=1)
         if seen + len(predicted) > total:  # the eval stream repeats; count every validation image once
             predicted, labels = predicted[:total - seen], labels[:total - seen]
         correct += int(np.sum(predicted == labels.numpy()))
@@ -75,6 +74,7 @@ def export(checkpoint, output, image_size, quantized):
          "--output_file", output, *flags])
 
 
+@command
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--work_dir", required=True)
@@ -116,8 +116,8 @@ def main(argv=None):
     run(["postprocess_ckpt.py", "--input", qat, "--output", final_conv, "--overwrite"])
     qat_graph = os.path.join(args.work_dir, "qat_eval.pb")
     export(final_conv, qat_graph, args.image_size, quantized=True)
-    fp32_top1 = frozen_graph_accuracy(fp32_graph, data, args.image_size)
-    quantized_top1 = frozen_graph_accuracy(qat_graph, data, args.image_size)
+    fp32_top1 = frozen_graph_accuracy(fp32_graph, data)
+    quantized_top1 = frozen_graph_accuracy(qat_graph, data)
     results = {
         "fp32_graph_top1": fp32_top1,
         "qat_quantized_graph_top1": quantized_top1,

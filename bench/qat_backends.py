@@ -3,7 +3,8 @@ split: how often the two give another top class, how far their probabilities dif
 
     python -m bench.qat_backends --graph qat.pb --data_dir DIR [--json out.json]
 
-The graph is export_frozen_graph.py --quantize's (NHWC input); it is converted here as export_onnx.py does.
+The graph is export_frozen_graph.py --quantize's; it is converted here as export_onnx.py does, and both backends
+are fed what the graph records it takes (NCHW or NHWC, raw or normalised pixels: bench.common.FrozenGraph).
 ONNX Runtime runs twice: with its default optimisations, which turn the Q/DQ pairs around each conv into int8
 kernels (QLinearConv), and with them off, where it computes the dequantised values in float as TensorFlow does.
 As a yardstick, TensorFlow against itself on inputs scaled by 1 + 1e-6: how many top classes a float rounding of
@@ -17,6 +18,8 @@ import tempfile
 
 import numpy as np
 
+from utils.errors import command
+
 
 def compare(first, second):
     """{top-1 agreement, |p1 - p2| max / median / p99 per image} of two [N, K] probability arrays."""
@@ -26,6 +29,42 @@ def compare(first, second):
             "p99_abs_diff": float(np.quantile(difference, 0.99))}
 
 
+def probabilities(graph_path, data_dir, batch_size):
+    """(the graph as bench.common.FrozenGraph, {backend: [N, K] probabilities}, labels [N]) over the validation
+    split of `data_dir`: every backend is fed the images as the graph records it takes them (layout, pixels)."""
+    import onnxruntime as ort
+    from bench.common import FrozenGraph
+    from model import export
+    from runtime import runner_utils
+    from utils import data_utils
+
+    graph = FrozenGraph(graph_path)
+    with tempfile.TemporaryDirectory() as work:
+        onnx_path = os.path.join(work, "qat.onnx")
+        export.to_onnx(graph_path, onnx_path)
+        sessions = {}
+        for name, level in (("ort", ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
+                            ("ort_unoptimised", ort.GraphOptimizationLevel.ORT_DISABLE_ALL)):
+            options = ort.SessionOptions()
+            options.graph_optimization_level = level
+            sessions[name] = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+    filenames = runner_utils.list_filenames_in_dataset(data_dir, "validation")
+    dataset = data_utils.get_tfrecords_input_fn(filenames, batch_size, graph.image_size, graph.image_size,
+                                                training=False, num_threads=2, deterministic=True,
+                                                num_classes=graph.num_classes, num_epochs=1)
+    outputs = {name: [] for name in ("tf", "tf_scaled", *sessions)}
+    labels = []
+    for images, batch_labels in dataset:
+        fed = graph.prepare(images.numpy())
+        outputs["tf"].append(graph(fed))
+        outputs["tf_scaled"].append(graph(fed * np.float32(1 + 1e-6)))
+        for name, session in sessions.items():
+            outputs[name].append(session.run(None, {session.get_inputs()[0].name: fed})[0])
+        labels.append(batch_labels.numpy())
+    return graph, {name: np.concatenate(values) for name, values in outputs.items()}, np.concatenate(labels)
+
+
+@command
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench.qat_backends", description=__doc__.splitlines()[0])
     parser.add_argument("--graph", required=True, help="a frozen graph of export_frozen_graph.py --quantize")
@@ -33,45 +72,8 @@ def main(argv=None):
     parser.add_argument("--batch_size", type=int, default=100)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
-    import onnxruntime as ort
-    import tensorflow as tf
-    from model import export
-    from runtime import runner_utils
-    from utils import data_utils
-
-    graph_def = tf.compat.v1.GraphDef()
-    with open(args.graph, "rb") as handle:
-        graph_def.ParseFromString(handle.read())
-    source = export.graph_source(graph_def) or {}
-    size = source.get("image_size") or int(next(node for node in graph_def.node if node.name == "input")
-                                             .attr["shape"].shape.dim[1].size)
-    graph = tf.compat.v1.wrap_function(
-        lambda x: tf.graph_util.import_graph_def(graph_def, input_map={"input:0": x},
-                                                 return_elements=["resnet50/output/softmax:0"])[0],
-        [tf.TensorSpec([None, size, size, 3], tf.float32)])
-    with tempfile.TemporaryDirectory() as work:
-        onnx_path = os.path.join(work, "qat.onnx")
-        export.to_onnx(args.graph, onnx_path)
-        sessions = {}
-        for name, level in (("ort", ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
-                            ("ort_unoptimised", ort.GraphOptimizationLevel.ORT_DISABLE_ALL)):
-            options = ort.SessionOptions()
-            options.graph_optimization_level = level
-            sessions[name] = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
-    filenames = runner_utils.list_filenames_in_dataset(args.data_dir, "validation")
-    dataset = data_utils.get_tfrecords_input_fn(filenames, args.batch_size, size, size, training=False,
-                                                num_threads=2, deterministic=True,
-                                                num_classes=source.get("num_classes") or 1001, num_epochs=1)
-    outputs = {name: [] for name in ("tf", "tf_scaled", *sessions)}
-    labels = []
-    for images, batch_labels in dataset:
-        outputs["tf"].append(graph(images).numpy())
-        outputs["tf_scaled"].append(graph(images * (1 + 1e-6)).numpy())
-        for name, session in sessions.items():
-            outputs[name].append(session.run(None, {session.get_inputs()[0].name: images.numpy()})[0])
-        labels.append(batch_labels.numpy())
-    outputs = {name: np.concatenate(values) for name, values in outputs.items()}
-    labels = np.concatenate(labels)
+    graph, outputs, labels = probabilities(args.graph, args.data_dir, args.batch_size)
+    source = graph.source
     # File names only: a result kept in bench/results/ names no path of the machine it was measured on.
     recorded = dict(source, checkpoint=os.path.basename(source["checkpoint"])) if source.get("checkpoint") else source
     results = {"graph": os.path.basename(args.graph), "source": recorded, "images": int(len(labels)),

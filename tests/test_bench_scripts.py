@@ -278,3 +278,84 @@ def test_qat_backends_compares_tensorflow_with_onnx_runtime_both_ways(tmp_path):
         row = results[name]
         assert 0 <= row["median_abs_diff"] <= row["p99_abs_diff"] <= row["max_abs_diff"] <= 1
         assert 0 <= row["top1_agreement"] <= 1
+
+
+def _narrow_graph(tmp_path, monkeypatch, *flags):
+    """A random-weight, narrow ResNet-50 (7 classes, 32 px) frozen as export_frozen_graph.py writes it; with
+    `flags`, e.g. --input_format NCHW --no_normalization."""
+    import export_frozen_graph
+    from model import resnet
+    monkeypatch.setitem(resnet.ARCHITECTURES, "resnet50", resnet.ArchSpec(
+        layers=(1, 1, 1, 1), widths=(8, 16, 32, 64), expansions=4, cardinality=1, use_se=False))
+    graph = tmp_path / "graph.pb"
+    export_frozen_graph.export(export_frozen_graph.parse_args([
+        "--model_name", "resnet50", "--num_classes", "7", "--image_size", "32", "--compute_format", "NHWC",
+        "--output_file", str(graph), *flags]), log=lambda *_: None)
+    return graph
+
+
+def _validation_images(data_dir, num_classes):
+    """The validation images (raw 0..255 NHWC, the eval pipeline's) and labels of `data_dir`, at 32 px."""
+    import numpy as np
+    from runtime import runner_utils
+    from utils import data_utils
+    filenames = runner_utils.list_filenames_in_dataset(str(data_dir), "validation")
+    batches = list(data_utils.get_tfrecords_input_fn(filenames, 3, 32, 32, training=False, num_threads=1,
+                                                     deterministic=True, num_classes=num_classes, num_epochs=1))
+    return (np.concatenate([images.numpy() for images, _ in batches]),
+            np.concatenate([labels.numpy() for _, labels in batches]))
+
+
+def _run_nchw_graph(graph_def, images):
+    """The graph's probabilities on NCHW `images`, imported here directly."""
+    import tensorflow as tf
+    function = tf.compat.v1.wrap_function(
+        lambda x: tf.graph_util.import_graph_def(graph_def, input_map={"input:0": x},
+                                                 return_elements=["resnet50/output/softmax:0"])[0],
+        [tf.TensorSpec([None, 3, 32, 32], tf.float32)])
+    return function(tf.constant(images)).numpy()
+
+
+def test_qat_backends_and_qat_accuracy_feed_a_graph_what_it_records_it_takes(tmp_path, monkeypatch):
+    """export_frozen_graph.py's default NCHW input with --no_normalization: both benches feed the graph normalised
+    pixels in NCHW and read its 7 classes, as a direct run of the graph on input prepared by hand."""
+    import numpy as np
+    from bench import qat_accuracy, qat_backends
+    from model import export
+    from tests._data_helpers import write_tfrecord_shards
+    graph = _narrow_graph(tmp_path, monkeypatch, "--input_format", "NCHW", "--no_normalization")
+    write_tfrecord_shards(str(tmp_path / "data"), "validation", 1, 6, 40, num_classes=7)
+    images, labels = _validation_images(tmp_path / "data", 7)
+    normalised = (images - np.float32([123.68, 116.28, 103.53])) / np.float32([58.395, 57.120, 57.385])
+    graph_def = export.load_graph_def(str(graph))
+    expected = _run_nchw_graph(graph_def, normalised.transpose(0, 3, 1, 2))
+    # Raw pixels would give other probabilities: the comparison below can tell the two feeds apart.
+    assert np.abs(_run_nchw_graph(graph_def, images.transpose(0, 3, 1, 2)) - expected).max() > 1e-3
+    frozen, outputs, read_labels = qat_backends.probabilities(str(graph), str(tmp_path / "data"), 3)
+    assert (frozen.layout, frozen.input_pixels, frozen.image_size, frozen.num_classes) == (
+        "NCHW", "normalized", 32, 7)
+    np.testing.assert_array_equal(read_labels, labels)
+    for name in ("tf", "ort", "ort_unoptimised"):
+        np.testing.assert_allclose(outputs[name], expected, atol=1e-5, err_msg=name)
+    assert qat_accuracy.frozen_graph_accuracy(str(graph), str(tmp_path / "data"), batch_size=4) == \
+        pytest.approx(np.mean(expected.argmax(1) == labels))
+
+
+def test_qat_backends_refuses_a_graph_that_does_not_say_what_pixels_it_takes(tmp_path, monkeypatch, capsys):
+    """Without its input_pixels marker (the original's graph, an earlier export's) a graph may take raw or
+    normalised pixels: one line, no guess."""
+    from bench import qat_backends
+    from model import export
+    from tests._data_helpers import write_tfrecord_shards
+    graph = _narrow_graph(tmp_path, monkeypatch, "--input_format", "NHWC")
+    graph_def = export.load_graph_def(str(graph))
+    kept = [node for node in graph_def.node if node.name != export.INPUT_PIXELS]
+    del graph_def.node[:]
+    graph_def.node.extend(kept)
+    export.write_graph_def(graph_def, str(graph), as_text=False)
+    write_tfrecord_shards(str(tmp_path / "data"), "validation", 1, 3, 40, num_classes=7)
+    assert qat_backends.main(["--graph", str(graph), "--data_dir", str(tmp_path / "data"),
+                              "--batch_size", "3"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error == (f"ERROR: {graph} does not record whether it takes raw or normalised pixels (the original's "
+                     "graph, or an earlier export's): export it again with export_frozen_graph.py")
