@@ -23,7 +23,7 @@ import sys
 from model.arch_names import ARCH_NAMES
 from runtime.config import given_options
 from runtime.settings import classifier_form_note, reconcile
-from utils import quiet
+from utils import defaults, quiet
 from utils.errors import ArgumentParser, command
 from utils.output_paths import check_output_file
 
@@ -33,10 +33,12 @@ FORMATS = ("NCHW", "NHWC")
 def parse_args(argv=None):
     parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     # Defaults apply without --checkpoint; with one, what it records (runtime/settings.reconcile).
-    parser.add_argument("--model_name", default="resnet50", choices=ARCH_NAMES,
-                        help="default: the checkpoint's, else resnet50")
-    parser.add_argument("--image_size", type=int, default=224, help="default: the checkpoint's, else 224")
-    parser.add_argument("--num_classes", type=int, default=1001, help="default: the checkpoint's, else 1001")
+    parser.add_argument("--model_name", default=defaults.ARCH, choices=ARCH_NAMES,
+                        help=f"default: the checkpoint's, else {defaults.ARCH}")
+    parser.add_argument("--image_size", type=int, default=defaults.IMAGE_SIZE,
+                        help=f"default: the checkpoint's, else {defaults.IMAGE_SIZE}")
+    parser.add_argument("--num_classes", type=int, default=defaults.NUM_CLASSES,
+                        help=f"default: the checkpoint's, else {defaults.NUM_CLASSES}")
     parser.add_argument("--batch_size", type=int, default=None, help="placeholder batch dim (default: dynamic)")
     parser.add_argument("--input_format", default="NCHW", choices=FORMATS)
     parser.add_argument("--compute_format", default="NCHW", choices=FORMATS)

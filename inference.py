@@ -35,7 +35,7 @@ import time
 import numpy as np
 
 from model.arch_names import ARCH_NAMES
-from utils import quiet
+from utils import defaults, quiet
 from utils.errors import ArgumentParser, UserError, command
 from utils.output_paths import check_output_file
 
@@ -65,8 +65,10 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--backend", choices=BACKENDS, default="tf")
     parser.add_argument("--image-size", type=int, default=None,
-                        help="input height = width; default: read from --model (224 for --architecture)")
-    parser.add_argument("--num-classes", type=int, default=1001, help="classes of the --architecture model")
+                        help=f"input height = width; default: read from --model ({defaults.IMAGE_SIZE} for "
+                             "--architecture)")
+    parser.add_argument("--num-classes", type=int, default=defaults.NUM_CLASSES,
+                        help="classes of the --architecture model")
     parser.add_argument("--num-iter", type=int, default=None,
                         help="steps on random inputs (default 60000 // batch size, as the original)")
     parser.add_argument("--warmup-steps", type=int, default=20, help="steps left out of the final statistics")
@@ -430,7 +432,8 @@ def batches(args, num_classes=None, log=print):
     """(iterator of (images [B,S,S,3] float32 0..255, labels [B] or None), number of steps, (validation images, their
     SkippedRecords) or None for random inputs). One pass over the records, as main.py's evaluation: a record skipped
     as corrupt leaves its batch out rather than letting the stream wrap around to score images twice.
-    `num_classes`: the model's outputs, the label range the records must fit (None: not known, 1001 assumed)."""
+    `num_classes`: the model's outputs, the label range the records must fit (None: not known, the default
+    utils/defaults.NUM_CLASSES assumed)."""
     if args.data_dir:
         from runtime import runner_utils
         from utils import data_utils
@@ -446,7 +449,8 @@ def batches(args, num_classes=None, log=print):
         skipped = data_utils.SkippedRecords()
         dataset = data_utils.get_tfrecords_input_fn(filenames, args.batch_size, args.image_size, args.image_size,
                                                     training=False, num_threads=1, deterministic=True,
-                                                    num_classes=num_classes or 1001, num_epochs=1, skipped=skipped)
+                                                    num_classes=num_classes or defaults.NUM_CLASSES, num_epochs=1,
+                                                    skipped=skipped)
         classes_from = "--num-classes" if args.architecture else "the outputs of --model"
         return _checked(dataset.take(steps), classes_from), steps, (num_samples, skipped)
     steps = args.num_iter if args.num_iter is not None else max(1, 60000 // args.batch_size)
@@ -541,7 +545,7 @@ def run(args):
         with tempfile.TemporaryDirectory(prefix="inference-") as workdir:
             onnx_path = saved_model_dir = None
             if args.architecture:
-                args.image_size = args.image_size or 224
+                args.image_size = args.image_size or defaults.IMAGE_SIZE
                 if args.data_dir:
                     check_dataset(args, args.num_classes)  # before the (slow) export
                 if args.tf_trt and not tf_trt_available():

@@ -22,6 +22,7 @@ from model.layers.normalization import InputNormalization
 from model.layers.pooling import MaxPool2D
 from model.layers.qat_layers import QuantizedClassifier
 from model.layers.quantization import QuantizationConfig, QuantizationState
+from utils import defaults
 from utils.devices import CPU
 from utils.errors import ArgumentParser, UserError
 
@@ -92,7 +93,7 @@ def on_raw_pixels(model):
     return lambda images, training=False: model(normalize(images), training=training)
 
 
-def build_model(arch, num_classes=1001, compute_format="NHWC", dtype_policy=None, weight_init="fan_out",
+def build_model(arch, num_classes=defaults.NUM_CLASSES, compute_format="NHWC", dtype_policy=None, weight_init="fan_out",
                 use_final_conv=False, input_normalized=False, image_size=None, seed=None, *, platform=CPU,
                 allow_nchw_on_cpu=False, purpose="train", kernels=None, quantization=None):
     """Build the Keras model: NHWC float32 images -> float32 logits [B, num_classes].
@@ -174,7 +175,7 @@ def _same_size(size, strides):
     return -(-size // strides)
 
 
-def forward_macs(arch, num_classes=1001, image_size=224):
+def forward_macs(arch, num_classes=defaults.NUM_CLASSES, image_size=defaults.IMAGE_SIZE):
     """Multiply-adds per image of every conv and dense layer, as {row name: MACs} in network order."""
     spec = get_arch(arch)
     size = _same_size(image_size, 2)
@@ -207,7 +208,7 @@ def _summary_rows(model, spec):
     return rows
 
 
-def summary_lines(model, arch, image_size=224, num_classes=1001):
+def summary_lines(model, arch, image_size=defaults.IMAGE_SIZE, num_classes=defaults.NUM_CLASSES):
     spec = get_arch(arch)
     macs = forward_macs(arch, num_classes, image_size)
     lines = [f"{arch}: input [B, {image_size}, {image_size}, 3], {num_classes} classes",
@@ -231,8 +232,8 @@ def main(argv=None):
     parser = ArgumentParser(prog="python -m model.resnet", description=__doc__.splitlines()[0],
                             allow_abbrev=False)
     parser.add_argument("--arch", required=True, choices=sorted(ARCHITECTURES))
-    parser.add_argument("--num_classes", type=int, default=1001)
-    parser.add_argument("--image_size", type=int, default=224)
+    parser.add_argument("--num_classes", type=int, default=defaults.NUM_CLASSES)
+    parser.add_argument("--image_size", type=int, default=defaults.IMAGE_SIZE)
     args = parser.parse_args(argv)
     model = build_model(args.arch, num_classes=args.num_classes, image_size=args.image_size)
     print("\n".join(summary_lines(model, args.arch, args.image_size, args.num_classes)))

@@ -21,6 +21,7 @@ import typing
 from typing import Any, Callable, Optional, Sequence
 
 from model.arch_names import ARCH_NAMES
+from utils import defaults
 from utils import quiet
 from utils.errors import ArgumentParser, UserError
 
@@ -82,7 +83,7 @@ def flag_of(field: dataclasses.Field) -> Flag:
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     # The field order is the order of `--help` and of the value checks.
-    arch: str = _flag("resnet50", "Architecture of model to run.", choices=ARCH_NAMES)
+    arch: str = _flag(defaults.ARCH, "Architecture of model to run.", choices=ARCH_NAMES)
     mode: str = _flag("train_and_evaluate", "The execution mode of the script.", choices=MODE_CHOICES)
     export_dir: Optional[str] = _flag(None, "Directory in which to write exported SavedModel.")
     to_predict: Optional[str] = _flag(None, "Path to file or directory of files to run prediction on.")
@@ -126,7 +127,7 @@ class RunConfig:
     data_idx_dir: Optional[str] = _flag(None, "Path to index files for DALI. Files should be named 'train-*' and "
                                               "'validation-*'.", group=DATASET)
     dali: bool = _flag(False, "Enable DALI data input (requires --data_idx_dir).", group=DATASET)
-    synthetic_data_size: int = _flag(224, "Dimension of image for synthetic dataset", group=DATASET,
+    synthetic_data_size: int = _flag(defaults.IMAGE_SIZE, "Dimension of image for synthetic dataset", group=DATASET,
                                      check=lambda v: v >= 32,
                                      problem="--synthetic_data_size must be at least 32 (got {})")
 
@@ -166,12 +167,14 @@ class RunConfig:
     # Accepted, hidden and unused, as in the original.
     use_static_loss_scaling: bool = _flag(False, argparse.SUPPRESS, group=AMP)
 
-    num_classes: int = _flag(1001, "Width of the classifier. ImageNet TFRecords use labels 1..1000 and 1001 outputs; "
-                                   "a K-class dataset from dataprep uses labels 1..K and needs --num_classes >= K.",
+    num_classes: int = _flag(defaults.NUM_CLASSES,
+                             "Width of the classifier. ImageNet TFRecords use labels 1..1000 and 1001 outputs; "
+                             "a K-class dataset from dataprep uses labels 1..K and needs --num_classes >= K.",
                              group=ADDITIONS,
                              check=lambda v: v >= 2, problem="--num_classes must be at least 2 (got {})")
-    image_size: int = _flag(224, "Training/evaluation image size (H = W) for real data. Evaluation resizes the "
-                                 "shorter side to image_size * 256 / 224 before the central crop.",
+    image_size: int = _flag(defaults.IMAGE_SIZE,
+                            "Training/evaluation image size (H = W) for real data. Evaluation resizes the "
+                            "shorter side to image_size * 256 / 224 before the central crop.",
                             group=ADDITIONS,
                             check=lambda v: v >= 32, problem="--image_size must be at least 32 (got {})")
     # `%%`: argparse %-formats help texts.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 
+from utils import defaults
 from utils.data_utils import as_written, class_index, label_in_range_check, without_autotuning
 from utils.errors import UserError
 from utils.image_processing import (AREA_RANGE, ASPECT_RATIO_RANGE, CHANNEL_MEANS, CHANNEL_STDS,
@@ -139,7 +140,7 @@ def _build_pipeline(filenames, idx_filenames, batch_size, height, width, trainin
 
 def get_dali_input_fn(filenames, idx_filenames, batch_size, height, width, training, num_threads=4,
                       deterministic=False, seed=None, num_shards=1, shard_index=0, min_crop_area=AREA_RANGE[0],
-                      use_gpu=False, *, num_classes=1001):
+                      use_gpu=False, *, num_classes=defaults.NUM_CLASSES):
     """Batches of (normalised images float32 [B, H, W, 3], labels int32 [B] 0-based), forever.
 
     num_classes: a label outside 1..num_classes stops the iteration with the InvalidArgumentError of

@@ -66,7 +66,7 @@ import numpy as np
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
-from utils import image_processing, pixels
+from utils import defaults, image_processing, pixels
 from utils.errors import UserError
 
 SHUFFLE_BUFFER = 4096
@@ -498,7 +498,7 @@ def read_for_dali(path: str) -> tuple[int, str | None, tuple[int, str] | None]:
 
 
 def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_threads=10, deterministic=False,
-                           seed=None, num_shards=1, shard_index=0, *, num_classes=1001, start_step=0,
+                           seed=None, num_shards=1, shard_index=0, *, num_classes=defaults.NUM_CLASSES, start_step=0,
                            min_crop_area=image_processing.AREA_RANGE[0], augment=None, num_epochs=None,
                            skipped=None):
     """Batches of (images float32 [B, H, W, 3] in 0..255, labels int32 [B] 0-based), forever or for `num_epochs`
@@ -550,7 +550,7 @@ def get_tfrecords_input_fn(filenames, batch_size, height, width, training, num_t
 
 
 # ---------------------------------------------------------------------------------------------- synthetic
-def get_synth_input_fn(batch_size, height, width, num_classes=1001, seed=None):
+def get_synth_input_fn(batch_size, height, width, num_classes=defaults.NUM_CLASSES, seed=None):
     """One random batch (truncated normal, mean 127, std 60; labels uniform in 0..num_classes-2), repeated."""
     shape = [batch_size, height, width, 3]
     if seed is None:
