@@ -4,4 +4,4 @@ builder and the input pipelines, so that a change here reaches every one of them
 
 ARCH = "resnet50"
 IMAGE_SIZE = 224  # H = W of the input, as the original's ImageNet training
-NUM_CLASSES = 1001  # ImageNet's 1000 classes at labels 1..1000, output 0 the original's background class
+NUM_CLASSES = 1001  # ImageNet's labels 1..1000 on outputs 0..999, and the original's 1001st output, never a label
