@@ -14,6 +14,7 @@ QuantizeLinear/DequantizeLinear pairs (what TensorRT's explicit INT8 mode consum
 ops with a narrow range (symmetric FakeQuant weights), so those graphs are exported with QDQ ops.
 """
 
+import contextlib
 import glob
 import json
 import os
@@ -346,6 +347,69 @@ def graph_def_io(graph_def):
 
 # ------------------------------------------------------------------ ONNX
 
+def fuse_grouped_convs(graph_def):
+    """`graph_def` with each per-group convolution (model/layers/grouped_conv.py "per_group_conv": the input and the
+    HWIO kernel each split into G parts, G `Conv2D`s, their outputs concatenated along the channels) replaced by
+    one grouped `Conv2D` of the whole input and kernel: the same function (a grouped convolution is defined as
+    those G convolutions side by side), which tf2onnx converts into one ONNX `Conv` with `group` G. Only for
+    conversion: TensorFlow's CPU kernels cannot run a grouped `Conv2D` once Grappler fuses it with its BN/ReLU.
+    Returns (the new GraphDef, the number of convolutions fused)."""
+    from tensorflow.core.framework import graph_pb2, node_def_pb2
+    nodes = {node.name: node for node in graph_def.node}
+    consumers = {}
+    for node in graph_def.node:
+        for name in node.input:
+            consumers.setdefault(name.split(":")[0].lstrip("^"), []).append(node.name)
+
+    def source(name):  # (node name, output index) of an input
+        node, _, index = name.partition(":")
+        return node, int(index or 0)
+
+    def axis(name):  # the 4-D axis a Const input names (-1 is 3), or None
+        node = nodes.get(source(name)[0])
+        if node is None or node.op != "Const":
+            return None
+        from tensorflow.python.framework import tensor_util
+        value = tensor_util.MakeNdarray(node.attr["value"].tensor).tolist()
+        return value % 4 if isinstance(value, int) else None
+
+    def channel_axis(conv):
+        return 1 if conv.attr["data_format"].s == b"NCHW" else 3
+
+    replaced = {}
+    for concat in graph_def.node:
+        if concat.op != "ConcatV2" or concat.attr["N"].i < 2:
+            continue
+        parts = list(concat.input[:concat.attr["N"].i])
+        convs = [nodes.get(source(name)[0]) for name in parts]
+        if any(conv is None or conv.op != "Conv2D" or source(name)[1] != 0 or len(consumers.get(conv.name, [])) != 1
+               for conv, name in zip(convs, parts)):
+            continue
+        x_split, k_split = (nodes.get(source(convs[0].input[i])[0]) for i in (0, 1))
+        groups = len(convs)
+        if x_split is None or k_split is None or x_split.op != "Split" or k_split.op != "Split" or \
+                x_split.attr["num_split"].i != groups or k_split.attr["num_split"].i != groups:
+            continue
+        channels = channel_axis(convs[0])
+        same = all(source(conv.input[0]) == (x_split.name, i) and source(conv.input[1]) == (k_split.name, i)
+                   and len(conv.input) == 2 and conv.attr == convs[0].attr for i, conv in enumerate(convs))
+        if not (same and axis(x_split.input[0]) == channels and axis(k_split.input[0]) == 3
+                and axis(concat.input[-1]) == channels):
+            continue
+        fused = node_def_pb2.NodeDef(name=concat.name, op="Conv2D", input=[x_split.input[1], k_split.input[1]])
+        for key, value in convs[0].attr.items():
+            fused.attr[key].CopyFrom(value)
+        replaced[concat.name] = fused
+    if not replaced:
+        return graph_def, 0
+    result = graph_pb2.GraphDef()
+    result.CopyFrom(graph_def)
+    del result.node[:]
+    for node in graph_def.node:
+        result.node.append(replaced.get(node.name, node))
+    return result, len(replaced)  # (the splits and per-group convs left unused are pruned by tf2onnx)
+
+
 def saved_model_to_onnx(saved_model_dir, output_path, opset=DEFAULT_OPSET):
     import tf2onnx
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
@@ -356,9 +420,10 @@ def saved_model_to_onnx(saved_model_dir, output_path, opset=DEFAULT_OPSET):
     # Name the ONNX outputs after the signature keys (classes, probabilities).
     keys = sorted(signature.structured_outputs)  # the flattening order of a dict of outputs
     by_tensor = {tensor.name: key for key, tensor in zip(keys, frozen.outputs)}
-    with _no_deprecation_notices():
+    with _tf2onnx_conversion():
         model_proto, _ = tf2onnx.convert.from_graph_def(
-            frozen.graph.as_graph_def(), input_names=input_names, output_names=output_names, opset=opset)
+            fuse_grouped_convs(frozen.graph.as_graph_def())[0], input_names=input_names, output_names=output_names,
+            opset=opset)
     _rename_io(model_proto, input_names, ["input"], output_names,
                [by_tensor.get(name, name.split(":")[0]) for name in output_names])
     _set_metadata(model_proto, INPUT_PIXELS, RAW)  # a serving signature takes raw pixels (save_saved_model)
@@ -377,8 +442,8 @@ def frozen_graph_to_onnx(graph_def_path, output_path, opset=DEFAULT_OPSET):
         raise UserError(f"{graph_def_path}: expected one placeholder and one output, got {inputs} -> {outputs}")
     input_names, output_names = [inputs[0] + ":0"], [outputs[0] + ":0"]
     try:
-        with _no_deprecation_notices():
-            model_proto, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=input_names,
+        with _tf2onnx_conversion():
+            model_proto, _ = tf2onnx.convert.from_graph_def(fuse_grouped_convs(graph_def)[0], input_names=input_names,
                                                             output_names=output_names, opset=opset)
     except Exception as error:  # noqa: BLE001 - tf2onnx raises plain exceptions for unsupported ops
         message = first_line(error)
@@ -405,11 +470,31 @@ def to_onnx(input_path, output_path, opset=DEFAULT_OPSET):
     return frozen_graph_to_onnx(input_path, output_path, opset)
 
 
-def _no_deprecation_notices():
-    """tf2onnx calls TF's v1 graph utilities, and TF prints a deprecation notice for each (nothing a user of the
-    export can act on); TF's own switch turns them off for the conversion."""
+@contextlib.contextmanager
+def _tf2onnx_conversion():
+    """The conditions of a tf2onnx conversion. tf2onnx calls TF's v1 graph utilities, and TF prints a deprecation
+    notice for each (nothing a user of the export can act on); TF's own switch turns them off. Its ONNX optimizers
+    each work on a deep copy of the whole graph, weights included, and the copies left behind are reference
+    cycles: Python's collector, counting objects rather than bytes, let them pile up (ResNeXt101: 12 GB at the
+    peak), so a full collection runs before each optimizer (4.7 GB)."""
+    import gc
     from tensorflow.python.util import deprecation
-    return deprecation.silence()
+    from tf2onnx import optimizer
+
+    def collecting(factory):
+        def make():
+            gc.collect()
+            return factory()
+        return make
+
+    registry = optimizer._optimizers  # (the pinned tf2onnx's: requirements.txt)
+    saved = dict(registry)
+    registry.update({name: collecting(factory) for name, factory in saved.items()})
+    try:
+        with deprecation.silence():
+            yield
+    finally:
+        registry.update(saved)
 
 
 def graph_precision(graph_def):

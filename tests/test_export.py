@@ -120,9 +120,21 @@ def test_grouped_convolutions_and_se_convert_to_onnx_equal_keras(tmp_path, monke
     export.write_graph_def(graph_def, str(output), as_text=False)
     np.testing.assert_allclose(run_graph_def(graph_def, x, output="small-se-resnext/output/softmax"), expected,
                                atol=1e-5)
+    fused, count = export.fuse_grouped_convs(graph_def)
+    assert count == 2 and sum(n.op == "Conv2D" for n in fused.node) == 1 + 2 * (2 + 1 + 1) + 2 * 32  # (+ unused)
     onnx_path = tmp_path / "frozen.onnx"
-    export.to_onnx(str(output), str(onnx_path))
+    proto = export.to_onnx(str(output), str(onnx_path))
+    # Each block's 32 per-group convolutions are one ONNX Conv with group 32 (ONNX Runtime's and TensorRT's grouped
+    # kernels; before, 32 Convs between a Split and a Concat, with a Transpose pair around each).
+    groups = sorted(next((a.i for a in n.attribute if a.name == "group"), 1) for n in proto.graph.node
+                    if n.op_type == "Conv")
+    assert groups == [1] * 7 + [32, 32]
     np.testing.assert_allclose(onnx_probabilities(onnx_path, x), expected, atol=1e-4)
+    saved = export.save_saved_model(model, SIZE, str(tmp_path / "saved"))  # the SavedModel's conversion too
+    proto = export.to_onnx(saved, str(tmp_path / "saved.onnx"))
+    assert sum(any(a.name == "group" and a.i == 32 for a in n.attribute) for n in proto.graph.node) == 2
+    assert not [n for n in proto.graph.node if n.op_type == "Split"]
+    np.testing.assert_allclose(onnx_probabilities(tmp_path / "saved.onnx", x), expected, atol=1e-4)
 
 
 @pytest.mark.gpu_path
