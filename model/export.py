@@ -476,7 +476,9 @@ def _tf2onnx_conversion():
     notice for each (nothing a user of the export can act on); TF's own switch turns them off. Its ONNX optimizers
     each work on a deep copy of the whole graph, weights included, and the copies left behind are reference
     cycles: Python's collector, counting objects rather than bytes, let them pile up (ResNeXt101: 12 GB at the
-    peak), so a full collection runs before each optimizer (4.7 GB)."""
+    peak), so a full collection runs before each optimizer (4.7 GB). The objects that were there before the
+    conversion (TensorFlow's and Keras' millions) are frozen out of those collections meanwhile: walking them took
+    ~1 s a collection."""
     import gc
     from tensorflow.python.util import deprecation
     from tf2onnx import optimizer
@@ -490,10 +492,12 @@ def _tf2onnx_conversion():
     registry = optimizer._optimizers  # (the pinned tf2onnx's: requirements.txt)
     saved = dict(registry)
     registry.update({name: collecting(factory) for name, factory in saved.items()})
+    gc.freeze()
     try:
         with deprecation.silence():
             yield
     finally:
+        gc.unfreeze()
         registry.update(saved)
 
 
