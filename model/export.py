@@ -475,10 +475,10 @@ def _tf2onnx_conversion():
     """The conditions of a tf2onnx conversion. tf2onnx calls TF's v1 graph utilities, and TF prints a deprecation
     notice for each (nothing a user of the export can act on); TF's own switch turns them off. Its ONNX optimizers
     each work on a deep copy of the whole graph, weights included, and the copies left behind are reference
-    cycles: Python's collector, counting objects rather than bytes, let them pile up (ResNeXt101: 12 GB at the
-    peak), so a full collection runs before each optimizer (4.7 GB). The objects that were there before the
-    conversion (TensorFlow's and Keras' millions) are frozen out of those collections meanwhile: walking them took
-    ~1 s a collection."""
+    cycles: Python's collector, counting objects rather than bytes, let them pile up (gigabytes for ResNeXt101), so
+    a full collection runs before each optimizer. The objects that were there before the conversion (TensorFlow's
+    and Keras' millions) are frozen out of those collections meanwhile, which would otherwise walk them each time
+    (docs/PERFORMANCE.md, Grouped convolution)."""
     import gc
     from tensorflow.python.util import deprecation
     from tf2onnx import optimizer
