@@ -49,18 +49,23 @@ def probabilities(graph_path, data_dir, batch_size):
             options.graph_optimization_level = level
             sessions[name] = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
     filenames = runner_utils.list_filenames_in_dataset(data_dir, "validation")
+    total = sum(runner_utils.count_records(name) for name in filenames)
     dataset = data_utils.get_tfrecords_input_fn(filenames, batch_size, graph.image_size, graph.image_size,
                                                 training=False, num_threads=2, deterministic=True,
-                                                num_classes=graph.num_classes, num_epochs=1)
+                                                num_classes=graph.num_classes)
     outputs = {name: [] for name in ("tf", "tf_scaled", *sessions)}
     labels = []
-    for images, batch_labels in dataset:
-        fed = graph.prepare(images.numpy())
+    seen = 0
+    # The eval stream repeats in whole batches: every validation image once, a split smaller than a batch too.
+    for images, batch_labels in dataset.take(-(-total // batch_size)):
+        images, batch_labels = images.numpy()[:total - seen], batch_labels.numpy()[:total - seen]
+        seen += len(batch_labels)
+        fed = graph.prepare(images)
         outputs["tf"].append(graph(fed))
         outputs["tf_scaled"].append(graph(fed * np.float32(1 + 1e-6)))
         for name, session in sessions.items():
             outputs[name].append(session.run(None, {session.get_inputs()[0].name: fed})[0])
-        labels.append(batch_labels.numpy())
+        labels.append(batch_labels)
     return graph, {name: np.concatenate(values) for name, values in outputs.items()}, np.concatenate(labels)
 
 

@@ -337,6 +337,12 @@ def test_qat_backends_and_qat_accuracy_feed_a_graph_what_it_records_it_takes(tmp
     np.testing.assert_array_equal(read_labels, labels)
     for name in ("tf", "ort", "ort_unoptimised"):
         np.testing.assert_allclose(outputs[name], expected, atol=1e-5, err_msg=name)
+    # A batch that does not divide the 6 images, or holds more than all of them: every image once (a split smaller
+    # than --batch_size compared nothing and ended in a traceback).
+    for batch_size in (4, 8):
+        _, outputs, read_labels = qat_backends.probabilities(str(graph), str(tmp_path / "data"), batch_size)
+        np.testing.assert_array_equal(read_labels, labels)
+        np.testing.assert_allclose(outputs["tf"], expected, atol=1e-5)
     assert qat_accuracy.frozen_graph_accuracy(str(graph), str(tmp_path / "data"), batch_size=4) == \
         pytest.approx(np.mean(expected.argmax(1) == labels))
 
