@@ -181,11 +181,15 @@ def check_mode_arguments(config):
     elif config.model_dir and os.path.exists(config.model_dir) and not os.path.isdir(config.model_dir):
         raise UserError("--model_dir {} exists and is not a directory".format(config.model_dir))
     if config.model_dir and not os.path.exists(config.model_dir) and os.path.isfile(config.model_dir + ".index"):
+        directory = os.path.dirname(config.model_dir) or "."
         raise UserError("--model_dir {} is a checkpoint, not a directory: --model_dir takes the directory ({}), whose "
                         "newest complete checkpoint every mode uses{}".format(
-                            config.model_dir, os.path.dirname(config.model_dir) or ".",
-                            "; export_frozen_graph.py --checkpoint takes this one" if config.mode not in TRAINING_MODES
-                            else ""))
+                            config.model_dir, directory,
+                            "; to use this one, link its files into a directory of their own (mkdir D && ln -s {}.* "
+                            "{} D/) and pass --model_dir D, or export it with export_frozen_graph.py --checkpoint"
+                            .format(os.path.abspath(config.model_dir),
+                                    os.path.abspath(os.path.join(directory, "labels.txt")))
+                            if config.mode not in TRAINING_MODES else ""))
     if config.export_dir and config.mode in EXPORT_MODES:
         check_output_dir("--export_dir", config.export_dir)
     if config.finetune_checkpoint and not (os.path.exists(config.finetune_checkpoint)

@@ -311,7 +311,10 @@ def test_a_checkpoint_prefix_for_model_dir_is_refused_naming_its_directory(tmp_p
     """--model_dir is a directory (a prefix there said "no checkpoint ... train first", and training would have made a
     directory of that name); the tool that takes one checkpoint is named."""
     path = fake_checkpoint(tmp_path / "run")
-    for mode, tail in (("evaluate", "; export_frozen_graph.py --checkpoint takes this one"), ("train", "")):
+    use_it = (f"; to use this one, link its files into a directory of their own (mkdir D && ln -s {path}.* "
+              f"{tmp_path / 'run' / 'labels.txt'} D/) and pass --model_dir D, or export it with export_frozen_graph.py "
+              "--checkpoint")
+    for mode, tail in (("evaluate", use_it), ("train", "")):
         with pytest.raises(UserError) as raised:
             settings.check_mode_arguments(RunConfig(mode=mode, model_dir=path, data_dir=str(tmp_path), batch_size=2))
         assert str(raised.value) == (f"--model_dir {path} is a checkpoint, not a directory: --model_dir takes the "
