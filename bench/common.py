@@ -216,3 +216,20 @@ class FrozenGraph:
     def __call__(self, prepared):
         """Probabilities [N, K] of a batch already `prepare`d."""
         return self.function(prepared).numpy()
+
+    def validation_batches(self, data_dir, batch_size):
+        """(batch `prepare`d for the graph, labels [n] 0-based) over the validation split of `data_dir`, every image
+        once: the eval stream repeats in whole batches, so the last is cut to the images left (a split smaller than
+        a batch too)."""
+        from runtime import runner_utils
+        from utils import data_utils
+        filenames = runner_utils.list_filenames_in_dataset(data_dir, "validation")
+        total = sum(runner_utils.count_records(name) for name in filenames)
+        dataset = data_utils.get_tfrecords_input_fn(filenames, batch_size, self.image_size, self.image_size,
+                                                    training=False, num_threads=2, deterministic=True,
+                                                    num_classes=self.num_classes)
+        seen = 0
+        for images, labels in dataset.take(-(-total // batch_size)):
+            images, labels = images.numpy()[:total - seen], labels.numpy()[:total - seen]
+            seen += len(labels)
+            yield self.prepare(images), labels

@@ -49,21 +49,11 @@ def frozen_graph_accuracy(graph_path, data_dir, batch_size=100):
     """Top-1 accuracy of a frozen graph over the validation split of `data_dir`, fed as the graph records it takes
     its input (bench.common.FrozenGraph: layout, pixels, size and classes)."""
     from bench.common import FrozenGraph
-    from runtime import runner_utils
-    from utils import data_utils
     graph = FrozenGraph(graph_path)
-    filenames = runner_utils.list_filenames_in_dataset(data_dir, "validation")
-    total = sum(runner_utils.count_records(name) for name in filenames)
-    dataset = data_utils.get_tfrecords_input_fn(filenames, batch_size, graph.image_size, graph.image_size,
-                                                training=False, num_threads=2, deterministic=True,
-                                                num_classes=graph.num_classes)
     correct = seen = 0
-    for images, labels in dataset.take(-(-total // batch_size)):
-        predicted = np.argmax(graph(graph.prepare(images.numpy())), axis=1)
-        if seen + len(predicted) > total:  # the eval stream repeats; count every validation image once
-            predicted, labels = predicted[:total - seen], labels[:total - seen]
-        correct += int(np.sum(predicted == labels.numpy()))
-        seen += len(predicted)
+    for prepared, labels in graph.validation_batches(data_dir, batch_size):
+        correct += int(np.sum(np.argmax(graph(prepared), axis=1) == labels))
+        seen += len(labels)
     return correct / seen
 
 

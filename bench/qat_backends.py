@@ -35,8 +35,6 @@ def probabilities(graph_path, data_dir, batch_size):
     import onnxruntime as ort
     from bench.common import FrozenGraph
     from model import export
-    from runtime import runner_utils
-    from utils import data_utils
 
     graph = FrozenGraph(graph_path)
     with tempfile.TemporaryDirectory() as work:
@@ -48,19 +46,9 @@ def probabilities(graph_path, data_dir, batch_size):
             options = ort.SessionOptions()
             options.graph_optimization_level = level
             sessions[name] = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
-    filenames = runner_utils.list_filenames_in_dataset(data_dir, "validation")
-    total = sum(runner_utils.count_records(name) for name in filenames)
-    dataset = data_utils.get_tfrecords_input_fn(filenames, batch_size, graph.image_size, graph.image_size,
-                                                training=False, num_threads=2, deterministic=True,
-                                                num_classes=graph.num_classes)
     outputs = {name: [] for name in ("tf", "tf_scaled", *sessions)}
     labels = []
-    seen = 0
-    # The eval stream repeats in whole batches: every validation image once, a split smaller than a batch too.
-    for images, batch_labels in dataset.take(-(-total // batch_size)):
-        images, batch_labels = images.numpy()[:total - seen], batch_labels.numpy()[:total - seen]
-        seen += len(batch_labels)
-        fed = graph.prepare(images)
+    for fed, batch_labels in graph.validation_batches(data_dir, batch_size):
         outputs["tf"].append(graph(fed))
         outputs["tf_scaled"].append(graph(fed * np.float32(1 + 1e-6)))
         for name, session in sessions.items():
