@@ -132,9 +132,10 @@ def export(args, log=print):
                     f"--use_final_conv {args.use_final_conv}")
         checkpoints.check_fits(info, args.model_name, args.num_classes, arch_flag="--model_name")
         log(checkpoint.restore_model(model, info, args.model_name, describe).describe())
-        unsettled = checkpoint.unsettled_statistics(info.step, f"checkpoint {info.path}")
-        if unsettled:
-            log(unsettled)
+        for warning in (checkpoint.unsettled_statistics(info.step, f"checkpoint {info.path}"),
+                        checkpoint.divergence_warning(info.diverged, f"checkpoint {info.path}")):
+            if warning:
+                log(warning)
         if args.use_ema_weights:
             checkpoint.use_averages(model, info, args.model_name, describe, log)
         else:

@@ -316,6 +316,9 @@ def describe_given_model(args, saved_model_dir, onnx_model, log):
             if args.data_dir and source.get("checkpoint") else None
         if unsettled:  # an accuracy is measured
             log(unsettled)
+        diverged = checkpoint.divergence_warning(source.get("diverged"), f"--model {args.model}")
+        if diverged:
+            log(diverged)
         if args.data_dir:
             from runtime import runner_utils
             labels = os.path.join(args.data_dir, "labels.txt")

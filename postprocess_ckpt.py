@@ -131,6 +131,9 @@ def convert(args):
     from model import checkpoint
     info = checkpoint.inspect(checkpoint.find_checkpoint(args.input, "--input"))
     print(f"Read {info.path} ({info.describe()})")
+    diverged = checkpoint.divergence_warning(info.diverged, f"checkpoint {info.path}")
+    if diverged:  # the converted checkpoint records it too
+        print(diverged)
     _check_output(args.output, args.overwrite)
     created = not os.path.exists(args.output)
     try:

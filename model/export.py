@@ -108,11 +108,14 @@ def read_source(saved_model_dir):
 def source_record(arch, num_classes, info, ema, class_names=None, **extra):
     """What an export is, for its record (save_saved_model's source.json, a frozen graph's SOURCE_NODE): the
     architecture, classes, the checkpoint (model/checkpoint.CheckpointInfo, None for fresh weights) and step its
-    weights came from and which weights (`ema`: its EMA ones), the `class_names` of its outputs when known (output
-    k is class_names[k]), plus `extra` facts (a frozen graph's quantisation)."""
+    weights came from and which weights (`ema`: its EMA ones), the divergence its training was seen in, the
+    `class_names` of its outputs when known (output k is class_names[k]), plus `extra` facts (a frozen graph's
+    quantisation)."""
     record = {"arch": arch, "num_classes": num_classes, "checkpoint": info.path if info is not None else None,
               "step": info.step if info is not None else None,
               "weights": "fresh" if info is None else "ema" if ema else "raw"}
+    if info is not None and info.diverged:
+        record["diverged"] = dict(info.diverged)
     if class_names:
         record["class_names"] = list(class_names)
     return dict(record, **extra)

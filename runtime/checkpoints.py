@@ -66,8 +66,9 @@ def restore_for_inference(model, global_step, model_dir, arch, num_classes, *, u
     elif note_raw:
         note_unused_averages(info, log)
     unsettled = checkpoint.unsettled_statistics(info.step, f"checkpoint {path}") if note_unsettled else None
-    if unsettled:
-        log(unsettled)
+    for warning in (unsettled, checkpoint.divergence_warning(info.diverged, f"checkpoint {path}")):
+        if warning:
+            log(warning)
     return info
 
 
@@ -85,6 +86,9 @@ def finetune_from(model, path, arch, num_classes, *, use_final_conv=False, log=p
         log("Fine-tuning from {} to {} classes: the classifier is initialised fresh, every other trainable variable "
             "comes from the checkpoint".format(info.num_classes, num_classes))
     log(report.describe())
+    diverged = checkpoint.divergence_warning(info.diverged, f"--finetune_checkpoint {prefix}")
+    if diverged:
+        log(diverged)
     return prefix
 
 
@@ -108,6 +112,9 @@ def restore_or_initialise(model, optimizer, global_step, model_dir, arch, num_cl
     report = checkpoint.restore_training(model, optimizer, global_step, info, arch,
                                          checkpoint.describe_model(arch, num_classes, use_final_conv), averages)
     log(report.describe() + " with the optimizer state")
+    diverged = checkpoint.divergence_warning(info.diverged, f"checkpoint {latest}")
+    if diverged:
+        log(diverged)
     if averages is not None and not info.has_weight_averages:
         averages.reset()
     return None

@@ -70,12 +70,20 @@ COLLAPSE_TOLERANCE = 0.01
 COLLAPSE_STEPS = 100
 COLLAPSE_LEARNED = 0.9  # "clearly below": under this fraction of ln(classes) once
 
+# A cross-entropy this many times ln(classes) (and at least FAR_ABOVE_FLOOR), ln(classes) being the loss of a
+# model that knows nothing, for FAR_ABOVE_STEPS steps in a row: the model is confidently wrong on every batch, a
+# divergence the L2 check misses when the weights grow by less than L2_JUMP a step.
+FAR_ABOVE_FACTOR = 4.0
+FAR_ABOVE_FLOOR = 10.0
+FAR_ABOVE_STEPS = 3
+
 
 class TrainStats:
     """Non-finite checks: in fp32 a non-finite loss stops the run; with dynamic loss scaling skipped steps are
     counted and `max_skipped` in a row stop it. A finite blow-up of the weights (the L2 term jumping L2_JUMP
-    times in one step) and, given `num_classes`, a collapse to uniform outputs (COLLAPSE_STEPS) are each warned
-    about once: `check` returns the line."""
+    times in one step) and, given `num_classes`, a cross-entropy far above ln(classes) (FAR_ABOVE_*) and a collapse
+    to uniform outputs (COLLAPSE_STEPS) are each warned about once: `check` returns the line, and `diverged` holds
+    the first of them ({"step": N, "sign": what showed it}) for the run's checkpoints to record."""
 
     def __init__(self, dynamic_loss_scaling, max_skipped, remedy="lower --lr_init or check the data",
                  num_classes=None):
@@ -91,10 +99,37 @@ class TrainStats:
         self._lowest = math.inf
         self._at_uniform_since = None  # the first step of the current run of steps at ln(classes)
         self._warned_collapse = False
+        self._far_above = []  # the cross-entropies of the current run of steps far above ln(classes)
+        self._warned_far_above = False
+        self.diverged = None
 
     def check(self, values, step):
         self._check_finite(values, step)
-        return self._blow_up(values, step) or self._collapse(values, step)
+        return self._blow_up(values, step) or self._far_above_uniform(values, step) or self._collapse(values, step)
+
+    def _record(self, step, sign):
+        if self.diverged is None:
+            self.diverged = {"step": int(step), "sign": sign}
+
+    def _far_above_uniform(self, values, step):
+        if self._uniform is None or self._warned_far_above or "cross_entropy" not in values:
+            return None
+        loss = float(values["cross_entropy"])
+        limit = max(FAR_ABOVE_FACTOR * self._uniform, FAR_ABOVE_FLOOR)
+        if not (math.isfinite(loss) and loss > limit):
+            self._far_above = []
+            return None
+        self._far_above.append(loss)
+        if len(self._far_above) < FAR_ABOVE_STEPS:
+            return None
+        self._warned_far_above = True
+        first = step - FAR_ABOVE_STEPS + 1
+        sign = "the cross-entropy was {} at steps {}-{}, above {:.3g}, where a model that knows nothing has ln({}) " \
+               "= {:.4g}".format(", ".join("{:.4g}".format(value) for value in self._far_above), first, step, limit,
+                                self._classes, self._uniform)
+        self._record(first, sign)
+        return ("WARNING: {}: the training is diverging, and its checkpoints give confident wrong answers (lower "
+                "--lr_init, or raise --batch_size: batch norm over a few images is unstable)".format(sign))
 
     def _collapse(self, values, step):
         if self._uniform is None or self._warned_collapse or "cross_entropy" not in values:
@@ -110,6 +145,9 @@ class TrainStats:
             self._at_uniform_since = step
         if self._lowest < COLLAPSE_LEARNED * self._uniform and step - self._at_uniform_since + 1 >= COLLAPSE_STEPS:
             self._warned_collapse = True
+            self._record(self._at_uniform_since, "the cross-entropy stayed at ln({}), uniform outputs, for {} steps "
+                         "after it had reached {:.4g}".format(self._classes, step - self._at_uniform_since + 1,
+                                                              self._lowest))
             return ("WARNING: the cross-entropy has stayed at ln({}) = {:.4g}, the loss of a model that gives every "
                     "class the same probability, since step {} ({} steps), after it had reached {:.4g}: the training "
                     "has collapsed and its checkpoints predict nothing (lower --lr_init)".format(
@@ -124,6 +162,7 @@ class TrainStats:
         self._last_l2 = l2
         if not self._warned and last and math.isfinite(l2) and l2 > L2_JUMP * last:
             self._warned = True
+            self._record(step, "the weights' L2 term jumped from {:.4g} to {:.4g} in one step".format(last, l2))
             return ("WARNING: at step {} the weights' L2 term jumped from {:.4g} to {:.4g} in one step: the training "
                     "is diverging, and a model this far gone computes garbage or NaN (lower --lr_init, or raise "
                     "--batch_size: batch norm over a few images is unstable)".format(step, last, l2))

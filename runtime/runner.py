@@ -202,6 +202,8 @@ class Runner:
                     if distribution.is_chief:
                         if diverging:
                             log.print(diverging)
+                            if saver is not None and "diverged" not in saver.meta:  # every later checkpoint says so
+                                saver.meta = dict(saver.meta, diverged=stats.diverged)
                         self._log_train_step(values, step, index, meter, length.steps_per_epoch, is_benchmark)
                         if writer is not None and step % SUMMARY_EVERY_STEPS == 0:
                             with writer.as_default(step=step):
@@ -268,11 +270,15 @@ class Runner:
     def _metadata_seen_from(self, step):
         """The metadata of this run's checkpoints, with the images its training had seen at `step`, where it starts
         (runtime/settings.images_seen_record: from the checkpoint it resumes, 0 for a new run or a fine-tune), so
-        that a later resume at another images per step can count them."""
+        that a later resume at another images per step can count them, and the divergence the resumed checkpoint
+        records."""
         # (the restore said which checkpoint it took, and any it skipped: not said twice)
         latest = checkpoint.latest_checkpoint(self.config.model_dir, warn=lambda *_: None)
-        seen = settings.images_seen_record(checkpoint.inspect(latest) if latest else None, step)
+        info = checkpoint.inspect(latest) if latest else None
+        seen = settings.images_seen_record(info, step)
         meta = self.state.checkpoint_metadata
+        if info is not None and info.diverged:  # a resume of a diverged training stays one
+            meta = dict(meta, diverged=info.diverged)
         if seen is None or "training" not in meta:
             return meta
         return dict(meta, training=dict(meta["training"], images_seen=seen))

@@ -508,13 +508,14 @@ def test_non_finite_outputs_are_said_and_count_as_misses():
 
 
 def test_a_given_model_is_described_by_what_its_export_recorded(tmp_path):
-    """A SavedModel records its architecture, classes, size and the checkpoint and weights it came from
-    (model/export.save_saved_model); inference.py says it for the SavedModel and for its ONNX conversion, which
-    carries the record as metadata."""
+    """A SavedModel records its architecture, classes, size, the checkpoint and weights it came from and the
+    divergence its training was seen in (model/export.save_saved_model); inference.py says it for the SavedModel and
+    for its ONNX conversion, which carries the record as metadata."""
     from model import export, resnet
     model = resnet.build_model("resnet50", num_classes=11, image_size=32, purpose="inference")
     saved = export.save_saved_model(model, 32, str(tmp_path / "export"), {
-        "arch": "resnet50", "num_classes": 11, "checkpoint": "/runs/a/model.ckpt-7", "step": 7, "weights": "ema"})
+        "arch": "resnet50", "num_classes": 11, "checkpoint": "/runs/a/model.ckpt-7", "step": 7, "weights": "ema",
+        "diverged": {"step": 5, "sign": "the weights' L2 term jumped from 2.25 to 900 in one step"}})
     onnx_path = str(tmp_path / "m.onnx")
     assert tool_in_process("export_onnx", "--input", saved, "--output", onnx_path, check=False).returncode == 0
     for model_path, backend in ((saved, "tf"), (onnx_path, "onnxruntime")):
@@ -523,6 +524,9 @@ def test_a_given_model_is_described_by_what_its_export_recorded(tmp_path):
         assert result.returncode == 0, result.stderr[-2000:]
         assert f"Model: {model_path}: resnet50, 11 classes, 32x32, the EMA weights of checkpoint /runs/a/model.ckpt-7 " \
                "(step 7)" in result.stdout.splitlines()
+        assert f"WARNING: --model {model_path} comes from a training that diverged at step 5 (the weights' L2 term " \
+               "jumped from 2.25 to 900 in one step): its outputs are garbage, however confident they look; train it " \
+               "again with a lower --lr_init or a larger --batch_size" in result.stdout.splitlines()
     # A SavedModel without the record (an earlier export, or not ours) is said to have none, not passed over.
     os.remove(os.path.join(saved, export.SOURCE_FILE))
     result = run("--model", saved, "--num-iter", "2", "--log-path", str(tmp_path / "log.json"), *SMALL)

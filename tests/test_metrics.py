@@ -164,3 +164,33 @@ def test_no_collapse_warning_at_a_runs_start_or_while_the_loss_moves():
     unknown = TrainStats(dynamic_loss_scaling=False, max_skipped=3)
     assert not any(unknown.check({"total_loss": 3.0, "cross_entropy": loss}, step)
                    for step, loss in enumerate([1.0] + [math.log(10)] * 300, 1))
+
+
+def test_a_cross_entropy_far_above_ln_classes_for_three_steps_is_warned_about_once_and_recorded():
+    """ResNet-50, 10 classes, 40 px, batch 8, --lr_init 50 (2026-12-06): the cross-entropy went 4.8, 4.5, 37.6, 186,
+    45.8, 110 while the L2 term grew 2.3 -> 157 over four steps (never 100x in one): finite, and nothing said."""
+    stats = TrainStats(dynamic_loss_scaling=False, max_skipped=3, num_classes=10)
+    run = [(4.84, 2.255), (4.48, 2.255), (37.6, 4.58), (186.0, 20.5), (45.8, 66.0), (110.0, 157.0), (90.0, 160.0)]
+    lines = [stats.check({"total_loss": ce + l2, "cross_entropy": ce, "l2_loss": l2}, step)
+             for step, (ce, l2) in enumerate(run, 1)]
+    sign = ("the cross-entropy was 37.6, 186, 45.8 at steps 3-5, above 10, where a model that knows nothing has "
+            "ln(10) = 2.303")  # 4 ln(10) = 9.2 is under the floor of 10
+    assert lines == [None] * 4 + [f"WARNING: {sign}: the training is diverging, and its checkpoints give confident "
+                                  "wrong answers (lower --lr_init, or raise --batch_size: batch norm over a few "
+                                  "images is unstable)", None, None]
+    assert stats.diverged == {"step": 3, "sign": sign}
+    # 1001 classes: the limit is 4 ln(1001) = 27.6; a healthy start (6.9-8) and a two-step spike are no divergence.
+    start = TrainStats(dynamic_loss_scaling=False, max_skipped=3, num_classes=1001)
+    assert not any(start.check({"total_loss": 9.0, "cross_entropy": loss}, step)
+                   for step, loss in enumerate([7.9, 7.2, 30.0, 29.0, 6.9, 27.0, 27.5, 6.9], 1))
+    assert start.diverged is None
+
+
+def test_the_first_divergence_seen_is_the_one_recorded():
+    """An L2 jump at step 3 and then, from step 4, a cross-entropy far above ln(10): both warned, step 3 recorded."""
+    stats = TrainStats(dynamic_loss_scaling=False, max_skipped=3, num_classes=10)
+    run = [(2.3, 2.25), (2.2, 2.25), (2.2, 900.0), (50.0, 950.0), (60.0, 990.0), (70.0, 999.0)]
+    lines = [stats.check({"total_loss": ce + l2, "cross_entropy": ce, "l2_loss": l2}, step)
+             for step, (ce, l2) in enumerate(run, 1)]
+    assert [step for step, line in enumerate(lines, 1) if line] == [3, 6]
+    assert stats.diverged == {"step": 3, "sign": "the weights' L2 term jumped from 2.25 to 900 in one step"}

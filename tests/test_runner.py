@@ -10,8 +10,9 @@ import pytest
 import tensorflow as tf
 
 from runtime.config import RunConfig
-from tests._cli import main_in_process
+from tests._cli import main_in_process, tool_in_process
 from tests._data_helpers import label_of, write_tfrecord_shards
+from tests._dataprep_helpers import skimage_photo_dir
 from utils.errors import UserError
 
 pytestmark = pytest.mark.shallow
@@ -211,3 +212,40 @@ def test_a_second_signal_during_the_final_save_names_the_checkpoint_a_resume_tak
     assert capfd.readouterr().err == (
         f"INTERRUPTED: main.py stopped by a second SIGTERM, at once; the last complete checkpoint, {tmp_path}/"
         "model.ckpt-2, is kept (the save of step 3 was cut short): run the same command again to resume from it\n")
+
+
+def test_a_diverged_training_is_recorded_in_its_checkpoints_and_every_tool_that_loads_them_says_so(tmp_path):
+    """--lr_init 50 drives the cross-entropy of a 10-class model far above ln(10) within a few steps while the loss
+    stays finite: the run warns, its later checkpoints record the divergence, and predict, a resume, the frozen graph
+    export and the graph it writes, and postprocess_ckpt.py and its checkpoint each say so (before, nothing did)."""
+    from model import checkpoint, export
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "train", 1, 16, 40, num_classes=11, seed=2)
+    model_dir = tmp_path / "model"
+    train = ("--mode", "train", "--data_dir", data, "--num_classes", 10, "--image_size", 32, "--batch_size", 4,
+             "--iter_unit", "batch", "--lr_init", 50, "--lr_warmup_epochs", 0, "--seed", 1, "--model_dir", model_dir,
+             "--results_dir", tmp_path / "results", "--no_progress")
+    result = main_in_process(*train, "--num_iter", 8)
+    warned = [line for line in result.stdout.splitlines() if "the training is diverging" in line]
+    assert len(warned) == 1, result.stdout[-3000:]
+    info = checkpoint.inspect(tf.train.latest_checkpoint(str(model_dir)))
+    assert info.step == 8 and 1 <= info.diverged["step"] <= 8 and info.diverged["sign"] in warned[0]
+    said = f"comes from a training that diverged at step {info.diverged['step']} ({info.diverged['sign']})"
+
+    predicted = main_in_process("--mode", "predict", "--model_dir", model_dir, "--to_predict",
+                                os.path.join(skimage_photo_dir(), "chelsea.png"), "--batch_size", 1, "--results_dir",
+                                tmp_path / "results")
+    assert f"WARNING: checkpoint {info.path} {said}" in predicted.stdout
+    resumed = main_in_process(*train, "--num_iter", 9)
+    assert f"WARNING: checkpoint {info.path} {said}" in resumed.stdout
+    assert checkpoint.inspect(tf.train.latest_checkpoint(str(model_dir))).diverged == info.diverged  # carried on
+
+    graph = tmp_path / "model.pb"
+    exported = tool_in_process("export_frozen_graph", "--checkpoint", model_dir, "--output_file", graph)
+    latest = tf.train.latest_checkpoint(str(model_dir))
+    assert f"WARNING: checkpoint {latest} {said}" in exported.stdout
+    graph_def = tf.compat.v1.GraphDef.FromString(graph.read_bytes())
+    assert export.graph_source(graph_def)["diverged"] == info.diverged  # and so its ONNX conversion
+    converted = tool_in_process("postprocess_ckpt", "--input", model_dir, "--output", tmp_path / "converted")
+    assert f"WARNING: checkpoint {latest} {said}" in converted.stdout
+    assert checkpoint.inspect(tf.train.latest_checkpoint(str(tmp_path / "converted"))).diverged == info.diverged

@@ -19,7 +19,7 @@ Formats, told apart by what the file holds (never by its name):
 `checkpoint.CheckpointWriter(...)` and so on.
 """
 from model.checkpoint.read import (GLOBAL_STEP_KEY, METADATA_KEY, OBJECT_GRAPH_KEY, SLOT_SUFFIX, CheckpointInfo,
-                                   ObjectModel, candidates, find_checkpoint, inspect, is_complete,
+                                   ObjectModel, candidates, divergence_warning, find_checkpoint, inspect, is_complete,
                                    latest_checkpoint, object_model, object_paths, open_reader, read_tensor,
                                    unsettled_statistics)
 from model.checkpoint.restore import (LOSS_SCALE_KEYS, OPTIMIZER_ITERATIONS_KEY, RestoreReport, average_keys,
@@ -31,8 +31,8 @@ from model.checkpoint.write import (CHECKPOINT_PREFIX, METADATA_VERSION, Checkpo
 __all__ = [
     # read.py
     "GLOBAL_STEP_KEY", "METADATA_KEY", "OBJECT_GRAPH_KEY", "SLOT_SUFFIX", "CheckpointInfo", "ObjectModel",
-    "candidates", "find_checkpoint", "inspect", "is_complete", "latest_checkpoint", "object_model", "object_paths",
-    "open_reader", "read_tensor", "unsettled_statistics",
+    "candidates", "divergence_warning", "find_checkpoint", "inspect", "is_complete", "latest_checkpoint",
+    "object_model", "object_paths", "open_reader", "read_tensor", "unsettled_statistics",
     # restore.py
     "LOSS_SCALE_KEYS", "OPTIMIZER_ITERATIONS_KEY", "RestoreReport", "average_keys", "describe_model", "load",
     "load_averages", "model_entries", "restore_model", "restore_training", "training_entries", "use_averages",

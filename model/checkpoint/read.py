@@ -49,6 +49,8 @@ class CheckpointInfo:
     has_weight_averages: bool = False  # the EMA of --moving_average_decay
     # {RunConfig field: value} of the training flags the metadata records ({} before version 2).
     training_state: dict = dataclasses.field(default_factory=dict)
+    # {"step": N, "sign": what showed it} when the training that wrote it was seen to diverge (runtime/metrics.py)
+    diverged: Optional[dict] = None
 
     def recorded_settings(self):
         """{RunConfig field (and `images_per_step`): value} of every setting this checkpoint records (None-valued
@@ -312,6 +314,16 @@ def unsettled_statistics(step, what):
             f"step {settled} or beyond (under {SETTLED_SHARE:.0%} left)")
 
 
+def divergence_warning(record, what):
+    """A WARNING line when `record` (the `diverged` a checkpoint's metadata or an export's source holds:
+    {"step": N, "sign": what showed it}) says the training of `what` diverged; else None."""
+    if not isinstance(record, dict) or "step" not in record:
+        return None
+    return (f"WARNING: {what} comes from a training that diverged at step {record['step']} ({record.get('sign')}): "
+            "its outputs are garbage, however confident they look; train it again with a lower --lr_init or a "
+            "larger --batch_size")
+
+
 def inspect(path):
     """CheckpointInfo of the checkpoint at prefix `path` (see find_checkpoint)."""
     reader = open_reader(path)
@@ -333,7 +345,7 @@ def inspect(path):
         return CheckpointInfo(path, "named", step, meta.get("arch"), meta.get("num_classes"),
                               meta.get("use_final_conv"), meta.get("image_size"), meta.get("input_normalized"),
                               has_ranges, has_slots, has_averages,
-                              dict(meta.get("training") or {}))
+                              dict(meta.get("training") or {}), meta.get("diverged"))
     arch = _tf1_arch(shapes)
     num_classes = use_final_conv = None
     if arch is not None and f"{arch}/output/dense/kernel" in shapes:
