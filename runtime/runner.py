@@ -497,12 +497,13 @@ class Runner:
                           "checkpoint".format(self.exported_path, config.model_dir))
         return results
 
-    def _evaluation_pass(self, eval_step, iterator, num_steps, meter, is_benchmark):
+    def _evaluation_pass(self, eval_step, iterator, num_steps, meter, is_benchmark, log_steps=True):
         """(top-1 hits, top-5 hits, images, images with non-finite logits, None) over `num_steps` batches, or fewer
-        when a finite input ends first (records skipped as corrupt). A benchmark stops after the step a signal
-        (SIGINT, SIGTERM, SIGUSR1) arrived in and returns that signal last, so that its figures cover the steps it
-        ran, as a training benchmark's do; an evaluation is interrupted at once (an accuracy of part of the
-        validation split would mislead)."""
+        when a finite input ends first (records skipped as corrupt). With `log_steps`, every --display_every step
+        after --warmup_steps logs its `total_ips` at step (0, i), in evaluations as in benchmarks (the original's
+        BenchmarkLoggingHook). A benchmark stops after the step a signal (SIGINT, SIGTERM, SIGUSR1) arrived in and
+        returns that signal last, so that its figures cover the steps it ran, as a training benchmark's do; an
+        evaluation is interrupted at once (an accuracy of part of the validation split would mislead)."""
         config = self.config
         top1 = top5 = seen = non_finite = 0
         progress = _progress(num_steps, "eval", config.no_progress)
@@ -522,7 +523,7 @@ class Runner:
                     top1 += hits1
                     top5 += hits5
                     seen += int(labels.shape[0])
-                    if is_benchmark and index >= config.warmup_steps and \
+                    if log_steps and index >= config.warmup_steps and \
                             (index - config.warmup_steps + 1) % config.display_every == 0:
                         self.logger.log(step=(0, index + 1), data={"total_ips": meter.last_ips})
                     if progress is not None:
@@ -544,7 +545,7 @@ class Runner:
                                          checkpoint.describe_model(self.config.arch, self.config.num_classes))
         self.logger.print("Evaluating the EMA weights of {} too ({} averaged variables)".format(info.path, count))
         top1, top5, seen, _, _ = self._evaluation_pass(eval_step, iter(dataset), num_steps,
-                                                       ThroughputMeter(1, 0), is_benchmark=False)
+                                                       ThroughputMeter(1, 0), is_benchmark=False, log_steps=False)
         if export_dir and self.config.use_ema_weights:
             self.logger.print("Exporting the EMA weights (--use_ema_weights)")
         else:

@@ -91,6 +91,23 @@ def test_an_evaluation_reads_each_record_once_and_says_how_many_were_skipped(tmp
     assert results["top5_accuracy"] == sum(output in TOP5 for output in outputs) / 16 == 3 / 16  # 10, 0 and 18
 
 
+def test_an_evaluation_logs_its_step_throughput_every_display_every_steps_after_the_warmup(tmp_path, model_dir):
+    """The original's evaluation ran its BenchmarkLoggingHook: `total_ips` at step (0, i) every --display_every steps
+    after --warmup_steps, as the benchmarks do. Until 2026-12-06 only the benchmark modes logged them, and
+    --display_every was silently unused in an evaluation. (The EMA pass, which the original did not have, logs
+    none.)"""
+    from utils.logger import read_log
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "validation", 1, 12, 40, num_classes=NUM_CLASSES)
+    results = tmp_path / "results"
+    out = main_in_process("--mode", "evaluate", "--data_dir", data, "--model_dir", model_dir, "--num_classes",
+                          NUM_CLASSES, "--image_size", 32, "--batch_size", 2, "--warmup_steps", 1, "--display_every",
+                          2, "--results_dir", results, "--no_progress").stdout
+    steps = [r["step"] for r in read_log(str(results / "log.json")) if "total_ips" in r.get("data", {})]
+    assert steps == [[0, 3], [0, 5]]  # 6 steps: the first is warm-up, then every second
+    assert sum(" - (0, " in line and "total_ips" in line for line in out.splitlines()) == 2
+
+
 def test_an_evaluation_without_one_whole_batch_of_good_records_is_an_error(tmp_path, model_dir):
     corrupt = {(shard, i): "bad_jpeg" for shard in range(3) for i in range(4) if (shard, i) != (0, 0)}
     with pytest.raises(UserError, match=r"^no whole batch of 8 validation images could be read: 11 of the 12 "

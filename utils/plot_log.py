@@ -8,7 +8,8 @@ final top-1 / top-5 accuracy as annotated points. `--csv` writes the per-step ta
 
 Records read (by their `step`):
     [epoch, global_step]   training step: imgs_per_sec, cross_entropy, l2_loss, total_loss, learning_rate
-    [0, i]                 benchmark step (training_benchmark / inference_benchmark): total_ips
+    [0, i]                 benchmark step (training_benchmark / inference_benchmark): total_ips (an
+                           evaluation's steps log it too: not plotted)
     [epoch]                end of an epoch (not plotted; the per-step records carry the same curves)
     []                     final results: train_throughput, top1_accuracy, top5_accuracy, eval_throughput, ...
 A resumed run appends to the same log and repeats the steps since its last checkpoint; the later record of a
@@ -43,6 +44,7 @@ RUN_PARAMETERS = ("arch", "mode", "batch_size", "amp", "xla")  # shown in the ti
 STEP_MODES = ("train", "train_and_evaluate", "training_benchmark", "inference_benchmark")
 BENCHMARK_MODES = ("training_benchmark", "inference_benchmark")
 TRAINING_MODES = ("train", "train_and_evaluate")
+EVALUATING_MODES = ("train_and_evaluate", "evaluate")  # their (0, i) records are evaluation steps
 # Settings a resume may change that change what the curves mean from its step on (images per step, precision,
 # the schedule, the data read).
 RESUME_KEYS = ("batch_size", "amp", "xla", "lr_init", "num_iter", "iter_unit", "data_dir", "dali")
@@ -82,11 +84,15 @@ def load_log(path):
 
 
 def _split_runs(logs):
-    """[(PARAMETER data or None, that run's records)] in file order; a run starts at its PARAMETER record."""
+    """[(PARAMETER data or None, that run's records)] in file order; a run starts at its PARAMETER record. The step
+    throughput an evaluation logs (`total_ips` at (0, i), as the benchmarks do) is left out: its steps are not the
+    training's, and the evaluation's result says its throughput."""
     runs = [(None, [])]
     for record in logs:
         if record.get("step") == "PARAMETER":
             runs.append((record["data"], []))
+        elif _mode(runs[-1]) in EVALUATING_MODES and BENCHMARK_KEY in record["data"]:
+            continue
         runs[-1][1].append(record)
     return [run for run in runs if run[1]]
 
