@@ -64,6 +64,7 @@ def run(argv=None, runner_class=None, own_process=False):
     platform, precision = startup.set_up(config, engine)
     distribution = distributed.create(engine, platform.replica_devices)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(startup.process_settings_restored())
         try:
             from utils.run_lock import RunLock
             if config.mode in run_settings.TRAINING_MODES and distribution.is_chief:

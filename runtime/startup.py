@@ -2,6 +2,9 @@
 (utils/precision.Precision), XLA clustering, seeds; and the model those decisions give. main.py, inference.py and
 bench/ call these; library code below takes the results as arguments."""
 
+import contextlib
+import os
+
 import keras
 
 from utils.devices import Platform, setup_devices
@@ -70,10 +73,37 @@ def configure_determinism(config, log):
 
 
 def set_seeds(seed, rank):
-    """Per-rank seeding (docs/ORIGINAL.md#seeds): seed * 2 + rank for Python, NumPy and TF."""
+    """Per-rank seeding (docs/ORIGINAL.md#seeds): seed * 2 + rank for Python, NumPy and TF. Without a seed, a
+    process that an earlier run seeded (tools called in-process) gets a seed drawn from the OS, so the run is as
+    random as in a process of its own."""
+    global _seeded
     if seed is None:
+        if _seeded:
+            keras.utils.set_random_seed(int.from_bytes(os.urandom(4), "little") % 2 ** 31)
+            _seeded = False
         return
     keras.utils.set_random_seed(seed * 2 + rank)
+    _seeded = True
+
+
+_seeded = False  # an earlier run in this process seeded Python's, NumPy's and TensorFlow's generators
+
+
+@contextlib.contextmanager
+def process_settings_restored():
+    """Puts back, when the run ends, the process-wide TensorFlow settings a run changes (op determinism for --seed,
+    XLA auto-clustering for --xla under Horovod), so that a later call in the same process, or the caller's own
+    code, does not inherit them."""
+    import tensorflow as tf
+    from tensorflow.python.framework import config as tf_config
+    determinism, jit = tf_config.is_op_determinism_enabled(), tf.config.optimizer.get_jit()
+    try:
+        yield
+    finally:
+        if tf_config.is_op_determinism_enabled() != determinism:
+            (tf_config.enable_op_determinism if determinism else tf_config.disable_op_determinism)()
+        if tf.config.optimizer.get_jit() != jit:
+            tf.config.optimizer.set_jit(jit or False)
 
 
 def quantization_config(config):

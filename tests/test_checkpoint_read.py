@@ -62,9 +62,14 @@ def test_incomplete_newest_checkpoint_falls_back_with_a_warning(trained_model, t
     assert checkpoint.latest_checkpoint(str(tmp_path), warn=warnings.append).endswith("model.ckpt-1")
     assert warnings == [f"WARNING: checkpoint {tmp_path}/model.ckpt-2 is incomplete (its data files are missing); "
                         f"using the newest complete one, {tmp_path}/model.ckpt-1"]
-    # said once per process: resolving a run's settings and restoring look for the checkpoint in turn
+    # said once per run: resolving a run's settings and restoring look for the checkpoint in turn
     assert checkpoint.latest_checkpoint(str(tmp_path), warn=warnings.append).endswith("model.ckpt-1")
     assert len(warnings) == 1
+    # ... and again in the next run of the same process (2026-12-06: once per process, so a second in-process
+    # predict took the older checkpoint without a word)
+    from utils.errors import command
+    command(lambda argv: checkpoint.latest_checkpoint(str(tmp_path), warn=warnings.append))()
+    assert warnings == warnings[:1] * 2
     with pytest.raises(UserError, match="incomplete"):
         checkpoint.find_checkpoint(str(tmp_path / "model.ckpt-2"), "--checkpoint")
 

@@ -46,6 +46,26 @@ def test_device_selection_gives_each_process_the_gpus_its_engine_asks_for(four_f
         setup_devices(gpu_id=4)
 
 
+def test_devices_asked_for_after_tensorflow_started_with_others_are_one_line(monkeypatch):
+    """A second run in the same process with another device set-up (RN50_CPU_REPLICAS=2 after a run on one CPU
+    device): TensorFlow refuses to reconfigure, which was a RuntimeError traceback."""
+    from utils.devices import setup_devices
+    from utils.distributed import Engine
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("Virtual devices cannot be modified after being initialized")
+
+    monkeypatch.setattr(tf.config, "set_logical_device_configuration", refuse)
+    with pytest.raises(UserError, match=r"^this process already runs TensorFlow with another device set-up than "
+                                        r"this run asks for \(Virtual devices cannot be modified after being "
+                                        r"initialized\): run it in a process of its own$"):
+        setup_devices(engine=Engine("mirrored"), cpu_replicas=2)
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: (_ for _ in ()).throw(
+        RuntimeError("another failure")))
+    with pytest.raises(RuntimeError, match="another failure"):  # not taken for a device set-up clash
+        setup_devices()
+
+
 def test_the_platform_gives_the_amp_dtype_the_staging_device_and_the_layouts_it_can_run():
     gpu = Platform(gpu=True)
     assert (gpu.amp_policy, gpu.prefetch_device) == ("mixed_float16", "/device:GPU:0")

@@ -59,15 +59,37 @@ def test_other_exceptions_are_not_swallowed():
         main()
 
 
-def test_umask_is_restricted_but_a_stricter_one_is_kept():
+def test_umask_is_restricted_but_a_stricter_one_is_kept_and_the_callers_is_back_after():
+    def umask_inside(argv):
+        umask = os.umask(0)
+        os.umask(umask)
+        seen.append(umask)
+
+    seen = []
     previous = os.umask(0)
     try:
-        command(lambda argv: None)()
-        assert os.umask(0o077) == 0o022
-        command(lambda argv: None)()
+        command(umask_inside)()
+        assert os.umask(0o077) == 0  # the caller's, back after an in-process call (2026-12-06: it stayed 0o022)
+        command(umask_inside)()
         assert os.umask(previous) == 0o077
     finally:
         os.umask(previous)
+    assert seen == [0o022, 0o077]
+
+
+def test_an_in_process_call_leaves_the_callers_environment_as_it_was(monkeypatch):
+    """main.py sets the original's runtime variables (setdefault); in-process they stayed in the caller's environment
+    for good, and reached every process it started later."""
+    monkeypatch.setenv("RN50_TEST_KEPT", "1")
+    monkeypatch.delenv("RN50_TEST_ADDED", raising=False)
+
+    def body(argv):
+        os.environ["RN50_TEST_ADDED"] = "x"
+        os.environ["RN50_TEST_KEPT"] = "changed"
+        del os.environ["RN50_TEST_KEPT"]
+
+    command(body)()
+    assert "RN50_TEST_ADDED" not in os.environ and os.environ["RN50_TEST_KEPT"] == "1"
 
 
 def test_keyboard_interrupt_is_one_line_and_status_130(capsys):

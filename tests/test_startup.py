@@ -54,11 +54,31 @@ def test_seeds_are_seed_times_2_plus_rank_for_python_numpy_and_tensorflow(restor
         np.random.seed(other)
         tf.random.set_seed(other)
         assert _draws()[:2] != seeded[:2], other
-    # No --seed: nothing is seeded, the states run on.
+    # No --seed after a seeded run in the same process (tools called in-process): drawn afresh, not the seeded
+    # streams run on (2026-12-06: a later unseeded run got the same weights in every session).
+    after_seeded = []
+    for _ in range(2):
+        startup.set_seeds(3, 1)
+        startup.set_seeds(None, 1)
+        after_seeded.append(_draws())
+    assert after_seeded[0][:2] != after_seeded[1][:2]
+    # No --seed in a process no run seeded since: nothing is seeded, the states run on.
     python_state, numpy_state = random.getstate(), np.random.get_state()
     startup.set_seeds(None, 1)
     assert random.getstate() == python_state
     assert all(np.array_equal(a, b) for a, b in zip(np.random.get_state(), numpy_state))
+
+
+def test_a_runs_process_wide_settings_are_put_back_when_it_ends():
+    """--seed's op determinism and --xla's auto-clustering under Horovod stayed on after an in-process run, for the
+    caller's code and the next run."""
+    from tensorflow.python.framework import config as tf_config
+    assert not tf_config.is_op_determinism_enabled() and not tf.config.optimizer.get_jit()
+    with startup.process_settings_restored():
+        tf.config.experimental.enable_op_determinism()
+        startup.configure_xla(RunConfig(xla=True), types.SimpleNamespace(jit_in_step=False))
+        assert tf.config.optimizer.get_jit() == "autoclustering"
+    assert not tf_config.is_op_determinism_enabled() and not tf.config.optimizer.get_jit()
 
 
 def test_xla_is_compiled_into_the_step_only_with_xla_and_an_engine_that_allows_it():

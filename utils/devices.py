@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-from utils.errors import UserError
+from utils.errors import UserError, first_line
 
 NCHW_NEEDS_GPU = ("--data_format NCHW needs a GPU (TensorFlow's CPU convolution and pooling kernels are NHWC "
                   "only); use --data_format NHWC")
@@ -82,7 +82,20 @@ def assume_frozen_weights(environ=os.environ):
     return frozen_weights_assumed(environ)
 
 
-def setup_devices(*, cpu=False, gpu_id=0, engine=None, dali_memory_fraction=None, cpu_replicas=1):
+def setup_devices(**options):
+    """_setup_devices(**options), where a process whose TensorFlow already runs with another device set-up (a second
+    run called in-process with other devices, replicas or --cpu) gets one line instead of TensorFlow's RuntimeError:
+    devices can be configured only before TensorFlow starts."""
+    try:
+        return _setup_devices(**options)
+    except RuntimeError as error:
+        if "after being initialized" not in str(error):
+            raise
+        raise UserError("this process already runs TensorFlow with another device set-up than this run asks for "
+                        "({}): run it in a process of its own".format(first_line(error))) from None
+
+
+def _setup_devices(*, cpu=False, gpu_id=0, engine=None, dali_memory_fraction=None, cpu_replicas=1):
     """Makes this process's GPUs visible and returns its Platform: one GPU per process (--gpu_id alone; the local
     rank's under multi-process engines), all visible GPUs under RN50_ENGINE=mirrored, none with --cpu.
     `dali_memory_fraction` (DALI runs): each GPU gets that share of memory (DALI needs the rest); otherwise memory

@@ -239,36 +239,77 @@ def command(body):
 
     Run as a script (`python tool.py`, `python -m pkg.tool`), the tool first gets the quiet TensorFlow output of
     utils/quiet.py (`--verbose` / RN50_VERBOSE=1 turn it off), and its exit skips the collector's last pass over
-    the heap; called in-process (tests) it leaves the caller's environment, stderr and collector alone."""
+    the heap; called in-process (tests, a notebook) it leaves the caller's stderr and collector alone and puts its
+    environment variables and umask back as they were. Each call starts with what modules remember for one run
+    emptied (`reset_with_each_command`)."""
 
     @functools.wraps(body)
     def main(argv=None):
-        if body.__module__ == "__main__":
+        in_process = body.__module__ != "__main__"
+        if not in_process:
             # The last exit handler: what the heap still holds (millions of TensorFlow objects) goes with the
             # process, and a final collection walking all of it only delays the exit (docs/PERFORMANCE.md).
             atexit.register(gc.freeze)
             quiet.setup(argv)
-        restrict_umask()
-        with InterruptHandlers() as handlers:
-            try:
-                status = body(argv)
-            except UserError as error:
-                print(f"ERROR: {error}", file=sys.stderr, flush=True)
-                return error.status
-            except ModuleNotFoundError as error:
-                if (error.name or "").split(".")[0] in OWN_PACKAGES:
-                    raise  # one of ours: a bug, or a tool run from outside the repository
-                print(f"ERROR: {missing_module_line(error.name)}", file=sys.stderr, flush=True)
-                return UserError.status
-            except STOPPING as stop:
-                handlers.restore()  # a second signal from here on ends the process the default way
-                signum = stop.signum if isinstance(stop, Terminated) else signal.SIGINT
-                try:
-                    print(interrupt_line(_tool_name(body), signum, getattr(stop, "kept", None)), file=sys.stderr,
-                          flush=True)
-                except STOPPING:  # a second Ctrl-C while the line is written: the status still says it
-                    pass
-                return INTERRUPT_STATUS[signum]
-        return 0 if status is None else status
+        for reset in _PER_COMMAND_RESETS:
+            reset()
+        with contextlib.ExitStack() as caller_state:
+            if in_process:
+                caller_state.enter_context(_environment_and_umask_kept())
+            restrict_umask()
+            return _run_command(body, argv)
 
     return main
+
+
+def _run_command(body, argv):
+    """`body(argv)` under the interrupt handlers, its errors and interrupts turned into their one line and status."""
+    with InterruptHandlers() as handlers:
+        try:
+            status = body(argv)
+        except UserError as error:
+            print(f"ERROR: {error}", file=sys.stderr, flush=True)
+            return error.status
+        except ModuleNotFoundError as error:
+            if (error.name or "").split(".")[0] in OWN_PACKAGES:
+                raise  # one of ours: a bug, or a tool run from outside the repository
+            print(f"ERROR: {missing_module_line(error.name)}", file=sys.stderr, flush=True)
+            return UserError.status
+        except STOPPING as stop:
+            handlers.restore()  # a second signal from here on ends the process the default way
+            signum = stop.signum if isinstance(stop, Terminated) else signal.SIGINT
+            try:
+                print(interrupt_line(_tool_name(body), signum, getattr(stop, "kept", None)), file=sys.stderr,
+                      flush=True)
+            except STOPPING:  # a second Ctrl-C while the line is written: the status still says it
+                pass
+            return INTERRUPT_STATUS[signum]
+    return 0 if status is None else status
+
+
+# What a module remembers for the length of one run (warnings said once per run): emptied as each command starts,
+# so a second call in the same process says them again, as a process of its own would.
+_PER_COMMAND_RESETS = []
+
+
+def reset_with_each_command(reset):
+    """Registers `reset()` (e.g. a set's `clear`) to run as each `command` starts; returns it."""
+    _PER_COMMAND_RESETS.append(reset)
+    return reset
+
+
+@contextlib.contextmanager
+def _environment_and_umask_kept():
+    """The caller's environment variables and umask as they were before an in-process call (a tool sets the
+    original's runtime variables and restricts the umask for its own files)."""
+    environment, umask = dict(os.environ), os.umask(0o022)
+    os.umask(umask)
+    try:
+        yield
+    finally:
+        os.umask(umask)
+        for key in set(os.environ) - set(environment):
+            del os.environ[key]
+        for key, value in environment.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value

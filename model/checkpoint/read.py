@@ -20,7 +20,7 @@ import tensorflow as tf
 from model.layers.batch_norm import BN_MOMENTUM
 from model.resnet import ARCHITECTURES
 from utils.ema import EMA_SUFFIX
-from utils.errors import UserError, first_line
+from utils.errors import UserError, first_line, reset_with_each_command
 
 METADATA_KEY = "checkpoint_metadata"
 GLOBAL_STEP_KEY = "global_step"
@@ -137,7 +137,9 @@ def _what_is_missing(prefix):
     return "is incomplete (its {} missing)".format("data files are" if has_index else ".index file is")
 
 
-_reported = set()  # incomplete checkpoints already warned about in this process (several steps look for one)
+# Incomplete checkpoints already warned about in this run (several of its steps look for the newest one).
+_reported = set()
+reset_with_each_command(_reported.clear)
 
 
 def latest_checkpoint(directory, warn=print):
