@@ -78,7 +78,8 @@ def run(argv=None, runner_class=None, own_process=False):
             # Rank 0 alone says what the settings resolve to (notes, `Using ... from <checkpoint>`): every worker
             # resolves the same flags against the same checkpoint, and N workers printed each line N times.
             resolved = run_settings.resolve(config, given, log=print if distribution.is_chief else _unsaid,
-                                            replicas=distribution.num_replicas, workers=distribution.size)
+                                            replicas=distribution.num_replicas, workers=distribution.size,
+                                            platform=platform, engine=engine)
         except UserError as error:
             distribution.start_together(error)
         distribution.start_together()
@@ -112,8 +113,8 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None):
     from utils import devices
     frozen_weights = devices.frozen_weights_parameters()
     logger.log(step="PARAMETER", data={key: getattr(config, key) for key in ORIGINAL_FLAG_DESTS}
-               | {"num_classes": config.num_classes, "image_size": config.image_size,
-                  "min_crop_area": config.min_crop_area} | config.extensions_in_use() | resolved.parameters()
+               | config.additions() | {"precision": precision.describe()} | config.extensions_in_use()
+               | resolved.parameters()
                | distribution.parameters() | frozen_weights)
     if frozen_weights:
         logger.print(devices.FROZEN_WEIGHTS_NOTE)

@@ -267,6 +267,12 @@ class RunConfig:
         """Field `name` differs from its default."""
         return getattr(self, name) != _FIELDS[name].default
 
+    def additions(self) -> dict[str, Any]:
+        """The ADDITIONS flags that decide what the run computes or writes (the PARAMETER log line shows them beside
+        the original's flags); --no_progress, which only hides a progress bar, is left out."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+                if flag_of(field).group == ADDITIONS and field.name != "no_progress"}
+
     def extensions_in_use(self) -> dict[str, Any]:
         """The EXTENSIONS flags set away from their defaults (the PARAMETER log line shows them); {} by default."""
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)

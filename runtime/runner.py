@@ -283,6 +283,21 @@ class Runner:
             return meta
         return dict(meta, training=dict(meta["training"], images_seen=seen))
 
+    def _note_unused_loss_scaling(self):
+        """A Note for --static_loss_scale or --max_skipped_steps given to a training whose precision leaves it
+        unused (the original ignored a static scale without AMP without a word)."""
+        precision = self.precision
+        computes = "float32" if precision.policy is None else precision.policy
+        reasons = {"static_loss_scale": None if precision.loss_scaling == "static" else
+                   "only --amp scales the loss, and this run computes in float32",
+                   "max_skipped_steps": None if precision.loss_scaling == "dynamic" else
+                   "only dynamic loss scaling (--amp in float16 without --static_loss_scale) skips steps, and this "
+                   "run {}".format("scales statically" if precision.loss_scaling == "static" else
+                                   "computes in {} without loss scaling".format(computes))}
+        for name, reason in reasons.items():
+            if reason and self.config.is_set(name):
+                self.logger.print("Note: --{} is not used: {}".format(name, reason))
+
     def _log_training_parameters(self, length, is_benchmark=False, trains=True):
         """The original's parameter lines of the run's length and schedule, then, when it has steps to train
         (`trains`; a run that has none says "Model already trained required number of steps. Skipped"), the lines on
@@ -316,11 +331,10 @@ class Runner:
                       "peak".format(config.lr_warmup_epochs, steps(reach[0]), steps(length.num_steps),
                                     learning_rate.percent_of_peak(reach[1])))
         if self.precision.policy:
-            scaling = {"dynamic": "dynamic loss scaling", "static": "static loss scale {:g}".format(
-                self.precision.static_scale)}.get(self.precision.loss_scaling, "no loss scaling")
             note = " (TensorFlow's float16 CPU kernels: for checking the GPU path)" \
                 if self.precision.policy == "mixed_float16" and not self.platform.gpu else ""
-            log.print("Mixed precision: {}, {}{}".format(self.precision.policy, scaling, note))
+            log.print("Mixed precision: {}{}".format(self.precision.describe(), note))
+        self._note_unused_loss_scaling()
         if not self.platform.gpu:
             bfloat16_note = cpu_bfloat16_note(self.precision.policy, cpu_bfloat16_support())
             if bfloat16_note:
@@ -567,8 +581,8 @@ class Runner:
         self.restore_for_inference(required=True, ema=config.use_ema_weights)
         class_names = predict.load_class_names(labels_file, config)
         model, _ = self.inference_model()
-        return predict.predict_files(train_step.make_predict_step(model, config.image_size), files,
-                                     config.image_size, config.batch_size, class_names)
+        predict_step = train_step.make_predict_step(model, config.image_size, jit_compile=config.xla)
+        return predict.predict_files(predict_step, files, config.image_size, config.batch_size, class_names)
 
 
 class TrainingInterrupted(Exception):

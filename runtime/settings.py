@@ -47,8 +47,7 @@ TRAINING_STATE = QAT_FLAGS + ("moving_average_decay", "amp")
 OPTIMIZATION_FLAGS = ("run_iter", "lr_init", "lr_warmup_epochs", "cosine_lr", "momentum", "weight_decay",
                       "weight_init", "label_smoothing", "mixup", "cutmix", "mixup_switch_prob", "min_crop_area",
                       "augmenter_name", "raug_num_layers", "raug_magnitude", "grad_accum_steps",
-                      "moving_average_decay", "static_loss_scale", "use_static_loss_scaling", "max_skipped_steps",
-                      "checkpoint_interval")
+                      "moving_average_decay", "static_loss_scale", "use_static_loss_scaling", "max_skipped_steps")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,6 +323,10 @@ _MODE_FLAGS = (
      lambda c: "without --dali the TFRecords are read through tf.data"),
     (OPTIMIZATION_FLAGS, lambda c: c.mode in TRAINING_MODES + ("training_benchmark",),
      lambda c: "--mode {} trains nothing".format(c.mode)),
+    (("checkpoint_interval",), lambda c: c.mode in TRAINING_MODES,
+     lambda c: "--mode {} writes no checkpoint".format(c.mode)),
+    (("num_iter", "iter_unit", "warmup_steps", "display_every", "seed"), lambda c: c.mode != "predict",
+     lambda c: "--mode predict runs each --to_predict image once, untimed, and draws nothing at random"),
     # (the input pipeline's augmentation; mixup and CutMix happen in the train step, on synthetic batches too)
     (("augmenter_name", "raug_num_layers", "raug_magnitude", "min_crop_area"),
      lambda c: not (c.mode == "training_benchmark" and c.uses_synthetic_data),
@@ -335,18 +338,39 @@ _MODE_FLAGS = (
 )
 
 
-def _note_unused_flags(config, given, log, info=None):
-    """One `Note:` line for each flag given that this run's mode leaves unused (_MODE_FLAGS)."""
-    for names, used, why in _MODE_FLAGS:
-        if used(config):
-            continue
-        if names == QAT_FLAGS and info is not None and info.has_quantization_ranges:
-            continue  # resolve's line on the checkpoint's quantisation ranges says it
+def _note_unused_flags(config, given, log, info=None, platform=None, engine=None):
+    """One `Note:` line for each flag given that this run's mode leaves unused (_MODE_FLAGS), and for the GPU flags
+    that this process's devices leave unused (`platform`: utils/devices.Platform, `engine`: utils/engines.Engine;
+    not checked when None)."""
+    checks = [(names, why(config)) for names, used, why in _MODE_FLAGS if not used(config)
+              and not (names == QAT_FLAGS and info is not None and info.has_quantization_ranges)]
+    # (a checkpoint with quantisation ranges: resolve's line on them says it)
+    if platform is not None and not config.cpu:
+        checks += _unused_device_flags(config, platform, engine)
+    for names, why in checks:
+        # (a switch given as off is not a setting left unused; a 0 is: --weight_decay 0 to evaluate)
         unused = ["--" + name for name in names
-                  if name in given and getattr(config, name) not in (None, False, 0)]
+                  if name in given and getattr(config, name) is not None and getattr(config, name) is not False]
         if unused:
             listed = " and ".join([", ".join(unused[:-1]), unused[-1]] if len(unused) > 1 else unused)
-            log("Note: {} {} not used: {}".format(listed, "is" if len(unused) == 1 else "are", why(config)))
+            log("Note: {} {} not used: {}".format(listed, "is" if len(unused) == 1 else "are", why))
+
+
+def _unused_device_flags(config, platform, engine):
+    """[(names, why)] of --gpu_id and --gpu_memory_fraction where this process's devices leave them unused (the
+    original ignored them without a word): no GPU at all; a memory fraction without DALI (the memory then grows as
+    needed); a GPU id where the engine picks the GPUs."""
+    if not platform.gpu:
+        return [(("gpu_id", "gpu_memory_fraction"), "no GPU is visible to this process")]
+    checks = []
+    if not config.uses_dali:
+        checks.append((("gpu_memory_fraction",), "only a --dali run limits the GPU's memory (TensorFlow's grows as "
+                                                 "needed otherwise)"))
+    if engine is not None and engine.name == "mirrored":
+        checks.append((("gpu_id",), "RN50_ENGINE=mirrored trains on every visible GPU"))
+    elif engine is not None and engine.multi_process:
+        checks.append((("gpu_id",), "each worker takes the GPU of its local rank"))
+    return checks
 
 
 def _checkpoint_read_by(config, log):
@@ -776,11 +800,12 @@ def _check_evaluation_batch(config, split_facts):
                         "--mode train".format(config.data_dir, images, config.batch_size, images))
 
 
-def resolve(config, given, log=print, replicas=1, workers=1):
+def resolve(config, given, log=print, replicas=1, workers=1, platform=None, engine=None):
     """The RunSettings of a main.py run: `config` (from `parse`) reconciled with the checkpoint it reads (resume or
     inference) or fine-tunes from, then checked against the dataset. `replicas`: the run's model replicas, over
     every worker (utils/distributed.Distribution.num_replicas); `workers`: its processes, each reading its own
-    shard of the train files (Distribution.size)."""
+    shard of the train files (Distribution.size); `platform` and `engine` (utils/devices.Platform,
+    utils/engines.Engine): the devices and engine this process set up, against which the GPU flags are checked."""
     given = frozenset(given)
     sized = _synthetic_size_changes(config, given, log)
     if sized:  # the size follows a given flag, which a checkpoint's size does not override
@@ -821,11 +846,15 @@ def resolve(config, given, log=print, replicas=1, workers=1):
         finetune, changes = _finetune_changes(config, given, log)
     if not uses_checkpoint_model:
         changes.update(_image_size_from_synthetic_size(config, given, log))
-    _note_unused_flags(config, given, log, info)
+    _note_unused_flags(config, given, log, info, platform, engine)
     resolved = dataclasses.replace(config, **changes) if changes else config
     if resolved.mode in INFERENCE_MODES:  # the float model runs (the notes above say so), and the run's record too
         float_model = {field.name: field.default for field in dataclasses.fields(RunConfig) if field.name in QAT_FLAGS}
         resolved = dataclasses.replace(resolved, **float_model)
+    if resolved.mode == "train_and_evaluate" and resolved.quantize:
+        log("Note: --mode train_and_evaluate evaluates{} the float model, as the original "
+            "(export_frozen_graph.py --quantize exports the quantised graph)".format(
+                " and exports" if resolved.export_dir else ""))
     _note_unused_synthetic_size(resolved, given, log)
     _check_benchmark_size(resolved, info, log)
     data = check_data(resolved, log, workers, classes_from=info.path if uses_checkpoint_model else None)

@@ -149,12 +149,14 @@ def make_eval_step(model, num_classes, jit_compile=False):
     return eval_step
 
 
-def make_predict_step(model, image_size):
+def make_predict_step(model, image_size, jit_compile=False):
     """A tf.function float32 [B, S, S, 3] raw pixels -> float32 softmax probabilities (normalised first when the
-    model was built for DALI's normalised input)."""
+    model was built for DALI's normalised input); compiled by XLA with `jit_compile` (--xla, as the original's
+    predict Estimator ran)."""
     model = resnet.on_raw_pixels(model)
 
-    @tf.function(input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32)], autograph=False)
+    @tf.function(input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32)], autograph=False,
+                 jit_compile=jit_compile or None)
     def predict_step(images):
         return tf.nn.softmax(tf.cast(model(images, training=False), tf.float32))
 

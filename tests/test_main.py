@@ -61,8 +61,14 @@ def test_training_benchmark_on_synthetic_data(tmp_path):
     results = str(tmp_path)
     out = run_main("--mode", "training_benchmark", "--batch_size", 4, "--num_iter", 8, "--iter_unit", "batch",
                    "--warmup_steps", 2, "--display_every", 2, "--synthetic_data_size", 32, "--num_classes", 11,
-                   "--results_dir", results, "--no_progress").stdout
+                   "--static_loss_scale", 128, "--max_skipped_steps", 5, "--results_dir", results,
+                   "--no_progress").stdout
     assert "Using Synthetic Data ..." in out
+    # float32: no loss scaling, so neither flag does anything (the original ignored the scale without a word)
+    assert "Note: --static_loss_scale is not used: only --amp scales the loss, and this run computes in float32" \
+        in out.splitlines()
+    assert "Note: --max_skipped_steps is not used: only dynamic loss scaling (--amp in float16 without " \
+           "--static_loss_scale) skips steps, and this run computes in float32 without loss scaling" in out.splitlines()
     assert "learning-rate warmup" not in out  # a benchmark's synthetic epoch is its whole run: no note
     ips = logged(results, "total_ips")
     assert [r["step"] for r in ips] == [[0, 4], [0, 6], [0, 8]]
@@ -71,6 +77,12 @@ def test_training_benchmark_on_synthetic_data(tmp_path):
     assert final["data"]["train_throughput_total"] > 0
     parameters = logged(results, "arch")[0]
     assert parameters["step"] == "PARAMETER" and parameters["data"]["batch_size"] == 4
+    # the additions that decide the run, and the precision --amp and its flags resolved to (not logged before
+    # 2026-12-06: a log of --amp alone did not say bfloat16 or float16)
+    assert {key: parameters["data"][key] for key in ("precision", "max_skipped_steps", "checkpoint_interval",
+                                                     "amp_dtype", "labels_file")} == {
+        "precision": "float32", "max_skipped_steps": 5, "checkpoint_interval": 1000, "amp_dtype": None,
+        "labels_file": None}
     assert not glob.glob(os.path.join(results, "model.ckpt-*")), "benchmarks write no checkpoints"
 
 

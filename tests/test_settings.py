@@ -756,6 +756,55 @@ def test_training_flags_outside_training_and_gpu_flags_under_cpu_are_said_unused
         assert not [line for line in lines if line.startswith("Note: --")], lines
 
 
+def test_flags_predict_and_the_benchmarks_leave_unused_are_said_and_a_zero_counts_as_given(tmp_path):
+    """Audit of 2026-12-06: predict took --num_iter, --iter_unit, --warmup_steps, --display_every and --seed without a
+    word, a benchmark --checkpoint_interval, and a flag given as 0 (--weight_decay 0 to evaluate) was never said."""
+    fake_checkpoint(tmp_path / "float")
+    _, lines = resolve(tmp_path / "float", mode="predict", to_predict="x.jpg", num_iter=9, iter_unit="batch",
+                       warmup_steps=2, display_every=3, seed=3)
+    assert [line for line in lines if line.startswith("Note: --")] == [
+        "Note: --num_iter, --iter_unit, --warmup_steps, --display_every and --seed are not used: --mode predict runs "
+        "each --to_predict image once, untimed, and draws nothing at random"]
+    _, lines = resolve(tmp_path / "bench", mode="training_benchmark", checkpoint_interval=5)
+    assert [line for line in lines if line.startswith("Note: --")] == [
+        "Note: --checkpoint_interval is not used: --mode training_benchmark writes no checkpoint"]
+    _, lines = resolve(tmp_path / "float", mode="evaluate", weight_decay=0.0, momentum=0.0, quantize=False)
+    assert [line for line in lines if line.startswith("Note: --")] == [
+        "Note: --momentum and --weight_decay are not used: --mode evaluate trains nothing"]  # not --quantize False
+
+
+def test_gpu_flags_the_devices_leave_unused_are_said(tmp_path):
+    """The original ignored --gpu_id and --gpu_memory_fraction where nothing used them; only --cpu said so here."""
+    from utils.devices import Platform
+    from utils.engines import Engine
+
+    def notes(platform, engine=None, **flags):
+        lines = []
+        config = RunConfig(model_dir=str(tmp_path / "new"), batch_size=2, mode="train", **flags)
+        settings.resolve(config, set(flags), log=lines.append, platform=platform, engine=engine)
+        return [line for line in lines if line.startswith("Note: --")]
+
+    assert notes(Platform(gpu=False), gpu_id=7, gpu_memory_fraction=0.2) == [
+        "Note: --gpu_id and --gpu_memory_fraction are not used: no GPU is visible to this process"]
+    assert notes(Platform(gpu=True), gpu_id=1, gpu_memory_fraction=0.2) == [
+        "Note: --gpu_memory_fraction is not used: only a --dali run limits the GPU's memory (TensorFlow's grows as "
+        "needed otherwise)"]
+    assert notes(Platform(gpu=True), Engine("mirrored"), gpu_id=1) == [
+        "Note: --gpu_id is not used: RN50_ENGINE=mirrored trains on every visible GPU"]
+    assert notes(Platform(gpu=True), Engine("horovod", rank=1, size=2, local_rank=1), gpu_id=1) == [
+        "Note: --gpu_id is not used: each worker takes the GPU of its local rank"]
+    assert notes(Platform(gpu=True), gpu_id=1) == []  # one process, one GPU: it picks it
+    assert notes(Platform(gpu=False), cpu=True, gpu_id=7) == ["Note: --gpu_id is not used: --cpu runs on no GPU"]
+
+
+def test_a_quantisation_aware_train_and_evaluate_says_its_evaluation_runs_the_float_model(tmp_path):
+    _, lines = resolve(tmp_path / "new", mode="train_and_evaluate", quantize=True,
+                       export_dir=str(tmp_path / "export"))
+    assert "Note: --mode train_and_evaluate evaluates and exports the float model, as the original " \
+           "(export_frozen_graph.py --quantize exports the quantised graph)" in lines
+    assert not [line for line in resolve(tmp_path / "new", mode="train_and_evaluate")[1] if "float model" in line]
+
+
 def test_dali_index_files_without_dali_are_said_unused():
     lines = []
     config = RunConfig(batch_size=2, mode="train", data_dir="data", data_idx_dir="idx")

@@ -25,6 +25,15 @@ class Precision:
         if self.loss_scaling == "static" and not self.static_scale > 0:
             raise ValueError(f"a static loss scale must be > 0, got {self.static_scale}")
 
+    def describe(self):
+        """"float32", or the policy and its loss scaling: "mixed_float16, dynamic loss scaling", "mixed_bfloat16, no
+        loss scaling"."""
+        if self.policy is None:
+            return "float32"
+        return "{}, {}".format(self.policy, {"dynamic": "dynamic loss scaling",
+                                             "static": "static loss scale {:g}".format(self.static_scale)}.get(
+                                                 self.loss_scaling, "no loss scaling"))
+
     @classmethod
     def resolve(cls, amp, static_loss_scale, platform, amp_dtype=None):
         """`--amp`: float16 compute with dynamic loss scaling, or bfloat16 without (bfloat16 has float32's exponent
