@@ -71,6 +71,10 @@ def run(argv=None, runner_class=None, own_process=False):
                 # The run owns model_dir from before it reads the checkpoint to after its last write
                 # (docs/RELIABILITY.md).
                 stack.enter_context(RunLock(config.model_dir))
+                # A save killed midway left its temporary shards: gone before this run writes anything (its log
+                # first), which on a disk they filled would fail.
+                from model.checkpoint import remove_save_debris
+                remove_save_debris(config.model_dir)
             if distribution.is_chief and not (config.mode in run_settings.TRAINING_MODES and os.path.realpath(
                     config.results_dir) == os.path.realpath(config.model_dir)):
                 # ... and every run its log's directory: two runs never append to one log.json.

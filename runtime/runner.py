@@ -20,9 +20,10 @@ from runtime import checkpoints, inputs, predict, runner_utils, settings, startu
 from runtime.metrics import (ThroughputMeter, TrainStats, evaluated_images_line, non_finite_warning,
                              require_evaluated)
 from utils import errors, learning_rate
+from utils.errors import UserError, first_line
 from utils.devices import Platform, cpu_bfloat16_support
 from utils.distributed import SIGNAL_SYNC_EVERY
-from utils.logger import progress_enabled
+from utils.logger import LogWriteError, progress_enabled
 from utils.precision import Precision, cpu_bfloat16_note
 
 SUMMARY_EVERY_STEPS = 100
@@ -217,7 +218,9 @@ class Runner:
                     if distribution.any_worker_flag(stop.requested):
                         stopped_by_signal = True
                         break
-            except Exception:
+            except Exception as error:
+                if isinstance(error, LogWriteError) and stepped and saver is not None:
+                    raise self._checkpointed_after_log_failure(error, saver, int(global_step.numpy())) from None
                 if started is not None and not stepped:
                     # A run that failed before its first step (a label the classifier cannot hold, unreadable data)
                     # trained nothing: its start checkpoint would only bind the corrected command to the failed
@@ -257,6 +260,19 @@ class Runner:
         if stopped_by_signal:
             raise TrainingInterrupted(final_step, stop.signum, checkpointed=saver is not None)
         return state
+
+    @staticmethod
+    def _checkpointed_after_log_failure(error, saver, step):
+        """The UserError ending a training whose log could not be written (a full --results_dir disk), after its
+        steps since the last checkpoint are saved, where model_dir has room for them."""
+        try:
+            if not (saver.latest_checkpoint or "").endswith("-{}".format(step)):
+                saver.save(step)
+        except UserError as save_error:
+            return UserError("{}; the training stopped at step {}, and its checkpoint could not be written either: "
+                             "{}".format(error, step, save_error))
+        return UserError("{}; the training stopped at step {}, checkpointed: give the log room and run the same "
+                         "command again to resume".format(error, step))
 
     def _kept_after_interrupted_save(self, step):
         """The interrupt line's account of a final save a signal cut short: the checkpoint the state file names,
@@ -485,14 +501,7 @@ class Runner:
         results.update(meter.latencies())
         log.log(step=(), data=results)
         if not is_benchmark and self.distribution.is_chief:
-            # TensorBoard beside the training scalars (the Estimator's model_dir/eval), at the evaluated step.
-            writer = tf.summary.create_file_writer(os.path.join(config.model_dir, "eval"))
-            with writer.as_default(step=int(global_step.numpy())):
-                for key in ("top1_accuracy", "top5_accuracy", "ema_top1_accuracy", "ema_top5_accuracy",
-                            "eval_throughput"):
-                    if key in results:
-                        tf.summary.scalar(key, results[key])
-            writer.close()
+            self._write_eval_summaries(results, int(global_step.numpy()))
         log.print("Model evaluation finished")
         if stopped is not None:  # a benchmark stopped by a signal: its figures are logged, nothing is exported
             raise TrainingInterrupted(len(meter.times), stopped, checkpointed=False, kind="inference benchmark",
@@ -510,6 +519,23 @@ class Runner:
                 log.print("Note: SavedModel {} holds freshly initialised weights: model_dir {} has no "
                           "checkpoint".format(self.exported_path, config.model_dir))
         return results
+
+    def _write_eval_summaries(self, results, step):
+        """TensorBoard beside the training scalars (the Estimator's model_dir/eval), at the evaluated `step`. A
+        model_dir that cannot take them (read-only: a checkpoint shared for evaluation; a full disk) is said, and the
+        evaluation's result and export go on: the log has the figures."""
+        directory = os.path.join(self.config.model_dir, "eval")
+        try:
+            writer = tf.summary.create_file_writer(directory)
+            with writer.as_default(step=step):
+                for key in ("top1_accuracy", "top5_accuracy", "ema_top1_accuracy", "ema_top5_accuracy",
+                            "eval_throughput"):
+                    if key in results:
+                        tf.summary.scalar(key, results[key])
+            writer.close()
+        except (tf.errors.OpError, OSError) as error:
+            self.logger.print("Note: the evaluation's TensorBoard scalars are not written: {} cannot be written "
+                              "({})".format(directory, first_line(error)))
 
     def _evaluation_pass(self, eval_step, iterator, num_steps, meter, is_benchmark, log_steps=True):
         """(top-1 hits, top-5 hits, images, images with non-finite logits, None) over `num_steps` batches, or fewer

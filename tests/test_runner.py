@@ -3,6 +3,7 @@ records evaluated, skipped as corrupt, dropped in a partial batch), and the infe
 main.py. Training through the Runner is tested in test_main.py, test_gpu_paths.py and
 test_performance_contract.py."""
 
+import glob
 import os
 
 import numpy as np
@@ -266,3 +267,49 @@ def test_a_diverged_training_is_recorded_in_its_checkpoints_and_every_tool_that_
     converted = tool_in_process("postprocess_ckpt", "--input", model_dir, "--output", tmp_path / "converted")
     assert f"WARNING: checkpoint {latest} {said}" in converted.stdout
     assert checkpoint.inspect(tf.train.latest_checkpoint(str(tmp_path / "converted"))).diverged == info.diverged
+
+
+def test_an_evaluation_whose_model_dir_cannot_take_its_tensorboard_scalars_still_reports_and_exports(
+        tmp_path, model_dir, monkeypatch):
+    """A checkpoint shared read-only (or on a full disk): the evaluation ran, then ended in TensorFlow's
+    PermissionDeniedError traceback from the events writer, and --export_dir was never written (audit H1)."""
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "validation", 1, 4, 40, num_classes=NUM_CLASSES)
+
+    def read_only(logdir, *args, **kwargs):
+        raise tf.errors.PermissionDeniedError(None, None, f"{logdir}/events.out.tfevents.1; Read-only file system")
+
+    monkeypatch.setattr(tf.summary, "create_file_writer", read_only)
+    result = main_in_process("--mode", "evaluate", "--data_dir", data, "--model_dir", model_dir, "--num_classes",
+                             NUM_CLASSES, "--image_size", 32, "--batch_size", 4, "--export_dir", tmp_path / "export",
+                             "--results_dir", tmp_path / "results", "--no_progress")
+    assert "top1_accuracy" in result.stdout
+    assert (f"Note: the evaluation's TensorBoard scalars are not written: {model_dir}/eval cannot be written "
+            f"({model_dir}/eval/events.out.tfevents.1; Read-only file system)") in result.stdout.splitlines()
+    assert len(glob.glob(str(tmp_path / "export" / "*" / "saved_model.pb"))) == 1  # in its timestamped directory
+
+
+def test_a_training_whose_log_cannot_be_written_checkpoints_its_steps_before_it_stops(tmp_path, monkeypatch):
+    """--results_dir on a full disk, model_dir with room: the run stopped at the failed log line and lost the steps
+    since its last checkpoint (audit H1: steps 21-27 of a run checkpointing every 20)."""
+    from utils import logger as logger_module
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "train", 1, 8, 40, num_classes=11)
+    real_log = logger_module.DLLogger.log
+
+    def log(self, step, data):
+        if isinstance(step, tuple) and len(step) == 2 and step[1] == 3:
+            raise logger_module.LogWriteError("cannot write the log results/log.json: No space left on device")
+        return real_log(self, step, data)
+
+    monkeypatch.setattr(logger_module.DLLogger, "log", log)
+    model_dir = tmp_path / "model"
+    result = main_in_process("--mode", "train", "--data_dir", data, "--num_classes", 10, "--image_size", 32,
+                             "--batch_size", 4, "--num_iter", 5, "--iter_unit", "batch", "--display_every", 1,
+                             "--model_dir", model_dir, "--results_dir", tmp_path / "results", "--no_progress",
+                             check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "ERROR: cannot write the log results/log.json: No space left on device; the training stopped at step 3, "
+        "checkpointed: give the log room and run the same command again to resume")
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith("model.ckpt-3")

@@ -14,6 +14,8 @@ import os
 import sys
 import time
 
+from utils.errors import UserError
+
 # Metadata the original declared (docs/ORIGINAL.md#logging) plus the totals we add.
 DEFAULT_METADATA = {
     "train_throughput": {"unit": "images/s"},
@@ -31,6 +33,10 @@ DEFAULT_METADATA = {
 
 def _step_for_json(step):
     return list(step) if isinstance(step, tuple) else step
+
+
+class LogWriteError(UserError):
+    """The log file could not be written (a full disk, a quota)."""
 
 
 class DLLogger:
@@ -74,10 +80,9 @@ class DLLogger:
             self._file.write("".join("DLLL " + json.dumps(line) + "\n" for line in lines))
             self._file.flush()
         except OSError as error:  # disk full, quota: one clear line instead of a traceback
-            from utils.errors import UserError
             path = self._path
             self._drop_file()
-            raise UserError("cannot write the log {}: {}".format(path, error.strerror or error)) from None
+            raise LogWriteError("cannot write the log {}: {}".format(path, error.strerror or error)) from None
 
     def _record(self, kind):
         now = datetime.datetime.now()
