@@ -105,6 +105,68 @@ def test_every_file_and_then_its_directory_is_synced_before_the_state_file_names
                           ("sync", "model.ckpt-2_temp/part.index"), ("rename", index), ("sync", ".")]
     removed = [i for i, event in enumerate(events) if event[0] == "remove"]
     assert sorted(events[i][1] for i in removed) == ["model.ckpt-1.data-00000-of-00001", "model.ckpt-1.index"]
-    assert min(removed) > 4
-    assert events[-3:] == [("sync", "checkpoint.tmp"), ("rename", "checkpoint"), ("sync", ".")]
+    # The old checkpoint goes only once the synced state file no longer names it.
+    assert events[5:8] == [("sync", "checkpoint.tmp"), ("rename", "checkpoint"), ("sync", ".")]
+    assert min(removed) == 8 and len(events) == 10
     assert checkpoint.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-2")
+
+
+def _full_disk_for(name, monkeypatch):
+    """`open` in model/checkpoint/write.py creates files called `name` empty and then fails to write them (ENOSPC),
+    as a full disk does; other files are written as usual."""
+    import builtins
+    import errno
+    import importlib
+
+    class FullFile:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *_):
+            self.handle.close()
+
+        def write(self, _):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fake_open(path, *args, **kwargs):
+        handle = builtins.open(path, *args, **kwargs)
+        return FullFile(handle) if os.path.basename(path) == name else handle
+
+    monkeypatch.setattr(importlib.import_module("model.checkpoint.write"), "open", fake_open, raising=False)
+
+
+def test_a_state_file_that_cannot_be_written_is_one_line_and_keeps_everything_it_names(tmp_path, monkeypatch):
+    """The new checkpoint's files are complete but the state file cannot be replaced: the old state file stays,
+    naming the old checkpoints, all still on disk (retention deletes only after the new state file is written);
+    the unlisted new checkpoint and the empty `checkpoint.tmp` are removed."""
+    from utils.errors import UserError
+    writer = checkpoint.CheckpointWriter(str(tmp_path), {"x": tf.Variable([1.0, 2.0])}, {}, max_to_keep=2)
+    writer.save(1)
+    writer.save(2)
+    before = sorted(os.listdir(tmp_path))
+    state = (tmp_path / "checkpoint").read_text()
+    _full_disk_for("checkpoint.tmp", monkeypatch)
+    with pytest.raises(UserError) as error:
+        writer.save(3)
+    assert str(error.value) == (f"cannot write the checkpoint state file {tmp_path}/checkpoint ([Errno 28] No space "
+                                f"left on device); the last complete checkpoint is kept: {tmp_path}/model.ckpt-2")
+    assert sorted(os.listdir(tmp_path)) == before
+    assert (tmp_path / "checkpoint").read_text() == state
+    monkeypatch.undo()
+    writer.save(3)  # once there is space, retention goes on from the list on disk
+    assert checkpoint.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-3")
+    assert sorted(p for p in os.listdir(tmp_path) if p.endswith(".index")) == ["model.ckpt-2.index",
+                                                                             "model.ckpt-3.index"]
+
+
+def test_a_first_save_that_fails_says_no_earlier_checkpoint_exists(tmp_path, monkeypatch):
+    from utils.errors import UserError
+    writer = checkpoint.CheckpointWriter(str(tmp_path), {"x": tf.Variable([1.0, 2.0])}, {})
+    _full_disk_for("checkpoint.tmp", monkeypatch)
+    with pytest.raises(UserError) as error:
+        writer.save(0)
+    assert str(error.value).endswith("No space left on device); no earlier checkpoint exists")
+    assert os.listdir(tmp_path) == [] and writer.latest_checkpoint is None

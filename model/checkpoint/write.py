@@ -78,6 +78,13 @@ def write_state_file(directory, names, timestamps=None, last_preserved=None):
     sync_directory(directory)
 
 
+def _remove_if_present(path):
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
 def sync_directory(directory):
     """fsync `directory` itself: a rename is durable only once the directory holding it is, so after a power loss
     the state file never names a checkpoint whose files' entries were lost. A file system that cannot sync a
@@ -124,28 +131,61 @@ class CheckpointWriter:
     def save(self, step):
         name = f"{CHECKPOINT_PREFIX}-{step}"
         prefix = os.path.join(self.directory, name)
+        listed_before = any(kept == name for kept, _ in self._kept)
         try:
             os.makedirs(self.directory, exist_ok=True)
             write(prefix, self.entries, dict(self.meta, step=int(step)))
         except (OSError, tf.errors.OpError, UserError) as error:
             shutil.rmtree(prefix + "_temp", ignore_errors=True)
-            if not any(kept == name for kept, _ in self._kept):
-                for path in glob.glob(glob.escape(prefix) + ".*"):
-                    os.remove(path)
+            if not listed_before:
+                self._remove_files(name)
             reason = (error if isinstance(error, UserError) else
                       f"cannot write checkpoint {prefix} ({first_line(error)})")
-            raise UserError(f"{reason}; the last complete checkpoint is kept: {self.latest_checkpoint}") from None
-        self._kept = [(kept, stamp) for kept, stamp in self._kept if kept != name] + [(name, time.time())]
-        while len(self._kept) > self.max_to_keep:
-            old, stamp = self._kept.pop(0)
-            if stamp - self._last_preserved >= self.keep_every_seconds:
-                self._last_preserved = stamp  # kept on disk, no longer listed
+            raise UserError(f"{reason}; {self._kept_phrase()}") from None
+        kept = [(other, stamp) for other, stamp in self._kept if other != name] + [(name, time.time())]
+        last_preserved, dropped = self._last_preserved, []
+        while len(kept) > self.max_to_keep:
+            old, stamp = kept.pop(0)
+            if stamp - last_preserved >= self.keep_every_seconds:
+                last_preserved = stamp  # kept on disk, no longer listed
                 continue
-            for path in glob.glob(os.path.join(glob.escape(self.directory), glob.escape(old)) + ".*"):
-                os.remove(path)
-        write_state_file(self.directory, [kept for kept, _ in self._kept], [stamp for _, stamp in self._kept],
-                         self._last_preserved)
+            dropped.append(old)
+        state_file = os.path.join(self.directory, "checkpoint")
+        try:
+            write_state_file(self.directory, [other for other, _ in kept], [stamp for _, stamp in kept],
+                             last_preserved)
+        except OSError as error:
+            # The state file is replaced by a rename: unless that rename happened (and only the directory's fsync
+            # failed), it still names the previous list, so the new checkpoint is unlisted and only holds space.
+            _remove_if_present(state_file + ".tmp")
+            if self._state_file_latest() == name:
+                self._kept, self._last_preserved = kept, last_preserved
+            elif not listed_before:
+                self._remove_files(name)
+            raise UserError(f"cannot write the checkpoint state file {state_file} ({first_line(error)}); "
+                            f"{self._kept_phrase()}") from None
+        # Old checkpoints go only once the state file no longer names them.
+        self._kept, self._last_preserved = kept, last_preserved
+        for old in dropped:
+            self._remove_files(old)
         return prefix
+
+    def _remove_files(self, name):
+        for path in glob.glob(os.path.join(glob.escape(self.directory), glob.escape(name)) + ".*"):
+            os.remove(path)
+
+    def _state_file_latest(self):
+        """The basename of the latest checkpoint the state file on disk names, or None."""
+        try:
+            state = tf.compat.v1.train.get_checkpoint_state(self.directory)
+        except (OSError, tf.errors.OpError, ValueError):
+            return None
+        return os.path.basename(state.model_checkpoint_path) if state is not None else None
+
+    def _kept_phrase(self):
+        latest = self.latest_checkpoint
+        return (f"the last complete checkpoint is kept: {latest}" if latest else
+                "no earlier checkpoint exists")
 
     def discard_only(self, prefix):
         """Deletes checkpoint `prefix`, the only one this writer keeps (a run's start that no step followed), and
