@@ -8,7 +8,7 @@ import time
 import pytest
 
 from utils.errors import (ArgumentParser, InterruptHandlers, PeerStopped, Terminated, UserError, command,
-                          deliver_pending_interrupt, interrupt_line, on_interrupt)
+                          deliver_pending_interrupt, first_line, interrupt_line, on_interrupt)
 
 STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -267,3 +267,14 @@ def test_a_package_missing_from_the_interpreter_is_one_line_naming_it_and_the_ve
                                        "`source .venv/bin/activate` first, then python)\n")
     with pytest.raises(ModuleNotFoundError):
         missing("runtime.gone")()
+
+
+def test_first_line_leaves_out_tensorflows_function_node_and_op_tags():
+    """The message TensorFlow gives for a SaveV2 on a full disk, as a checkpoint or export write passes it on."""
+    import tensorflow as tf
+    message = ("{{function_node __wrapped__SaveV2_dtypes_431_device_/job:localhost/replica:0/task:0/device:CPU:0}} "
+               "/m/model.ckpt-1_temp/part.data-00000-of-00001.tempstate1; No space left on device [Op:SaveV2]\nmore")
+    assert first_line(tf.errors.ResourceExhaustedError(None, None, message)) == (
+        "/m/model.ckpt-1_temp/part.data-00000-of-00001.tempstate1; No space left on device")
+    assert first_line(OSError(28, "No space left on device")) == "[Errno 28] No space left on device"
+    assert first_line(ValueError()) == "ValueError"

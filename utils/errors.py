@@ -7,6 +7,7 @@ import contextlib
 import functools
 import gc
 import os
+import re
 import signal
 import sys
 
@@ -38,9 +39,16 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, "ERROR: {}: {} (--help lists the flags)\n".format(self.prog, message))
 
 
+# What TensorFlow wraps an eager op's error message in: `{{function_node __wrapped__SaveV2_dtypes_1_device_/job:
+# localhost/replica:0/task:0/device:CPU:0}} <message> [Op:SaveV2]`. Only the message tells the user anything.
+_TF_OP_NOISE = re.compile(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]$")
+
+
 def first_line(error):
-    """The first line of an exception's message (at most 300 characters), for one-line UserErrors."""
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+    """The first line of an exception's message (at most 300 characters), for one-line UserErrors; TensorFlow's
+    function-node and op tags are left out."""
+    line = (str(error).strip().splitlines() or [""])[0]
+    return _TF_OP_NOISE.sub("", line).strip()[:300] or type(error).__name__
 
 
 class Terminated(BaseException):
