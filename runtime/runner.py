@@ -24,6 +24,7 @@ from utils.errors import UserError, first_line
 from utils.devices import Platform, cpu_bfloat16_support
 from utils.distributed import SIGNAL_SYNC_EVERY
 from utils.logger import LogWriteError, progress_enabled
+from utils.output_paths import replaced_file
 from utils.precision import Precision, cpu_bfloat16_note
 
 SUMMARY_EVERY_STEPS = 100
@@ -173,7 +174,11 @@ class Runner:
             checkpoint.remove_save_debris(config.model_dir)
             if saver.latest_checkpoint is None:
                 started = saver.save(current_step)
-                self._copy_labels_file()
+                try:
+                    self._copy_labels_file()
+                except Exception:  # (a full disk) also before the first step
+                    self._discard_start(saver, started)
+                    raise
             else:
                 self._note_other_labels_file()
         writer = None
@@ -222,12 +227,7 @@ class Runner:
                 if isinstance(error, LogWriteError) and stepped and saver is not None:
                     raise self._checkpointed_after_log_failure(error, saver, int(global_step.numpy())) from None
                 if started is not None and not stepped:
-                    # A run that failed before its first step (a label the classifier cannot hold, unreadable data)
-                    # trained nothing: its start checkpoint would only bind the corrected command to the failed
-                    # one's settings.
-                    saver.discard_only(started)
-                    log.print("Removed {}: this run stopped before its first step, so the next starts afresh".format(
-                        started))
+                    self._discard_start(saver, started)
                 raise  # (main.py turns a collective's failure after another worker's loss into one line)
             finally:
                 # An exception leaves this frame in its traceback, and a traceback caught by a context manager can
@@ -420,14 +420,25 @@ class Runner:
             self.logger.print("WARNING: {}, the classes this checkpoint was trained on: {}".format(
                 other, runner_utils.OTHER_CLASSES_SCORED))
 
+    def _discard_start(self, saver, started):
+        """A run that failed before its first step (a label the classifier cannot hold, unreadable data, a full
+        disk) trained nothing: its start checkpoint would only bind the corrected command to the failed one's
+        settings, so it is removed."""
+        saver.discard_only(started)
+        self.logger.print("Removed {}: this run stopped before its first step, so the next starts afresh".format(
+            started))
+
     def _copy_labels_file(self):
-        """Keeps the dataset's class names beside the checkpoints, so `predict` can name classes."""
+        """Keeps the dataset's class names beside the checkpoints, so `predict` can name classes. Copied under a
+        temporary name and renamed, so a full disk leaves no empty labels.txt; an empty one (a copy cut short)
+        names no class and is replaced."""
         if self.config.data_dir is None:
             return
         source = os.path.join(self.config.data_dir, "labels.txt")
         target = os.path.join(self.config.model_dir, "labels.txt")
-        if os.path.isfile(source) and not os.path.exists(target):
-            shutil.copyfile(source, target)
+        if os.path.isfile(source) and runner_utils.read_class_names(target) is None:
+            with open(source, "rb") as names, replaced_file(target, "wb") as copy:
+                shutil.copyfileobj(names, copy)
 
     def _log_train_step(self, values, step, index, meter, steps_per_epoch, is_benchmark):
         config = self.config

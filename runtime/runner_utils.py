@@ -118,11 +118,12 @@ class InferenceFiles(list):
 
 
 def read_class_names(path):
-    """The class names of a labels file (one per line, blank lines skipped), or None when there is no such file."""
+    """The class names of a labels file (one per line, blank lines skipped), or None when there is no such file or
+    it names none (an empty file, such as a copy cut short by a full disk, is no list of 0 classes)."""
     if not path or not os.path.isfile(path):
         return None
     with open(path, encoding="utf-8") as handle:
-        return [line.strip() for line in handle if line.strip()]
+        return [line.strip() for line in handle if line.strip()] or None
 
 
 def class_names_for_export(directory, num_classes):

@@ -136,3 +136,48 @@ def run_cases(cases):
         result = main_in_process(*case, check=False)
         results.append({"rc": result.returncode, "out": result.stdout, "err": result.stderr})
     return results
+
+
+class _FullDiskFile:
+    """A file opened for writing on a full disk: created, empty, and every write fails with ENOSPC. It has no
+    fileno, so shutil copies through its write too."""
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self._handle.close()
+
+    def close(self):
+        self._handle.close()
+
+    def fileno(self):
+        import io
+        raise io.UnsupportedOperation("fileno")
+
+    def write(self, _):
+        import errno
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    writelines = write
+
+    def flush(self):
+        pass
+
+
+def full_disk_for(monkeypatch, matches):
+    """Files opened for writing through `open` whose path `matches(path)` behave as on a full disk (created empty,
+    writes fail with ENOSPC); every other file is opened as usual."""
+    import builtins
+    real_open = builtins.open
+
+    def fake_open(file, mode="r", *args, **kwargs):
+        handle = real_open(file, mode, *args, **kwargs)
+        writing = any(flag in mode for flag in "wax+")
+        return _FullDiskFile(handle) if writing and isinstance(file, (str, os.PathLike)) and matches(
+            os.fspath(file)) else handle
+
+    monkeypatch.setattr(builtins, "open", fake_open)

@@ -59,3 +59,25 @@ def test_a_directory_the_process_may_not_write_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(output_paths.os, "access", lambda path, mode: os.path.abspath(path) != str(readonly_file))
     assert error(output_paths.check_output_file, "--log-path", readonly_file) == \
         f"--log-path {readonly_file} is not writable"
+
+
+def test_a_replaced_file_is_its_previous_version_or_complete_never_half_written(tmp_path, monkeypatch):
+    from tests._reliability_helpers import full_disk_for
+    path = tmp_path / "labels.txt"
+    path.write_text("previous\n")
+    with output_paths.replaced_file(str(path)) as handle:
+        handle.write("new\n")
+        assert path.read_text() == "previous\n"  # until the block ends
+    assert path.read_text() == "new\n" and os.listdir(tmp_path) == ["labels.txt"]
+    full_disk_for(monkeypatch, lambda name: ".tmp-" in name)
+    with pytest.raises(UserError) as raised:
+        with output_paths.replaced_file(str(path)) as handle:
+            handle.write("newer\n")
+    assert str(raised.value) == f"cannot write {path}: No space left on device"
+    assert path.read_text() == "new\n" and os.listdir(tmp_path) == ["labels.txt"]
+    monkeypatch.undo()
+    with pytest.raises(KeyboardInterrupt):  # any exception, an interrupt included, removes the temporary
+        with output_paths.replaced_file(str(path)) as handle:
+            handle.write("cut short")
+            raise KeyboardInterrupt
+    assert path.read_text() == "new\n" and os.listdir(tmp_path) == ["labels.txt"]

@@ -313,3 +313,49 @@ def test_a_training_whose_log_cannot_be_written_checkpoints_its_steps_before_it_
         "ERROR: cannot write the log results/log.json: No space left on device; the training stopped at step 3, "
         "checkpointed: give the log room and run the same command again to resume")
     assert tf.train.latest_checkpoint(str(model_dir)).endswith("model.ckpt-3")
+
+
+def test_a_labels_file_that_cannot_be_copied_is_one_line_and_leaves_neither_it_nor_the_start_checkpoint(
+        tmp_path, monkeypatch):
+    """A full disk while the new run copies the data's labels.txt beside its start checkpoint: one line naming the
+    file, no empty labels.txt (which later runs would read as 0 classes), and the start checkpoint removed as after
+    any failure before the first step. The next run copies the file."""
+    from tests._reliability_helpers import full_disk_for
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "train", 1, 8, 40, num_classes=11, seed=2)
+    names = "".join(f"class {k}\n" for k in range(1, 11))
+    (data / "labels.txt").write_text(names)
+    model_dir = tmp_path / "model"
+    train = ("--mode", "train", "--data_dir", data, "--num_classes", 11, "--image_size", 32, "--batch_size", 4,
+             "--num_iter", 1, "--iter_unit", "batch", "--model_dir", model_dir, "--results_dir", tmp_path / "results",
+             "--no_progress")
+    full_disk_for(monkeypatch, lambda path: os.path.dirname(path) == str(model_dir) and "labels.txt" in path)
+    failed = main_in_process(*train, check=False)
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr
+    assert failed.stderr.strip().splitlines()[-1] == (
+        f"ERROR: cannot write {model_dir}/labels.txt: No space left on device")
+    assert f"Removed {model_dir}/model.ckpt-0: this run stopped before its first step, so the next starts afresh" in \
+        failed.stdout.splitlines()
+    assert not model_dir.exists()  # nothing left in it, so the model_dir this run created is removed too
+    monkeypatch.undo()
+    main_in_process(*train)
+    assert (model_dir / "labels.txt").read_text() == names
+
+
+def test_an_empty_labels_file_beside_the_checkpoints_is_replaced_and_names_no_classes(tmp_path):
+    """An empty model_dir/labels.txt (a copy cut short by a full disk, written in place) is no list of 0 classes:
+    a new run replaces it and no run warns that the data names other classes than it."""
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "train", 1, 8, 40, num_classes=11, seed=2)
+    names = "".join(f"class {k}\n" for k in range(1, 11))
+    (data / "labels.txt").write_text(names)
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "labels.txt").write_text("")
+    train = ("--mode", "train", "--data_dir", data, "--num_classes", 11, "--image_size", 32, "--batch_size", 4,
+             "--iter_unit", "batch", "--model_dir", model_dir, "--results_dir", tmp_path / "results", "--no_progress")
+    result = main_in_process(*train, "--num_iter", 1)
+    assert (model_dir / "labels.txt").read_text() == names
+    (model_dir / "labels.txt").write_text("")
+    resumed = main_in_process(*train, "--num_iter", 2)
+    assert "names other classes" not in result.stdout + resumed.stdout + resumed.stderr

@@ -3,11 +3,14 @@ line at once, not a traceback after an hour of training (docs/RELIABILITY.md#bad
 
 The checks find the nearest existing ancestor of the path and ask the operating system whether it is a directory
 this process may write into. They cannot foresee a full disk or a path taken by another process in the meantime:
-the writers turn those into one line of their own (model/export.py, model/checkpoint/write.py)."""
+the writers turn those into one line of their own (model/export.py, model/checkpoint/write.py, `replaced_file`
+below)."""
 
+import contextlib
 import os
+import uuid
 
-from utils.errors import UserError
+from utils.errors import UserError, first_line
 
 
 def _existing_ancestor(path):
@@ -47,3 +50,24 @@ def check_output_file(flag, path):
     if os.path.lexists(path) and not os.access(path, os.W_OK):
         raise UserError("{} {} is not writable".format(flag, path))
     _check_can_create_in(flag, path, os.path.dirname(os.path.abspath(path)))
+
+
+@contextlib.contextmanager
+def replaced_file(path, mode="w", **open_args):
+    """Yields a file open for writing under a hidden temporary name beside `path` (`.<name>.tmp-<hex>`, which no
+    `train-*` or `*.jpg` pattern matches) and renames it over `path` when the block ends, so `path` is absent, its
+    previous version or complete, never half-written. A write that fails (a full disk) is one UserError,
+    `cannot write <path>: <reason>`; on any exception, an interrupt included, the temporary is removed."""
+    directory, name = os.path.split(path)
+    temporary = os.path.join(directory, ".{}.tmp-{}".format(name, uuid.uuid4().hex))
+    try:
+        with open(temporary, mode, **open_args) as handle:
+            yield handle
+        os.replace(temporary, path)
+    except OSError as error:
+        raise UserError("cannot write {}: {}".format(path, error.strerror or first_line(error))) from None
+    finally:
+        try:
+            os.remove(temporary)
+        except FileNotFoundError:  # renamed, or never created
+            pass
