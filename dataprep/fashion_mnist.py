@@ -24,7 +24,7 @@ import numpy as np
 from dataprep import records
 from dataprep.build_tfrecords import choose_shards, shuffled
 from utils.errors import ArgumentParser, UserError, command
-from utils.output_paths import check_output_dir
+from utils.output_paths import check_output_dir, replaced_file
 
 CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
@@ -127,7 +127,7 @@ def write_samples(items: list[records.ImageItem], samples_dir: str, count: int =
             continue
         seen.add(item.label)
         path = os.path.join(samples_dir, f"{item.synset}_{os.path.splitext(item.filename)[0]}.jpg")
-        with open(path, "wb") as f:
+        with replaced_file(path, "wb") as f:
             f.write(item.data)
         written.append(path)
         if len(written) == count:

@@ -33,6 +33,7 @@ from typing import Callable, Sequence
 from utils import pixels
 from utils.errors import UserError, first_line, on_interrupt
 from utils.logger import progress_enabled  # noqa: F401 - the dataprep tools' progress check
+from utils.output_paths import replaced_file
 from utils.tfrecord_framing import count_records
 
 TMP_PREFIX = ".tmp."
@@ -271,10 +272,8 @@ def _read_manifest(output_dir: str, split: str) -> dict | None:
 
 
 def _write_manifest(output_dir: str, split: str, manifest: dict) -> None:
-    path = _manifest_path(output_dir, split)
-    with open(path + ".tmp", "w") as f:
+    with replaced_file(_manifest_path(output_dir, split)) as f:
         json.dump(manifest, f, indent=1)
-    os.replace(path + ".tmp", path)
 
 
 def existing_split_files(output_dir: str, split: str) -> list[str]:
@@ -433,7 +432,7 @@ def _progress_bar(total: int, desc: str, enabled: bool):
 def write_labels_file(output_dir: str, class_texts: Sequence[str]) -> str:
     """`labels.txt`: line k is the name of label k (output index k-1)."""
     path = os.path.join(output_dir, "labels.txt")
-    with open(path, "w", encoding="utf-8") as f:
+    with replaced_file(path, encoding="utf-8") as f:
         for text in class_texts:
             f.write(text.replace("\n", " ") + "\n")
     return path

@@ -768,3 +768,37 @@ def test_declared_flag_aliases_still_work():
     args = build_tfrecords.parse_args(["--train_dir", "t", "--val_dir", "v", "--output_dir", "o", "--num_threads", "2"])
     assert (args.train_directory, args.validation_directory, args.output_directory, args.num_workers) == (
         "t", "v", "o", 2)
+
+
+@pytest.mark.parametrize("target", ["labels.txt", ".dataprep-train.json", "samples", "dali index"])
+def test_a_write_outside_the_shards_that_fails_is_one_line_keeps_the_previous_file_and_leaves_no_temporary(
+        target, built, tmp_path, monkeypatch, capsys):
+    """A full disk while dataprep writes labels.txt, a split's manifest, fashion_mnist's sample images or a DALI
+    index: `cannot write <file>: No space left on device`, the previous version of the file (if any) intact, nothing
+    half-written beside it."""
+    from tests._reliability_helpers import full_disk_for
+    out, _ = built
+    directory = tmp_path / "dir"
+    directory.mkdir()
+    name = {"dali index": "train-00000-of-00003", "samples": "shirt_test_00000.jpg"}.get(target, target)
+    path = directory / name
+    if target != "samples":
+        path.write_text("previous\n")
+    full_disk_for(monkeypatch, lambda written: os.path.dirname(written) == str(directory))
+    if target == "dali index":
+        capsys.readouterr()
+        assert make_dali_index.main([str(out), str(directory), "--no_progress"]) == 2
+        assert capsys.readouterr().err == f"ERROR: cannot write {path}: No space left on device\n"
+    else:
+        with pytest.raises(UserError) as error:
+            if target == "labels.txt":
+                records.write_labels_file(str(directory), ["apple", "zebra"])
+            elif target == "samples":
+                item = records.ImageItem("test_00000.jpg", 1, "shirt", "Shirt", data=b"\xff\xd8jpeg")
+                fashion_mnist.write_samples([item], str(directory))
+            else:
+                records._write_manifest(str(directory), "train", {"version": 2, "complete": False})
+        assert str(error.value) == f"cannot write {path}: No space left on device"
+    assert sorted(os.listdir(directory)) == ([] if target == "samples" else [name])
+    if target != "samples":
+        assert path.read_text() == "previous\n"

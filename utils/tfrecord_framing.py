@@ -17,6 +17,7 @@ import struct
 from typing import Iterable, Iterator
 
 from utils.errors import UserError
+from utils.output_paths import replaced_file
 
 HEADER = struct.Struct("<QI")  # length, masked crc32c(length)
 FOOTER_SIZE = 4  # masked crc32c(data)
@@ -134,8 +135,6 @@ def count_records(path: str) -> int:
 def write_dali_index(tfrecord_path: str, idx_path: str) -> int:
     """Writes DALI's index of one TFRecord file (`<offset> <size>` per record, atomically); returns the count."""
     lines = [f"{offset} {size}\n" for offset, size in iter_record_frames(tfrecord_path)]
-    tmp_path = idx_path + ".tmp"
-    with open(tmp_path, "w") as f:
+    with replaced_file(idx_path) as f:
         f.writelines(lines)
-    os.replace(tmp_path, idx_path)
     return len(lines)
