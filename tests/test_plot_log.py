@@ -1,6 +1,7 @@
 """utils/plot_log.py: curves and CSV from a DLLL log written by utils.logger.DLLogger."""
 
 import csv
+import os
 import math
 import struct
 
@@ -307,3 +308,21 @@ def test_a_resume_is_marked_and_one_at_another_batch_size_is_said(tmp_path, caps
     assert plot_log.resumes(plot_log.load_log(str(single))[0]) == []
     assert plot_log.main([str(single), "-o", str(tmp_path / "s.png")]) == 0
     assert "Note" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("full", ["png", "csv"])
+def test_a_write_that_fails_is_one_line_and_keeps_the_previous_file(tmp_path, capsys, monkeypatch, full):
+    """A full disk where the PNG or the --csv table goes: one line naming the file, its previous version intact,
+    no truncated file or temporary beside it (both are written under a temporary name and renamed)."""
+    from tests._reliability_helpers import full_disk_for
+    log_path = tmp_path / "log.json"
+    write_training_log(log_path, epochs=1, evaluate=False)
+    outputs = {"png": tmp_path / "png" / "curves.png", "csv": tmp_path / "csv" / "steps.csv"}
+    for path in outputs.values():
+        path.parent.mkdir()
+        path.write_text("previous\n")
+    full_disk_for(monkeypatch, lambda written: os.path.dirname(written) == str(outputs[full].parent))
+    capsys.readouterr()
+    assert plot_log.main([str(log_path), "-o", str(outputs["png"]), "--csv", str(outputs["csv"])]) == 2
+    assert capsys.readouterr().err == f"ERROR: cannot write {outputs[full]}: No space left on device\n"
+    assert outputs[full].read_text() == "previous\n" and os.listdir(outputs[full].parent) == [outputs[full].name]

@@ -27,6 +27,7 @@ import sys
 
 from utils.errors import ArgumentParser, UserError, command
 from utils.logger import read_log
+from utils.output_paths import replaced_file
 
 TRAIN_KEYS = ("imgs_per_sec", "cross_entropy", "l2_loss", "total_loss", "learning_rate")
 BENCHMARK_KEY = "total_ips"
@@ -213,7 +214,7 @@ def final_results(records):
 
 def write_csv(rows, path):
     _make_parent(path)
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    with replaced_file(path, newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(CSV_COLUMNS)
         for row in rows:
@@ -292,10 +293,8 @@ def plot(rows, finals, output, title="", resumed=()):
                    "Accuracy (end of training)" if train else "Accuracy (end of the run)")
 
     _make_parent(output)
-    try:
-        figure.savefig(output, format="png")
-    except OSError as error:
-        raise UserError("cannot write {}: {}".format(output, error.strerror or error)) from None
+    with replaced_file(output, "wb") as handle:
+        figure.savefig(handle, format="png")
 
 
 def _plot_accuracy(axis, finals, xlim, title):
