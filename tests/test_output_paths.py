@@ -39,6 +39,19 @@ def test_a_file_in_the_way_is_named(tmp_path, blocker):
         f"--output {blocker / 'model.onnx'} cannot be created: {blocker} is not a directory"
 
 
+def test_a_file_with_a_trailing_slash_or_a_dangling_link_is_named_as_such(tmp_path, blocker, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert error(output_paths.check_output_dir, "--model_dir", "a_file/") == \
+        "--model_dir a_file/ exists and is not a directory"
+    os.symlink("nowhere/model", "dangling")
+    for given in ("dangling", "dangling/"):
+        assert error(output_paths.check_output_dir, "--model_dir", given) == \
+            f"--model_dir {given} is a symbolic link to nowhere/model, which does not exist"
+    os.symlink("a_file", "to_a_file")
+    assert error(output_paths.check_output_dir, "--model_dir", "to_a_file/") == \
+        "--model_dir to_a_file/ exists and is not a directory"
+
+
 def test_a_directory_given_for_a_file_is_named(tmp_path):
     assert error(output_paths.check_output_file, "--log-path", tmp_path) == \
         f"--log-path {tmp_path} is a directory (give the name of the file to write)"

@@ -33,7 +33,12 @@ def _check_can_create_in(flag, path, parent):
 
 def check_output_dir(flag, path):
     """UserError unless directory `path` exists and is writable, or can be created."""
-    if os.path.lexists(path) or os.path.isdir(path):
+    # A trailing slash makes lexists() false for a file or a dangling link (ENOTDIR / ENOENT): judge the name itself.
+    name = path.rstrip(os.sep) or path
+    if os.path.lexists(name) or os.path.isdir(path):
+        if os.path.islink(name) and not os.path.exists(name):
+            raise UserError("{} {} is a symbolic link to {}, which does not exist".format(
+                flag, path, os.readlink(name)))
         if not os.path.isdir(path):
             raise UserError("{} {} exists and is not a directory".format(flag, path))
         if not os.access(path, os.W_OK | os.X_OK):
