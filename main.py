@@ -112,7 +112,10 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None):
             os.makedirs(config.results_dir, exist_ok=True)
         logger = DLLogger(config.log_path if distribution.is_chief else None, enabled=distribution.is_chief)
     except OSError as error:
-        raise UserError("cannot write the log in --results_dir {}: {}".format(config.results_dir, error)) from None
+        where = "" if not error.filename or os.path.abspath(error.filename) == os.path.abspath(config.log_path) else \
+            " (in {})".format(error.filename)
+        raise UserError("cannot write the log {}: {}{}".format(config.log_path, error.strerror or error, where)) \
+            from None
     # The settings the run uses, after the resolution (not the flags as typed).
     from utils import devices
     frozen_weights = devices.frozen_weights_parameters()

@@ -1,7 +1,10 @@
 """dllogger formats (docs/ORIGINAL.md#logging)."""
 
 import json
+import os
 import re
+
+import pytest
 
 from utils.logger import DLLogger, read_log
 
@@ -68,3 +71,20 @@ def test_read_log_skips_a_torn_last_line(tmp_path):
     path = tmp_path / "log.json"
     path.write_text('DLLL {"type": "LOG", "step": [], "data": {"a": 1}}\nDLLL {"type": "LO')
     assert len(read_log(str(path))) == 1
+
+
+def test_a_log_directory_on_a_read_only_file_system_is_refused_with_that_reason(tmp_path, monkeypatch):
+    """A read-only mount (simulated: it needs privileges) stops root too; the error says so, not EACCES."""
+    import errno
+    from utils import logger as logger_module
+    real_statvfs = os.statvfs
+
+    class ReadOnly:
+        def __init__(self, result):
+            self.f_flag = result.f_flag | os.ST_RDONLY
+
+    monkeypatch.setattr(logger_module.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(logger_module.os, "statvfs", lambda path: ReadOnly(real_statvfs(path)))
+    with pytest.raises(OSError) as error:
+        DLLogger(str(tmp_path / "log.json"), stdout=False)
+    assert (error.value.errno, error.value.filename) == (errno.EROFS, str(tmp_path))

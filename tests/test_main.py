@@ -465,3 +465,21 @@ def test_in_a_multi_worker_run_only_rank_0_says_the_settings_notes(tmp_path, mon
         printed.append(capsys.readouterr().out)
     assert "Note: --gpu_id is not used: --cpu runs on no GPU" in printed[0]
     assert "Note:" not in printed[1]
+
+
+def test_a_log_that_cannot_be_opened_is_named_with_the_reason(tmp_path, monkeypatch):
+    """The log's file or directory found unwritable after the start's checks (a race, a mount turned read-only):
+    the line names the log's path and the operating system's reason, not --results_dir."""
+    import errno
+    from utils import logger
+
+    def read_only(path, **_):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.path.dirname(path))
+
+    monkeypatch.setattr(logger, "DLLogger", read_only)
+    log = tmp_path / "elsewhere" / "x.json"
+    result = run_main("--mode", "training_benchmark", "--batch_size", 2, "--num_iter", 1, "--iter_unit", "batch",
+                      "--results_dir", tmp_path / "results", "--log_filename", log, *SMALL, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"ERROR: cannot write the log {log}: Read-only file system (in {log.parent})")

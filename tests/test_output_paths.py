@@ -94,3 +94,23 @@ def test_a_replaced_file_is_its_previous_version_or_complete_never_half_written(
             handle.write("cut short")
             raise KeyboardInterrupt
     assert path.read_text() == "new\n" and os.listdir(tmp_path) == ["labels.txt"]
+
+
+def test_a_read_only_file_system_is_named_as_the_reason(tmp_path, monkeypatch):
+    """A read-only mount stops root too (os.access says so); statvfs's flag tells it from permissions. Both are
+    simulated, as a mount needs privileges."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    real_statvfs = os.statvfs
+
+    class ReadOnly:
+        def __init__(self, result):
+            self.f_flag = result.f_flag | os.ST_RDONLY
+
+    monkeypatch.setattr(output_paths.os, "access", lambda path, mode: not os.path.abspath(path).startswith(str(mount)))
+    monkeypatch.setattr(output_paths.os, "statvfs", lambda path: ReadOnly(real_statvfs(path)) if os.path.abspath(
+        path).startswith(str(mount)) else real_statvfs(path))
+    assert error(output_paths.check_output_file, "--log_filename", mount / "x.json") == \
+        f"--log_filename {mount / 'x.json'} cannot be created: directory {mount} is on a read-only file system"
+    assert error(output_paths.check_output_dir, "--results_dir", mount) == \
+        f"--results_dir {mount} is on a read-only file system"

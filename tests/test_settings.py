@@ -841,6 +841,11 @@ def test_an_output_directory_that_cannot_be_written_is_refused_before_any_work(t
         with pytest.raises(UserError) as error:
             settings.parse(["--batch_size", "2", "--data_dir", str(tmp_path), *flags])
         assert str(error.value) == expected
+    # --log_filename with a directory (an absolute path) writes outside --results_dir, and is checked itself.
+    with pytest.raises(UserError) as error:
+        settings.parse(["--batch_size", "2", "--mode", "predict", "--to_predict", str(tmp_path), "--results_dir",
+                        str(tmp_path / "r"), "--log_filename", str(blocker / "log.json")])
+    assert str(error.value) == f"--log_filename {blocker / 'log.json'} cannot be created: {blocker} is not a directory"
     # --export_dir in a mode that exports nothing is not checked (it is said unused instead).
     settings.parse(["--batch_size", "2", "--mode", "predict", "--to_predict", str(tmp_path), "--export_dir",
                     str(blocker), "--results_dir", str(tmp_path)])

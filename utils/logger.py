@@ -57,7 +57,8 @@ class DLLogger:
             os.makedirs(directory, exist_ok=True)
             for target in (self._path, directory):  # unwritable: the caller's OSError now, not at the first record
                 if os.path.exists(target) and not os.access(target, os.W_OK):
-                    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), target)
+                    code = errno.EROFS if os.statvfs(target).f_flag & os.ST_RDONLY else errno.EACCES
+                    raise OSError(code, os.strerror(code), target)
         for metric, meta in DEFAULT_METADATA.items():
             self.metadata(metric, meta)
 

@@ -21,6 +21,16 @@ def _existing_ancestor(path):
     return path
 
 
+def _not_writable(path):
+    """Why `path`, which os.access says may not be written, cannot be: its file system is mounted read-only (which
+    stops root too), or its permissions."""
+    try:
+        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    return "is on a read-only file system" if read_only else "is not writable"
+
+
 def _check_can_create_in(flag, path, parent):
     """UserError unless `parent` (where `path` or its first missing ancestor would be created) is a writable
     directory."""
@@ -28,7 +38,8 @@ def _check_can_create_in(flag, path, parent):
     if not os.path.isdir(ancestor):
         raise UserError("{} {} cannot be created: {} is not a directory".format(flag, path, ancestor))
     if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise UserError("{} {} cannot be created: directory {} is not writable".format(flag, path, ancestor))
+        raise UserError("{} {} cannot be created: directory {} {}".format(flag, path, ancestor,
+                                                                         _not_writable(ancestor)))
 
 
 def check_output_dir(flag, path):
@@ -42,7 +53,7 @@ def check_output_dir(flag, path):
         if not os.path.isdir(path):
             raise UserError("{} {} exists and is not a directory".format(flag, path))
         if not os.access(path, os.W_OK | os.X_OK):
-            raise UserError("{} {} is not writable".format(flag, path))
+            raise UserError("{} {} {}".format(flag, path, _not_writable(path)))
         return
     _check_can_create_in(flag, path, os.path.dirname(os.path.abspath(path)))
 
@@ -53,7 +64,7 @@ def check_output_file(flag, path):
     if os.path.isdir(path):
         raise UserError("{} {} is a directory (give the name of the file to write)".format(flag, path))
     if os.path.lexists(path) and not os.access(path, os.W_OK):
-        raise UserError("{} {} is not writable".format(flag, path))
+        raise UserError("{} {} {}".format(flag, path, _not_writable(path)))
     _check_can_create_in(flag, path, os.path.dirname(os.path.abspath(path)))
 
 
