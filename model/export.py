@@ -31,6 +31,8 @@ DEFAULT_OPSET = 17
 # ------------------------------------------------------------------ SavedModel
 
 SOURCE_FILE = os.path.join("assets.extra", "source.json")  # beside the SavedModel's own files, which TF ignores
+# A SavedModel is written as `<export_dir>/.tmp-<stamp>` and renamed to `<stamp>` once complete.
+SAVED_MODEL_TEMPORARY_PREFIX = ".tmp-"
 
 
 def save_saved_model(model, image_size, export_dir, source=None):
@@ -60,7 +62,7 @@ def save_saved_model(model, image_size, export_dir, source=None):
     while os.path.exists(final):
         stamp = str(int(stamp) + 1)
         final = os.path.join(export_dir, stamp)
-    temporary = os.path.join(export_dir, ".tmp-" + stamp)
+    temporary = os.path.join(export_dir, SAVED_MODEL_TEMPORARY_PREFIX + stamp)
     shutil.rmtree(temporary, ignore_errors=True)
     created = missing_directories(export_dir)  # what makedirs below creates, removed again if nothing is written
     try:
@@ -175,8 +177,9 @@ def _what_to_pass_instead(path):
     """The hint of a path that is not a SavedModel: the newest export under an --export_dir, or how to export a
     training directory's checkpoint (with the evaluation data, or without any through a frozen graph)."""
     if os.path.isdir(path):
-        exports = sorted(name for name in os.listdir(path)
-                         if os.path.isfile(os.path.join(path, name, "saved_model.pb")))
+        exports = sorted(name for name in os.listdir(path)  # (an interrupted export's temporary is none)
+                         if not name.startswith(SAVED_MODEL_TEMPORARY_PREFIX)
+                         and os.path.isfile(os.path.join(path, name, "saved_model.pb")))
         if exports:
             return "it holds {} export(s): pass one, e.g. {}".format(len(exports), os.path.join(path, exports[-1]))
         if os.path.isfile(os.path.join(path, "checkpoint")) or glob.glob(os.path.join(path, "model.ckpt-*.index")):

@@ -538,7 +538,8 @@ def test_an_interrupted_saved_model_export_leaves_no_temporary_directory(tmp_pat
 
 def test_a_path_that_is_not_a_saved_model_gets_a_hint_of_what_to_pass(tmp_path):
     exports = tmp_path / "exports"
-    for stamp in ("1796361000", "1796362000"):
+    # (.tmp-1796363000: an export killed after it wrote saved_model.pb, before its rename; it is no export)
+    for stamp in ("1796361000", "1796362000", ".tmp-1796363000"):
         (exports / stamp).mkdir(parents=True)
         (exports / stamp / "saved_model.pb").write_bytes(b"")
     with pytest.raises(UserError) as error:
