@@ -108,7 +108,8 @@ def load_class_names(labels_file, config, warn=None):
                                             "its class k, shown here under this file's name k".format(other))
             return names
     if labels_file:
-        raise UserError("--labels_file {} does not exist".format(labels_file))
+        raise UserError("--labels_file {} {}".format(labels_file, "names no class (it is empty)" if os.path.isfile(
+            labels_file) else "does not exist"))
     return None
 
 

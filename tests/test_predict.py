@@ -166,6 +166,23 @@ def test_a_labels_file_naming_other_classes_than_the_checkpoints_is_warned_about
         assert warnings == []
 
 
+def test_an_empty_labels_file_names_no_classes(tmp_path):
+    """An empty labels.txt beside the checkpoints (a copy cut short by a full disk) is passed over for the data's,
+    without a warning that the data names other classes than its "0 classes"; an empty --labels_file is refused."""
+    model_dir, data_dir = tmp_path / "model", tmp_path / "data"
+    model_dir.mkdir()
+    data_dir.mkdir()
+    (model_dir / "labels.txt").write_text("")
+    (data_dir / "labels.txt").write_text("bag\ncoat\nshirt\n")
+    warnings = []
+    config = RunConfig(model_dir=str(model_dir), data_dir=str(data_dir), num_classes=3)
+    assert load_class_names(None, config, warn=warnings.append) == ["bag", "coat", "shirt"]
+    assert warnings == []
+    with pytest.raises(UserError) as error:
+        load_class_names(str(model_dir / "labels.txt"), config)
+    assert str(error.value) == f"--labels_file {model_dir / 'labels.txt'} names no class (it is empty)"
+
+
 def test_a_photo_whose_exif_orientation_asks_a_turn_is_noted_as_seen_as_stored(tmp_path, capsys):
     """A phone photo stored sideways with Orientation 6: viewers turn it, the model (as in training, and as the
     original's decoder) does not. Said once per such file on stderr; 1 and no tag say nothing."""
