@@ -170,8 +170,7 @@ class Runner:
         dataset = inputs.prefetch_to_accelerator(distribution.distribute_dataset(dataset), self.platform,
                                                  config.uses_dali)
         started = None  # the checkpoint a new run writes at its start, before its first step
-        if saver is not None and distribution.is_chief:
-            checkpoint.remove_save_debris(config.model_dir)
+        if saver is not None and distribution.is_chief:  # (main.py removed a killed save's debris at its start)
             if saver.latest_checkpoint is None:
                 started = saver.save(current_step)
                 try:
@@ -183,7 +182,13 @@ class Runner:
                 self._note_other_labels_file()
         writer = None
         if distribution.is_chief and not is_benchmark:
-            writer = tf.summary.create_file_writer(config.model_dir)
+            try:
+                writer = tf.summary.create_file_writer(config.model_dir)
+            except tf.errors.OpError as error:  # a full disk: one line, and no start checkpoint left behind
+                if started is not None:
+                    self._discard_start(saver, started)
+                raise UserError("cannot write TensorBoard's events in --model_dir {} ({})".format(
+                    config.model_dir, first_line(error))) from None
         meter = ThroughputMeter(self.global_batch_size, config.warmup_steps)
         stats = TrainStats(self.precision.dynamic, config.max_skipped_steps,
                            "float16 gradients overflowed at the static loss scale: lower --static_loss_scale, or "

@@ -359,3 +359,26 @@ def test_an_empty_labels_file_beside_the_checkpoints_is_replaced_and_names_no_cl
     (model_dir / "labels.txt").write_text("")
     resumed = main_in_process(*train, "--num_iter", 2)
     assert "names other classes" not in result.stdout + resumed.stdout + resumed.stderr
+
+
+def test_a_training_that_cannot_write_its_tensorboard_events_is_one_line_and_leaves_no_start_checkpoint(
+        tmp_path, monkeypatch):
+    """model_dir's disk full after the start checkpoint: TensorFlow's ResourceExhaustedError traceback from the
+    events writer, and a 0-step checkpoint left to bind the next run (audit H1)."""
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "train", 1, 8, 40, num_classes=11)
+
+    def full(logdir, *args, **kwargs):
+        raise tf.errors.ResourceExhaustedError(None, None, f"{logdir}/events.out.tfevents.1; No space left on device")
+
+    monkeypatch.setattr(tf.summary, "create_file_writer", full)
+    model_dir = tmp_path / "model"
+    result = main_in_process("--mode", "train", "--data_dir", data, "--num_classes", 10, "--image_size", 32,
+                             "--batch_size", 4, "--num_iter", 2, "--iter_unit", "batch", "--model_dir", model_dir,
+                             "--results_dir", tmp_path / "results", "--no_progress", check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"ERROR: cannot write TensorBoard's events in --model_dir {model_dir} ({model_dir}/events.out.tfevents.1; "
+        "No space left on device)")
+    assert f"Removed {model_dir}/model.ckpt-0: this run stopped before its first step" in result.stdout
+    assert tf.train.latest_checkpoint(str(model_dir)) is None
