@@ -152,3 +152,38 @@ def test_float_model_variables_unchanged_and_checkpoint_map_ignores_ranges():
     assert len(qat_model.variables) - len(extra) == len(float_model.variables)
     assert len({v.path for v in qat_model.variables}) == len(qat_model.variables)
     assert len(tf1_variable_map(qat_model, "resnet50")) == len(tf1_variable_map(float_model, "resnet50"))
+
+
+def _wide_add_ns(graph):
+    """AddN ops with more than two inputs in `graph` and the functions it calls."""
+    found = [op.name for op in graph.get_operations() if op.type == "AddN" and len(op.inputs) > 2]
+    for function in graph._functions.values():
+        if hasattr(function, "graph"):
+            found += _wide_add_ns(function.graph)
+    return found
+
+
+@pytest.mark.parametrize("arch", ["resnet50", "se-resnext101-32x4d"])
+@pytest.mark.parametrize("quant_delay", [0, 5])
+def test_no_gradient_of_the_qat_step_sums_more_than_two_terms(arch, quant_delay, monkeypatch):
+    """TF sums a tensor's gradient terms with one AddN, whose CPU kernel starts from whichever input buffer it can
+    reuse at run time: two terms are exact in either order, three or more are not, and --seed runs were not
+    bit-identical (tests/test_main.py). The QAT forward reads each kernel and input once for its two convs, and
+    utils/losses.l2_loss adds its terms in a fixed order, so no AddN gets more than two."""
+    from model import resnet
+    from tests._shallow import apply
+    from utils import losses
+    apply(monkeypatch)
+    model = resnet.build_model(arch, num_classes=10, image_size=32, quantization=QuantizationConfig(
+        quant_delay=quant_delay))
+    images, labels = tf.zeros([2, 32, 32, 3]), tf.constant([1, 2])
+    regularized = resnet.regularized_variables(model)
+
+    @tf.function(autograph=False)
+    def gradients():
+        with tf.GradientTape() as tape:
+            logits = model(images, training=True)
+            loss = losses.softmax_cross_entropy(tf.one_hot(labels, 10), logits) + losses.l2_loss(regularized, 1e-4)
+        return tape.gradient(loss, model.trainable_variables)
+
+    assert _wide_add_ns(gradients.get_concrete_function().graph) == []

@@ -41,6 +41,15 @@ def _ensure_built(block, inputs):
         block.bn.build(tuple(shape))
 
 
+def _fork(x):
+    """`x` as a new tensor whose gradient terms are summed apart from those of `x`'s other consumers (the
+    shortcut, the residual add): TF sums all the gradient terms of one tensor with one AddN, and its CPU kernel
+    starts from whichever input buffer it can reuse at run time, so three or more terms are added in a run-dependent
+    order (--seed runs were not bit-identical); two are exact in either order. Grappler's arithmetic optimizer would
+    merge the sums again: --seed turns it off (runtime/startup.configure_determinism)."""
+    return tf.identity(x)
+
+
 def folded_kernel_and_bias(block, training_stats=None):
     """Folded (kernel, bias) of a conv2d_block from moving statistics (or `training_stats` = (mean, var))."""
     bn = block.bn
@@ -59,7 +68,11 @@ def folded_conv_bn(block, inputs, training, state):
     data_format = conv.data_format
     x = tf.cast(inputs, tf.float32)
     if training:
-        raw = _convolve(conv, x, tf.cast(conv.kernel, tf.float32))
+        # The input and the kernel are read once and feed the two convs, so each gets exactly two gradient terms
+        # here (see _fork): a sum of two is exact whatever TF's AddN kernel adds first, one of three is not.
+        x = _fork(x)
+        raw_kernel = tf.cast(conv.kernel, tf.float32)
+        raw = _convolve(conv, x, raw_kernel)
         axes = [axis for axis in range(4) if axis != channel_axis(data_format) % 4]
         mean, variance = tf.nn.moments(raw, axes=axes)
         count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(raw), axes)), tf.float32)
@@ -69,7 +82,7 @@ def folded_conv_bn(block, inputs, training, state):
         # correction makes the float result exactly BN with batch statistics.
         moving_std = tf.sqrt(tf.cast(bn.moving_variance, tf.float32) + bn.epsilon)
         gamma = tf.cast(bn.gamma, tf.float32)
-        kernel = tf.cast(conv.kernel, tf.float32) * (gamma / moving_std)
+        kernel = raw_kernel * (gamma / moving_std)
         bn.moving_mean.assign(bn.moving_mean * bn.momentum + mean * (1.0 - bn.momentum))
         bn.moving_variance.assign(bn.moving_variance * bn.momentum + unbiased * (1.0 - bn.momentum))
         bias = tf.cast(bn.beta, tf.float32) - gamma * mean / batch_std
