@@ -69,6 +69,10 @@ def configure_determinism(config, log):
     elif tf_config.is_op_determinism_enabled():
         # A caller that runs several tools in one process (tests) left it on: it is process-wide, and XLA fails under it
         tf_config.disable_op_determinism()
+    # Grappler's arithmetic optimizer merges chains of adds into one AddN, whose CPU kernel adds three or more
+    # inputs in a run-dependent order (it starts from whichever input buffer it can reuse): op determinism does not
+    # cover that, so a seeded run keeps our sums as written (docs/DEVIATIONS.md#training, "Seeds").
+    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": not wanted})
     return wanted
 
 

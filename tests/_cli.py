@@ -56,11 +56,12 @@ def require_success(result):
 def tool_in_process(module, *args, check=True):
     """`python <module>.py args` called in this process: `module`'s `main(argv)` (a utils/errors.command), with
     its stdout and stderr captured and its exit status (argparse's SystemExit included) returned. The process-wide
-    settings a run may change (op determinism, the umask) are put back afterwards."""
+    settings a run may change (op determinism, Grappler's options, the umask) are put back afterwards."""
     from tensorflow.python.framework import config as tf_config
     argv = [str(arg) for arg in args]
     stdout, stderr = io.StringIO(), io.StringIO()
     determinism = tf_config.is_op_determinism_enabled()
+    optimizer_options = tf_config.get_optimizer_experimental_options()
     umask = os.umask(0o022)
     os.umask(umask)
     try:
@@ -73,6 +74,8 @@ def tool_in_process(module, *args, check=True):
         os.umask(umask)
         if tf_config.is_op_determinism_enabled() and not determinism:
             tf_config.disable_op_determinism()
+        if tf_config.get_optimizer_experimental_options() != optimizer_options:  # --seed's (runtime/startup.py)
+            tf_config.set_optimizer_experimental_options({"arithmetic_optimization": True, **optimizer_options})
         import keras
         keras.backend.clear_session(free_memory=False)  # the collector runs on its own (tests/conftest.py)
     result = Result([module, *argv], status or 0, stdout.getvalue(), stderr.getvalue())

@@ -133,6 +133,9 @@ def test_a_seed_makes_ops_deterministic_except_where_xla_compiles_a_training_ste
             said.clear()
             assert startup.configure_determinism(RunConfig(mode=mode, xla=xla, seed=seed), said.append) is wanted
             assert tf_config.is_op_determinism_enabled() is wanted
+            # Grappler would merge adds into AddNs whose order of addition is decided at run time
+            assert tf_config.get_optimizer_experimental_options()["arithmetic_optimization"] is not wanted
             assert said == ([] if wanted or seed is None else [startup.XLA_NOT_DETERMINISTIC])
     finally:
         (tf_config.enable_op_determinism if before else tf_config.disable_op_determinism)()
+        tf_config.set_optimizer_experimental_options({"arithmetic_optimization": True})
