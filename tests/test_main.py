@@ -157,7 +157,8 @@ def test_same_seed_gives_bit_identical_losses(tmp_path, data_dir):
         results = str(tmp_path / run)
         run_main("--mode", "train", "--data_dir", data_dir, "--batch_size", 8, "--num_iter", 3, "--iter_unit",
                  "batch", "--results_dir", results, "--seed", 11, "--mixup", 0.2, "--label_smoothing", 0.1, *SMALL)
-        losses.append([r["data"]["total_loss"] for r in logged(results, "total_loss") if len(r["step"]) == 2])
+        losses.append([(r["data"]["cross_entropy"], r["data"]["l2_loss"], r["data"]["total_loss"])
+                       for r in logged(results, "total_loss") if len(r["step"]) == 2])
     assert len(losses[0]) == 3
     assert losses[0] == losses[1]
 
