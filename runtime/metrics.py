@@ -76,6 +76,9 @@ COLLAPSE_LEARNED = 0.9  # "clearly below": under this fraction of ln(classes) on
 FAR_ABOVE_FACTOR = 4.0
 FAR_ABOVE_FLOOR = 10.0
 FAR_ABOVE_STEPS = 3
+# A training that diverged has recovered once its cross-entropy stays under ln(classes) (better than knowing
+# nothing) for this many steps in a row: its checkpoints from then on no longer record the divergence.
+RECOVERED_STEPS = 20
 
 
 class TrainStats:
@@ -83,10 +86,12 @@ class TrainStats:
     counted and `max_skipped` in a row stop it. A finite blow-up of the weights (the L2 term jumping L2_JUMP
     times in one step) and, given `num_classes`, a cross-entropy far above ln(classes) (FAR_ABOVE_*) and a collapse
     to uniform outputs (COLLAPSE_STEPS) are each warned about once: `check` returns the line, and `diverged` holds
-    the first of them ({"step": N, "sign": what showed it}) for the run's checkpoints to record."""
+    the first of them ({"step": N, "sign": what showed it}; given, the divergence a resumed checkpoint records) for
+    the run's checkpoints to record, until the cross-entropy has stayed under ln(classes) for RECOVERED_STEPS
+    (`check` then returns a Note and `diverged` is None again)."""
 
     def __init__(self, dynamic_loss_scaling, max_skipped, remedy="lower --lr_init or check the data",
-                 num_classes=None):
+                 num_classes=None, diverged=None):
         self.dynamic_loss_scaling = dynamic_loss_scaling
         self.max_skipped = max_skipped
         self.remedy = remedy
@@ -101,11 +106,29 @@ class TrainStats:
         self._warned_collapse = False
         self._far_above = []  # the cross-entropies of the current run of steps far above ln(classes)
         self._warned_far_above = False
-        self.diverged = None
+        self._below_since = None  # the first step of the current run of steps under ln(classes)
+        self.diverged = diverged
 
     def check(self, values, step):
         self._check_finite(values, step)
-        return self._blow_up(values, step) or self._far_above_uniform(values, step) or self._collapse(values, step)
+        return (self._blow_up(values, step) or self._far_above_uniform(values, step) or self._collapse(values, step)
+                or self._recovery(values, step))
+
+    def _recovery(self, values, step):
+        if self.diverged is None or self._uniform is None or "cross_entropy" not in values:
+            return None
+        loss = float(values["cross_entropy"])
+        if not (math.isfinite(loss) and loss < self._uniform):
+            self._below_since = None
+            return None
+        if self._below_since is None:
+            self._below_since = step
+        if step - self._below_since + 1 < RECOVERED_STEPS:
+            return None
+        diverged, self.diverged = self.diverged, None
+        return ("Note: the cross-entropy has stayed under ln({}) = {:.4g} for {} steps, since step {}: the training "
+                "has recovered from its divergence at step {}, and its checkpoints from here on no longer record "
+                "it".format(self._classes, self._uniform, RECOVERED_STEPS, self._below_since, diverged["step"]))
 
     def _record(self, step, sign):
         if self.diverged is None:

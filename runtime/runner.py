@@ -79,6 +79,12 @@ class StopRequest:
         return False
 
 
+def _with_divergence(meta, diverged):
+    """Checkpoint metadata `meta` recording `diverged` (runtime/metrics.TrainStats.diverged), or none when None."""
+    meta = {key: value for key, value in meta.items() if key != "diverged"}
+    return dict(meta, diverged=diverged) if diverged else meta
+
+
 class Runner:
     """The loop of every mode. `platform` and `precision` come from start-up (runtime/startup.set_up)."""
 
@@ -194,7 +200,8 @@ class Runner:
                            "float16 gradients overflowed at the static loss scale: lower --static_loss_scale, or "
                            "leave it out for dynamic scaling" if self.precision.loss_scaling == "static"
                            and self.precision.policy == "mixed_float16" else "lower --lr_init or check the data",
-                           num_classes=config.num_classes)
+                           num_classes=config.num_classes,
+                           diverged=saver.meta.get("diverged") if saver is not None else None)
         iterator = iter(dataset)
         progress = _progress(run_iter, "train", config.no_progress or not distribution.is_chief)
         stopped_by_signal = False
@@ -209,12 +216,12 @@ class Runner:
                     stepped = True
                     meter.add(time.perf_counter() - start)
                     step = int(global_step.numpy())
-                    diverging = stats.check(values, step)
+                    health = stats.check(values, step)
                     if distribution.is_chief:
-                        if diverging:
-                            log.print(diverging)
-                            if saver is not None and "diverged" not in saver.meta:  # every later checkpoint says so
-                                saver.meta = dict(saver.meta, diverged=stats.diverged)
+                        if health:
+                            log.print(health)
+                        if saver is not None and saver.meta.get("diverged") != stats.diverged:
+                            saver.meta = _with_divergence(saver.meta, stats.diverged)  # the checkpoints say so
                         self._log_train_step(values, step, index, meter, length.steps_per_epoch, is_benchmark)
                         if writer is not None and step % SUMMARY_EVERY_STEPS == 0:
                             with writer.as_default(step=step):
