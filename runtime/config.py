@@ -426,8 +426,9 @@ REFERENCE_NOTES: dict[str, str] = {
     "model_dir": "Checkpoints and TensorBoard events.",
     "results_dir": "The log file, and model_dir when --model_dir is not given.",
     "log_filename": "dllogger's JSON format (`DLLL {json}` lines).",
-    "seed": "Per rank: seed*2+rank. Makes CPU runs (float or --quantize) bit-identical: TF op determinism on, "
-            "Grappler's arithmetic optimizer off; with --xla in training only the seeds (docs/DEVIATIONS.md).",
+    "seed": "Per rank: seed*2+rank. Makes CPU runs (float or --quantize) bit-identical: TF op determinism on (and "
+            "with --quantize Grappler's arithmetic optimizer off); with --xla in training only the seeds "
+            "(docs/DEVIATIONS.md).",
     "finetune_checkpoint": "Used when model_dir has no checkpoint; --arch, --num_classes and --image_size left out "
                            "are its own; to another --num_classes the classifier starts fresh (a different --arch "
                            "is refused).",

@@ -71,8 +71,9 @@ def configure_determinism(config, log):
         tf_config.disable_op_determinism()
     # Grappler's arithmetic optimizer merges chains of adds into one AddN, whose CPU kernel adds three or more
     # inputs in a run-dependent order (it starts from whichever input buffer it can reuse): op determinism does not
-    # cover that, so a seeded run keeps our sums as written (docs/DEVIATIONS.md#training, "Seeds").
-    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": not wanted})
+    # cover that, so a seeded QAT run keeps the gradient sums of its folded convs as written. The float step has no
+    # such chain (its L2 term is one reduction) and keeps the optimizer (docs/DEVIATIONS.md#training, "Seeds").
+    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": not (wanted and config.quantize)})
     return wanted
 
 

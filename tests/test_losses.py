@@ -94,18 +94,16 @@ def test_l2_is_half_sum_of_squares_times_decay():
     assert losses.l2_loss([], 1e-4).numpy() == 0.0
 
 
-def test_l2_terms_are_added_in_their_order():
-    """tf.add_n's order depends on which input buffer it can reuse at run time (utils/losses.sum_in_order): the L2
-    term is a left-to-right sum, in float32 as NumPy's."""
+def test_the_l2_term_is_one_float32_reduction_of_its_terms():
+    """tf.add_n adds three or more inputs in a run-time order (and Grappler merges a chain of adds into one AddN): the
+    L2 term is one reduction over its stacked terms instead, the float32 sum of the terms to float32 rounding."""
     values = np.random.default_rng(0).uniform(0, 1, 55).astype(np.float32) * np.float32(10) ** np.arange(-3, 2.5, 0.1,
                                                                                                      dtype=np.float32)
-    expected = np.float32(0)
-    for value in values:
-        expected = np.float32(expected + value)
-    assert losses.sum_in_order([tf.constant(v) for v in values]).numpy() == expected
     variables = [tf.Variable([v * 2.0 ** 0.5]) for v in values]  # l2_loss(v) = v ** 2 / 2
-    squares = [np.float32(np.float32(v * np.float32(2.0 ** 0.5)) ** 2 / 2) for v in values]
-    assert losses.l2_loss(variables, 1.0).numpy() == pytest.approx(sum(squares), rel=1e-6)
+    squares = np.array([np.float32(np.float32(v * np.float32(2.0 ** 0.5)) ** 2 / 2) for v in values], np.float64)
+    assert losses.l2_loss(variables, 1.0).numpy() == pytest.approx(squares.sum(), rel=1e-6)
+    graph = tf.function(lambda: losses.l2_loss(variables, 1.0)).get_concrete_function().graph.as_graph_def()
+    assert not [node for node in graph.node if node.op == "AddN"]
 
 
 def test_top_k_hits_counts_ties_as_hits():

@@ -126,15 +126,19 @@ def test_a_seed_makes_ops_deterministic_except_where_xla_compiles_a_training_ste
     before = tf_config.is_op_determinism_enabled()
     said = []
     try:
-        for mode, xla, seed, wanted in (("train", False, 1, True), ("train", True, 1, False),
-                                         ("training_benchmark", True, 1, False), ("evaluate", True, 1, True),
-                                         ("train", False, None, False)):
+        for mode, xla, seed, wanted, quantize in (("train", False, 1, True, False), ("train", False, 1, True, True),
+                                                   ("train", True, 1, False, False),
+                                                   ("training_benchmark", True, 1, False, False),
+                                                   ("evaluate", True, 1, True, False), ("train", False, None, False, True)):
             tf_config.enable_op_determinism()  # left on by an earlier run in this process
             said.clear()
-            assert startup.configure_determinism(RunConfig(mode=mode, xla=xla, seed=seed), said.append) is wanted
+            config = RunConfig(mode=mode, xla=xla, seed=seed, quantize=quantize)
+            assert startup.configure_determinism(config, said.append) is wanted
             assert tf_config.is_op_determinism_enabled() is wanted
-            # Grappler would merge adds into AddNs whose order of addition is decided at run time
-            assert tf_config.get_optimizer_experimental_options()["arithmetic_optimization"] is not wanted
+            # Grappler would merge the QAT step's two-term gradient sums into AddNs whose order of addition is decided
+            # at run time; the float step has no such chain and keeps it
+            assert tf_config.get_optimizer_experimental_options()["arithmetic_optimization"] is not (
+                wanted and quantize)
             assert said == ([] if wanted or seed is None else [startup.XLA_NOT_DETERMINISTIC])
     finally:
         (tf_config.enable_op_determinism if before else tf_config.disable_op_determinism)()

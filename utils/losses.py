@@ -87,19 +87,10 @@ def l2_loss(variables, weight_decay):
     """`weight_decay * sum(v**2) / 2` over `variables` (cast to float32), 0 if there are none."""
     if not variables or weight_decay == 0:
         return tf.constant(0.0, tf.float32)
-    # Added one after the other, not by tf.add_n, whose order is decided at run time (see sum_in_order).
-    return weight_decay * sum_in_order([tf.nn.l2_loss(tf.cast(v, tf.float32)) for v in variables])
-
-
-def sum_in_order(tensors):
-    """`((t0 + t1) + t2) + ...`, in this order every time. tf.add_n's CPU kernel instead starts from whichever
-    input buffer it can reuse, a run-time decision, so three or more inputs can sum differently from run to run
-    (two are exact in either order). Under --seed Grappler leaves the chain alone (runtime/startup.py); without,
-    it may merge it back into one AddN."""
-    total = tensors[0]
-    for tensor in tensors[1:]:
-        total = tf.add(total, tensor)
-    return total
+    # One reduction over the stacked terms, not tf.add_n: its CPU kernel adds three or more inputs in a run-time
+    # order (it starts from whichever input buffer it can reuse), and Grappler merges a chain of adds back into one
+    # AddN, so --seed runs logged L2 terms that differed in the last bit.
+    return weight_decay * tf.reduce_sum(tf.stack([tf.nn.l2_loss(tf.cast(v, tf.float32)) for v in variables]))
 
 
 def top_k_hits(labels, logits, k):
