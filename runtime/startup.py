@@ -97,11 +97,12 @@ _seeded = False  # an earlier run in this process seeded Python's, NumPy's and T
 @contextlib.contextmanager
 def process_settings_restored():
     """Puts back, when the run ends, the process-wide TensorFlow settings a run changes (op determinism for --seed,
-    XLA auto-clustering for --xla under Horovod), so that a later call in the same process, or the caller's own
-    code, does not inherit them."""
+    Grappler's arithmetic optimizer for --seed --quantize, XLA auto-clustering for --xla under Horovod), so that a
+    later call in the same process, or the caller's own code, does not inherit them."""
     import tensorflow as tf
     from tensorflow.python.framework import config as tf_config
     determinism, jit = tf_config.is_op_determinism_enabled(), tf.config.optimizer.get_jit()
+    arithmetic = tf.config.optimizer.get_experimental_options().get("arithmetic_optimization", True)
     try:
         yield
     finally:
@@ -109,6 +110,8 @@ def process_settings_restored():
             (tf_config.enable_op_determinism if determinism else tf_config.disable_op_determinism)()
         if tf.config.optimizer.get_jit() != jit:
             tf.config.optimizer.set_jit(jit or False)
+        if tf.config.optimizer.get_experimental_options().get("arithmetic_optimization", True) != arithmetic:
+            tf.config.optimizer.set_experimental_options({"arithmetic_optimization": arithmetic})
 
 
 def quantization_config(config):

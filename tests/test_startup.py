@@ -75,10 +75,12 @@ def test_a_runs_process_wide_settings_are_put_back_when_it_ends():
     from tensorflow.python.framework import config as tf_config
     assert not tf_config.is_op_determinism_enabled() and not tf.config.optimizer.get_jit()
     with startup.process_settings_restored():
-        tf.config.experimental.enable_op_determinism()
+        startup.configure_determinism(RunConfig(seed=1, quantize=True), print)
         startup.configure_xla(RunConfig(xla=True), types.SimpleNamespace(jit_in_step=False))
-        assert tf.config.optimizer.get_jit() == "autoclustering"
+        assert tf.config.optimizer.get_jit() == "autoclustering" and tf_config.is_op_determinism_enabled()
+        assert tf.config.optimizer.get_experimental_options()["arithmetic_optimization"] is False
     assert not tf_config.is_op_determinism_enabled() and not tf.config.optimizer.get_jit()
+    assert tf.config.optimizer.get_experimental_options().get("arithmetic_optimization", True) is True
 
 
 def test_xla_is_compiled_into_the_step_only_with_xla_and_an_engine_that_allows_it():
