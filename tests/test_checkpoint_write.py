@@ -9,6 +9,7 @@ import tensorflow as tf
 from model import checkpoint
 from model.checkpoint_names import tf1_variable_map
 from tests._checkpoint_helpers import save_named
+from tests._reliability_helpers import full_disk_for
 from tests.test_checkpoint_names import NUM_CLASSES
 
 
@@ -111,33 +112,6 @@ def test_every_file_and_then_its_directory_is_synced_before_the_state_file_names
     assert checkpoint.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-2")
 
 
-def _full_disk_for(name, monkeypatch):
-    """`open` in model/checkpoint/write.py creates files called `name` empty and then fails to write them (ENOSPC),
-    as a full disk does; other files are written as usual."""
-    import builtins
-    import errno
-    import importlib
-
-    class FullFile:
-        def __init__(self, handle):
-            self.handle = handle
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *_):
-            self.handle.close()
-
-        def write(self, _):
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-    def fake_open(path, *args, **kwargs):
-        handle = builtins.open(path, *args, **kwargs)
-        return FullFile(handle) if os.path.basename(path) == name else handle
-
-    monkeypatch.setattr(importlib.import_module("model.checkpoint.write"), "open", fake_open, raising=False)
-
-
 def test_a_state_file_that_cannot_be_written_is_one_line_and_keeps_everything_it_names(tmp_path, monkeypatch):
     """The new checkpoint's files are complete but the state file cannot be replaced: the old state file stays,
     naming the old checkpoints, all still on disk (retention deletes only after the new state file is written);
@@ -148,7 +122,7 @@ def test_a_state_file_that_cannot_be_written_is_one_line_and_keeps_everything_it
     writer.save(2)
     before = sorted(os.listdir(tmp_path))
     state = (tmp_path / "checkpoint").read_text()
-    _full_disk_for("checkpoint.tmp", monkeypatch)
+    full_disk_for(monkeypatch, lambda path: os.path.basename(path) == "checkpoint.tmp")
     with pytest.raises(UserError) as error:
         writer.save(3)
     assert str(error.value) == (f"cannot write the checkpoint state file {tmp_path}/checkpoint ([Errno 28] No space "
@@ -165,7 +139,7 @@ def test_a_state_file_that_cannot_be_written_is_one_line_and_keeps_everything_it
 def test_a_first_save_that_fails_says_no_earlier_checkpoint_exists(tmp_path, monkeypatch):
     from utils.errors import UserError
     writer = checkpoint.CheckpointWriter(str(tmp_path), {"x": tf.Variable([1.0, 2.0])}, {})
-    _full_disk_for("checkpoint.tmp", monkeypatch)
+    full_disk_for(monkeypatch, lambda path: os.path.basename(path) == "checkpoint.tmp")
     with pytest.raises(UserError) as error:
         writer.save(0)
     assert str(error.value).endswith("No space left on device); no earlier checkpoint exists")
