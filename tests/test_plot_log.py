@@ -31,7 +31,9 @@ def write_training_log(path, epochs=3, steps_per_epoch=20, display_every=3, eval
             logger.log(step=(epoch,), data={k: data[k] for k in ("cross_entropy", "l2_loss", "total_loss",
                                                                  "learning_rate")})
     logger.log(step=(), data={"train_throughput": 403.0, "train_throughput_total": 401.5})
-    if evaluate:
+    if evaluate:  # the evaluation's step throughput (the original's BenchmarkLoggingHook), not plotted
+        for index in (10, 20):
+            logger.log(step=(0, index), data={"total_ips": 1200.0 + index})
         logger.log(step=(), data={"top1_accuracy": 0.7523, "top5_accuracy": 0.9268, "eval_throughput": 1200.0,
                                   "eval_latency_avg": 26.5, "eval_latency_p90": 27.0, "eval_latency_p95": 27.5,
                                   "eval_latency_p99": 29.0})
