@@ -46,7 +46,7 @@ def _fork(x):
     shortcut, the residual add): TF sums all the gradient terms of one tensor with one AddN, and its CPU kernel
     starts from whichever input buffer it can reuse at run time, so three or more terms are added in a run-dependent
     order (--seed runs were not bit-identical); two are exact in either order. Grappler's arithmetic optimizer would
-    merge the sums again: --seed turns it off (runtime/startup.configure_determinism)."""
+    merge the sums again: a seeded --quantize run turns it off (runtime/startup.configure_determinism)."""
     return tf.identity(x)
 
 
