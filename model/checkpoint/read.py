@@ -321,9 +321,9 @@ def divergence_warning(record, what):
     {"step": N, "sign": what showed it}) says the training of `what` diverged; else None."""
     if not isinstance(record, dict) or "step" not in record:
         return None
-    return (f"WARNING: {what} comes from a training that diverged at step {record['step']} ({record.get('sign')}): "
-            "its outputs are garbage, however confident they look; train it again with a lower --lr_init or a "
-            "larger --batch_size")
+    return (f"WARNING: {what} comes from a training that diverged at step {record['step']} ({record.get('sign')}) "
+            "and had not recovered: its outputs are not to be trusted, however confident they look; train it again "
+            "with a lower --lr_init or a larger --batch_size")
 
 
 def inspect(path):
