@@ -176,25 +176,20 @@ class Runner:
         dataset = inputs.prefetch_to_accelerator(distribution.distribute_dataset(dataset), self.platform,
                                                  config.uses_dali)
         started = None  # the checkpoint a new run writes at its start, before its first step
+        writer = None
         if saver is not None and distribution.is_chief:  # (main.py removed a killed save's debris at its start)
             if saver.latest_checkpoint is None:
                 started = saver.save(current_step)
-                try:
-                    self._copy_labels_file()
-                except Exception:  # (a full disk) also before the first step
-                    self._discard_start(saver, started)
-                    raise
             else:
                 self._note_other_labels_file()
-        writer = None
-        if distribution.is_chief and not is_benchmark:
             try:
-                writer = tf.summary.create_file_writer(config.model_dir)
-            except tf.errors.OpError as error:  # a full disk: one line, and no start checkpoint left behind
+                if started is not None:
+                    self._copy_labels_file()
+                writer = self._summary_writer()
+            except Exception:  # (a full disk) before the first step, as in the loop below
                 if started is not None:
                     self._discard_start(saver, started)
-                raise UserError("cannot write TensorBoard's events in --model_dir {} ({})".format(
-                    config.model_dir, first_line(error))) from None
+                raise
         meter = ThroughputMeter(self.global_batch_size, config.warmup_steps)
         stats = TrainStats(self.precision.dynamic, config.max_skipped_steps,
                            "float16 gradients overflowed at the static loss scale: lower --static_loss_scale, or "
@@ -311,21 +306,6 @@ class Runner:
             return meta
         return dict(meta, training=dict(meta["training"], images_seen=seen))
 
-    def _note_unused_loss_scaling(self):
-        """A Note for --static_loss_scale or --max_skipped_steps given to a training whose precision leaves it
-        unused (the original ignored a static scale without AMP without a word)."""
-        precision = self.precision
-        computes = "float32" if precision.policy is None else precision.policy
-        reasons = {"static_loss_scale": None if precision.loss_scaling == "static" else
-                   "only --amp scales the loss, and this run computes in float32",
-                   "max_skipped_steps": None if precision.loss_scaling == "dynamic" else
-                   "only dynamic loss scaling (--amp in float16 without --static_loss_scale) skips steps, and this "
-                   "run {}".format("scales statically" if precision.loss_scaling == "static" else
-                                   "computes in {} without loss scaling".format(computes))}
-        for name, reason in reasons.items():
-            if reason and self.config.is_set(name):
-                self.logger.print("Note: --{} is not used: {}".format(name, reason))
-
     def _log_training_parameters(self, length, is_benchmark=False, trains=True):
         """The original's parameter lines of the run's length and schedule, then, when it has steps to train
         (`trains`; a run that has none says "Model already trained required number of steps. Skipped"), the lines on
@@ -362,7 +342,6 @@ class Runner:
             note = " (TensorFlow's float16 CPU kernels: for checking the GPU path)" \
                 if self.precision.policy == "mixed_float16" and not self.platform.gpu else ""
             log.print("Mixed precision: {}{}".format(self.precision.describe(), note))
-        self._note_unused_loss_scaling()
         if not self.platform.gpu:
             bfloat16_note = cpu_bfloat16_note(self.precision.policy, cpu_bfloat16_support())
             if bfloat16_note:
@@ -542,6 +521,14 @@ class Runner:
                 log.print("Note: SavedModel {} holds freshly initialised weights: model_dir {} has no "
                           "checkpoint".format(self.exported_path, config.model_dir))
         return results
+
+    def _summary_writer(self):
+        """The TensorBoard writer of the training scalars in model_dir; one line when it cannot be created."""
+        try:
+            return tf.summary.create_file_writer(self.config.model_dir)
+        except tf.errors.OpError as error:
+            raise UserError("cannot write TensorBoard's events in --model_dir {} ({})".format(
+                self.config.model_dir, first_line(error))) from None
 
     def _write_eval_summaries(self, results, step):
         """TensorBoard beside the training scalars (the Estimator's model_dir/eval), at the evaluated `step`. A

@@ -341,14 +341,16 @@ _MODE_FLAGS = (
 
 
 def _note_unused_flags(config, given, log, info=None, platform=None, engine=None):
-    """One `Note:` line for each flag given that this run's mode leaves unused (_MODE_FLAGS), and for the GPU flags
-    that this process's devices leave unused (`platform`: utils/devices.Platform, `engine`: utils/engines.Engine;
-    not checked when None)."""
+    """One `Note:` line for each flag given that this run's mode leaves unused (_MODE_FLAGS), and for the GPU and
+    loss-scaling flags that this process's devices and precision leave unused (`platform`: utils/devices.Platform,
+    `engine`: utils/engines.Engine; not checked when None)."""
     checks = [(names, why(config)) for names, used, why in _MODE_FLAGS if not used(config)
               and not (names == QAT_FLAGS and info is not None and info.has_quantization_ranges)]
     # (a checkpoint with quantisation ranges: resolve's line on them says it)
     if platform is not None and not config.cpu:
         checks += _unused_device_flags(config, platform, engine)
+    if platform is not None and config.mode in TRAINING_MODES + ("training_benchmark",):
+        checks += _unused_loss_scaling_flags(config, platform)
     for names, why in checks:
         # (a switch given as off is not a setting left unused; a 0 is: --weight_decay 0 to evaluate)
         unused = ["--" + name for name in names
@@ -372,6 +374,23 @@ def _unused_device_flags(config, platform, engine):
         checks.append((("gpu_id",), "RN50_ENGINE=mirrored trains on every visible GPU"))
     elif engine is not None and engine.multi_process:
         checks.append((("gpu_id",), "each worker takes the GPU of its local rank"))
+    return checks
+
+
+def _unused_loss_scaling_flags(config, platform):
+    """[(names, why)] of --static_loss_scale and --max_skipped_steps where the precision the run resolves to on
+    `platform` leaves them unused (the original ignored a static scale without AMP without a word)."""
+    from utils.precision import Precision
+    precision = Precision.resolve(config.amp, config.static_loss_scale, platform, config.amp_dtype)
+    checks = []
+    if precision.loss_scaling != "static":
+        checks.append((("static_loss_scale",), "only --amp scales the loss, and this run computes in float32"))
+    if precision.loss_scaling != "dynamic":
+        checks.append((("max_skipped_steps",), "only dynamic loss scaling (--amp in float16 without "
+                                               "--static_loss_scale) skips steps, and this run {}".format(
+                                                   "scales statically" if precision.loss_scaling == "static" else
+                                                   "computes in {} without loss scaling".format(
+                                                       precision.policy or "float32"))))
     return checks
 
 
