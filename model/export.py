@@ -23,6 +23,7 @@ import time
 import uuid
 
 from utils.errors import UserError, first_line, on_interrupt
+from utils.output_paths import replaced_path
 from utils.run_lock import missing_directories
 
 DEFAULT_OPSET = 17
@@ -301,28 +302,19 @@ def write_graph_def(graph_def, path, as_text):
 
 
 def _write_atomically(path, write):
-    """Calls `write(temporary)` for a new file `<path>.tmp-<random hex>` beside `path`, then renames it to `path`,
-    so that `path` is either absent (or its previous version) or complete. On any exception, an interrupt
-    (KeyboardInterrupt, utils.errors.Terminated) included, the temporary file is removed and the exception goes
-    on; an interrupt's line then says that no output was written. Only `kill -9` or a power loss can leave a
-    `*.tmp-*` file behind."""
+    """Calls `write(temporary)` for a new file `<path>.tmp-<random hex>` beside `path`, then renames it to `path`
+    (utils/output_paths.replaced_path), so that `path` is either absent (or its previous version) or complete. On
+    any exception, an interrupt (KeyboardInterrupt, utils.errors.Terminated) included, the temporary file is removed
+    and the exception goes on; an interrupt's line then says that no output was written, a write that fails is one
+    UserError. Only `kill -9` or a power loss can leave a `*.tmp-*` file behind."""
     import tensorflow as tf
     temporary = "{}.tmp-{}".format(os.path.abspath(path), uuid.uuid4().hex)
     try:
-        with on_interrupt("no output written to {}".format(path)):
+        with on_interrupt("no output written to {}".format(path)), replaced_path(path, temporary):
             os.makedirs(os.path.dirname(temporary), exist_ok=True)
             write(temporary)
-            os.replace(temporary, path)
-    except BaseException as error:
-        # The temporary file, and the one tf.io.write_graph writes first itself (`<temporary>.tmp<hex>`).
-        for leftover in [temporary, *glob.glob(glob.escape(temporary) + ".tmp*")]:
-            try:
-                os.remove(leftover)
-            except OSError:  # never created, or already renamed
-                pass
-        if isinstance(error, (OSError, tf.errors.OpError)):  # a full disk, a read-only or vanished directory
-            raise UserError("cannot write {}: {}".format(path, first_line(error))) from None
-        raise
+    except tf.errors.OpError as error:  # a full disk, a read-only or vanished directory, as TensorFlow reports it
+        raise UserError("cannot write {}: {}".format(path, first_line(error))) from None
 
 
 def load_graph_def(path):

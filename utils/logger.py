@@ -15,6 +15,7 @@ import sys
 import time
 
 from utils.errors import UserError
+from utils.output_paths import on_read_only_file_system
 
 # Metadata the original declared (docs/ORIGINAL.md#logging) plus the totals we add.
 DEFAULT_METADATA = {
@@ -57,7 +58,7 @@ class DLLogger:
             os.makedirs(directory, exist_ok=True)
             for target in (self._path, directory):  # unwritable: the caller's OSError now, not at the first record
                 if os.path.exists(target) and not os.access(target, os.W_OK):
-                    code = errno.EROFS if os.statvfs(target).f_flag & os.ST_RDONLY else errno.EACCES
+                    code = errno.EROFS if on_read_only_file_system(target) else errno.EACCES
                     raise OSError(code, os.strerror(code), target)
         for metric, meta in DEFAULT_METADATA.items():
             self.metadata(metric, meta)

@@ -7,6 +7,7 @@ the writers turn those into one line of their own (model/export.py, model/checkp
 below)."""
 
 import contextlib
+import glob
 import os
 import uuid
 
@@ -21,14 +22,18 @@ def _existing_ancestor(path):
     return path
 
 
-def _not_writable(path):
-    """Why `path`, which os.access says may not be written, cannot be: its file system is mounted read-only (which
-    stops root too), or its permissions."""
+def on_read_only_file_system(path):
+    """Whether `path`'s file system is mounted read-only (which stops root too); False when that cannot be told."""
     try:
-        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
     except OSError:
-        read_only = False
-    return "is on a read-only file system" if read_only else "is not writable"
+        return False
+
+
+def _not_writable(path):
+    """Why `path`, which os.access says may not be written, cannot be: its read-only file system, or its
+    permissions."""
+    return "is on a read-only file system" if on_read_only_file_system(path) else "is not writable"
 
 
 def _check_can_create_in(flag, path, parent):
@@ -69,21 +74,31 @@ def check_output_file(flag, path):
 
 
 @contextlib.contextmanager
-def replaced_file(path, mode="w", **open_args):
-    """Yields a file open for writing under a hidden temporary name beside `path` (`.<name>.tmp-<hex>`, which no
-    `train-*` or `*.jpg` pattern matches) and renames it over `path` when the block ends, so `path` is absent, its
-    previous version or complete, never half-written. A write that fails (a full disk) is one UserError,
-    `cannot write <path>: <reason>`; on any exception, an interrupt included, the temporary is removed."""
-    directory, name = os.path.split(path)
-    temporary = os.path.join(directory, ".{}.tmp-{}".format(name, uuid.uuid4().hex))
+def replaced_path(path, temporary=None):
+    """Yields a temporary path beside `path` for the block to write (by default `.<name>.tmp-<hex>`, hidden, which
+    no `train-*` or `*.jpg` pattern matches) and renames it over `path` when the block ends, so `path` is absent, its
+    previous version or complete, never half-written. An OSError (a full disk) is one UserError, `cannot write
+    <path>: <reason>`; on any exception, an interrupt included, the temporary is removed, with any file the writer
+    named after it (tf.io.write_graph's own `<temporary>.tmp<hex>`)."""
+    if temporary is None:
+        directory, name = os.path.split(path)
+        temporary = os.path.join(directory, ".{}.tmp-{}".format(name, uuid.uuid4().hex))
     try:
-        with open(temporary, mode, **open_args) as handle:
-            yield handle
+        yield temporary
         os.replace(temporary, path)
     except OSError as error:
         raise UserError("cannot write {}: {}".format(path, error.strerror or first_line(error))) from None
     finally:
-        try:
-            os.remove(temporary)
-        except FileNotFoundError:  # renamed, or never created
-            pass
+        for leftover in glob.glob(glob.escape(temporary) + "*"):  # nothing once renamed
+            try:
+                os.remove(leftover)
+            except OSError:
+                pass
+
+
+@contextlib.contextmanager
+def replaced_file(path, mode="w", **open_args):
+    """Yields a file open for writing at `replaced_path`'s temporary, which replaces `path` once it is closed."""
+    with replaced_path(path) as temporary:
+        with open(temporary, mode, **open_args) as handle:
+            yield handle
