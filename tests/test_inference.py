@@ -525,8 +525,8 @@ def test_a_given_model_is_described_by_what_its_export_recorded(tmp_path):
         assert f"Model: {model_path}: resnet50, 11 classes, 32x32, the EMA weights of checkpoint /runs/a/model.ckpt-7 " \
                "(step 7)" in result.stdout.splitlines()
         assert f"WARNING: --model {model_path} comes from a training that diverged at step 5 (the weights' L2 term " \
-               "jumped from 2.25 to 900 in one step) and had not recovered: its outputs are not to be trusted, however " \
-               "confident they look; train it again with a lower --lr_init or a larger --batch_size" \
+               "jumped from 2.25 to 900 in one step) and had not recovered: its outputs are not to be trusted, " \
+               "however confident they look; train it again with a lower --lr_init or a larger --batch_size" \
             in result.stdout.splitlines()
     # A SavedModel without the record (an earlier export, or not ours) is said to have none, not passed over.
     os.remove(os.path.join(saved, export.SOURCE_FILE))

@@ -199,7 +199,8 @@ def test_the_first_divergence_seen_is_the_one_recorded():
 def test_a_training_that_recovers_from_its_divergence_stops_recording_it():
     """The README's fine-tune (lr 0.1 from a one-step stand-in, no warmup) went 10.8, 12.4, 13.4 at steps 10-12, then
     learned to 36.6% top-1: its checkpoints must not call that model garbage. RECOVERED_STEPS in a row under ln(10)
-    clear the record; a step at or above it restarts the count. A resumed checkpoint's record is cleared the same way."""
+    clear the record; a step at or above it restarts the count. A resumed checkpoint's record is cleared the same
+    way."""
     from runtime.metrics import RECOVERED_STEPS
     stats = TrainStats(dynamic_loss_scaling=False, max_skipped=3, num_classes=10)
     losses = [2.4] * 9 + [10.8, 12.4, 13.4] + [2.0] * (RECOVERED_STEPS - 1) + [2.31] + [2.0] * RECOVERED_STEPS

@@ -131,7 +131,8 @@ def test_a_seed_makes_ops_deterministic_except_where_xla_compiles_a_training_ste
         for mode, xla, seed, wanted, quantize in (("train", False, 1, True, False), ("train", False, 1, True, True),
                                                    ("train", True, 1, False, False),
                                                    ("training_benchmark", True, 1, False, False),
-                                                   ("evaluate", True, 1, True, False), ("train", False, None, False, True)):
+                                                   ("evaluate", True, 1, True, False),
+                                                   ("train", False, None, False, True)):
             tf_config.enable_op_determinism()  # left on by an earlier run in this process
             said.clear()
             config = RunConfig(mode=mode, xla=xla, seed=seed, quantize=quantize)
