@@ -101,7 +101,7 @@ def resolve_settings(args, info, log=print):
                                       if args.quantize and recorded.get("quantize") else {}))
     source = f"checkpoint {info.path}"
     changes = reconcile(current, recorded, given, flags, source, log,
-                        compatible=lambda name, *_: name == "use_final_conv")
+                        compatible=lambda name, *_: name == "use_final_conv", unrecorded=info.unrecorded_settings())
     for name, value in changes.items():
         setattr(args, {"arch": "model_name"}.get(name, name), value)
     if "use_final_conv" in given and recorded.get("use_final_conv", args.use_final_conv) != args.use_final_conv:

@@ -227,12 +227,28 @@ def _shown(value):
     return "{:g}".format(value) if isinstance(value, float) else str(value)
 
 
+def _flag_value(flag, value):
+    """`--flag value`, or for a switch `--flag` / `no --flag`."""
+    if isinstance(value, bool):
+        return flag if value else "no " + flag
+    return "{} {}".format(flag, _shown(value))
+
+
 def reconcile(current: Mapping[str, Any], recorded: Mapping[str, Any], given, flags: Mapping[str, str], source,
-              log: Callable[[str], None] = print, compatible: Callable[[str, Any, Any], bool] = lambda *_: False):
+              log: Callable[[str], None] = print, compatible: Callable[[str, Any, Any], bool] = lambda *_: False,
+              unrecorded: Mapping[str, str] = None):
     """The changes {name: value} that make `current` agree with what `source` (a checkpoint) `recorded`: a name not
     in `given` takes the recorded value (logged as `Using <flag> <value> from <source>`); a given one that differs
     is a UserError naming both, unless `compatible(name, given value, recorded value)`. `flags` maps each name to
-    its flag; names missing from `recorded` are left as they are."""
+    its flag; names missing from `recorded` are left as they are, and those of them in `unrecorded` ({name: why the
+    source does not record it}, CheckpointInfo.unrecorded_settings) and not given are warned about: the run
+    assumes the flag's default for a setting its checkpoint's training may have had otherwise."""
+    assumed = [name for name in flags if name in (unrecorded or {}) and name not in recorded and name not in given]
+    if assumed:
+        log("WARNING: {} does not record {} ({}): this run assumes {}; pass {} if it was trained otherwise".format(
+            source, " or ".join(flags[name] for name in assumed), unrecorded[assumed[0]],
+            ", ".join(_flag_value(flags[name], current[name]) for name in assumed),
+            " and ".join(flags[name] for name in assumed)))
     changes = {}
     for name, flag in flags.items():
         if name not in recorded or recorded[name] == current[name]:
@@ -416,7 +432,8 @@ def _model_changes(config, info, given, log):
     # the size of synthetic images, which any size of the fully convolutional model takes.
     free = ("use_final_conv", "synthetic_data_size", "image_size") if synthetic else ("use_final_conv",)
     changes = reconcile(dataclasses.asdict(config), recorded, given, flags, source, log,
-                        compatible=lambda name, *_: name in free)
+                        compatible=lambda name, *_: name in free,
+                        unrecorded={} if synthetic else info.unrecorded_settings())
     if "use_final_conv" in given and recorded.get("use_final_conv", config.use_final_conv) != config.use_final_conv:
         log(classifier_form_note(source, recorded["use_final_conv"], config.use_final_conv,
                                  writes_checkpoints=config.mode in TRAINING_MODES))
@@ -472,7 +489,7 @@ def _training_state_changes(config, info, given, log, note):
         # The grid QAT ranges were trained on binds a resume; a float checkpoint's (unused) QAT flags do not.
         changes.update(reconcile(dataclasses.asdict(config), recorded, given,
                                  {name: "--" + name for name in QAT_FLAGS[1:]}, source,
-                                 log))
+                                 log, unrecorded=info.unrecorded_settings()))
     decay, recorded_decay = config.moving_average_decay, recorded.get("moving_average_decay")
     if info.has_weight_averages and decay == 0:
         if "moving_average_decay" in given:
@@ -497,6 +514,37 @@ def _training_state_changes(config, info, given, log, note):
              "precision)".format(info.path) if recorded_amp else
              "Note: checkpoint {} was trained in float32: this run continues it with --amp".format(info.path))
     return changes
+
+
+# What a resume compares with the checkpoint's training (the notes below), by the record it needs.
+_TRAINING_RECORDS = (("schedule", "learning-rate schedule"), ("images_per_step", "images per step"),
+                     ("amp", "precision"), ("recipe", "training flags (--weight_decay, --momentum, augmentation)"),
+                     ("data_stream", "input and --seed"))
+
+
+def _note_unrecorded_training(info, note):
+    """A resume of a checkpoint without the records the notes on a changed training compare with (the original's,
+    and this port's before they were added): those notes cannot be said, so that is."""
+    recorded = info.recorded_settings()
+    missing = [what for key, what in _TRAINING_RECORDS if key not in recorded]
+    if missing:
+        note("Note: checkpoint {} does not record its training's {} ({}): whether this run continues them "
+             "unchanged is not checked".format(info.path, ", ".join(missing[:-1]) + " or " + missing[-1]
+                                                if len(missing) > 1 else missing[0],
+                                                info.unrecorded_settings_reason()))
+
+
+def _note_redone_steps(config, info, note):
+    """A resume whose log already holds steps past its checkpoint (a session killed between checkpoints): those
+    steps are trained again, and logged twice."""
+    from utils.logger import last_training_step
+    logged, step = last_training_step(config.log_path, config.model_dir), info.step or 0
+    if logged is not None and logged > step:
+        note("Note: the log {} records steps up to {} of an earlier session of this training, past its "
+             "last checkpoint: this run resumes from checkpoint {} at step {} and trains step{} {} again (logged "
+             "twice; plot_log keeps the later)".format(config.log_path, logged, info.path, step,
+                                                      "s" * (logged > step + 1),
+                                                      step + 1 if logged == step + 1 else f"{step + 1}-{logged}"))
 
 
 def _note_another_stream(config, info, count, replicas, workers, note):
@@ -748,7 +796,8 @@ def _finetune_changes(config, given, log):
                                                          warn=log))
     recorded = {name: value for name, value in info.recorded_settings().items() if name in MODEL_SETTINGS}
     changes = reconcile(dataclasses.asdict(config), recorded, given, {name: "--" + name for name in MODEL_SETTINGS},
-                        "checkpoint {}".format(info.path), log, compatible=lambda *_: True)
+                        "checkpoint {}".format(info.path), log, compatible=lambda *_: True,
+                        unrecorded=info.unrecorded_settings())
     if "image_size" in given and info.image_size and config.image_size != info.image_size:
         log("Fine-tuning at --image_size {} from checkpoint {}, trained at {} px (the convolutions' weights do not "
             "depend on the size; the features they learned are of another scale)".format(
@@ -860,6 +909,8 @@ def resolve(config, given, log=print, replicas=1, workers=1, platform=None, engi
             changes.update(_finetune_on_resume(config, info, log))
             changes.update(_training_state_changes(config, info, given, log, notes.append))
             _note_another_recipe(dataclasses.replace(config, **changes), info, notes.append)
+            _note_unrecorded_training(info, notes.append)
+            _note_redone_steps(config, info, notes.append)
         elif info.has_quantization_ranges:
             log("Checkpoint {} holds quantisation ranges: {} runs the float model, as the original "
                 "(export_frozen_graph.py --quantize exports the quantised graph)".format(info.path, config.mode))

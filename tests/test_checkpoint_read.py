@@ -108,6 +108,22 @@ def test_object_format_records_resnet50_its_classes_and_classifier_form(tmp_path
     assert not info.has_optimizer_state and not info.has_quantization_ranges
 
 
+def test_what_a_checkpoint_does_not_record_depends_on_its_format(tmp_path):
+    """Settings that shaped a training but that its checkpoint does not record: a run must say it assumes them.
+    The original trained only at 224 px; this port's object-based checkpoints did not record their size; a QAT
+    checkpoint's grid is unknown unless its metadata records it."""
+    model = build_model("resnet50", num_classes=2, image_size=32)
+    info = checkpoint.inspect(write_object(tmp_path / "object", model))
+    assert info.unrecorded_settings() == {"image_size": "an object-based checkpoint of an earlier version of this port"}
+    base = dict(path="p", step=1, arch="resnet50", num_classes=10, use_final_conv=False)
+    assert checkpoint.CheckpointInfo(format="tf1", **base).unrecorded_settings() == {}
+    assert checkpoint.CheckpointInfo(format="tf1", has_quantization_ranges=True, **base).unrecorded_settings() == {
+        "symmetric": "the original's format", "use_qdq": "the original's format"}
+    named = checkpoint.CheckpointInfo(format="named", image_size=32, has_quantization_ranges=True,
+                                      training_state={"quantize": True, "symmetric": True}, **base)
+    assert named.unrecorded_settings() == {"use_qdq": "its metadata is from an earlier version of this port"}
+
+
 @pytest.mark.parametrize("arch", sorted(TINY))
 def test_object_format_architecture_is_the_one_whose_blocks_it_holds(tmp_path, tiny_architectures, arch):
     """The three differ only in the grouped conv's kernel shape and the SE layers; none is named in read.py."""

@@ -586,6 +586,20 @@ def test_a_quantised_export_of_a_float_checkpoint_takes_the_grid_asked_for(tmp_p
         export_frozen_graph.resolve_settings(args, checkpoint.inspect(prefixes["qat"]), log=lambda *_: None)
 
 
+def test_the_quantised_export_of_a_checkpoint_without_its_grid_says_what_it_assumes(tmp_path):
+    """A QAT checkpoint that does not record --symmetric and --use_qdq (the original's, this port's earlier ones)
+    exports on the grid of the flags given, as main.py's resume does, and says so in main.py's words."""
+    from tests.test_settings import fake_checkpoint
+    path = fake_checkpoint(tmp_path, ranges=True, training=None)
+    lines = []
+    args = export_frozen_graph.parse_args(["--output_file", str(tmp_path / "m.pb"), "--quantize", "--use_qdq",
+                                           "--checkpoint", str(path)])
+    export_frozen_graph.resolve_settings(args, checkpoint.inspect(path), log=lines.append)
+    assert (args.symmetric, args.use_qdq) == (False, True)
+    assert f"WARNING: checkpoint {path} does not record --symmetric (its metadata is from an earlier version of this " \
+           "port): this run assumes no --symmetric; pass --symmetric if it was trained otherwise" in lines
+
+
 def test_use_final_conv_of_a_dense_checkpoint_is_said_as_main_py_says_it(tmp_path):
     """A dense classifier exports as a 1x1 conv (the same numbers); main.py says so in a Note, the export said
     nothing. The line is main.py's, word for word."""

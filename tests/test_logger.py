@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from utils.logger import DLLogger, read_log
+from utils.logger import DLLogger, last_training_step, read_log
 
 
 def test_json_and_stdout_formats(tmp_path, capsys):
@@ -88,3 +88,27 @@ def test_a_log_directory_on_a_read_only_file_system_is_refused_with_that_reason(
     with pytest.raises(OSError) as error:
         DLLogger(str(tmp_path / "log.json"), stdout=False)
     assert (error.value.errno, error.value.filename) == (errno.EROFS, str(tmp_path))
+
+
+def write_training_log(path, sessions):
+    """A DLLL log of training sessions [(PARAMETER data, [steps logged])], as main.py writes one."""
+    logger = DLLogger(str(path), stdout=False)
+    for parameters, steps in sessions:
+        logger.log(step="PARAMETER", data=parameters)
+        for step in steps:
+            logger.log(step=(0, step), data={"cross_entropy": 2.0, "learning_rate": 0.1})
+        logger.log(step=(0, 60), data={"total_ips": 9.0})  # an evaluation's step throughput: not a training step
+    logger.close()
+
+
+def test_the_last_training_step_of_a_model_dir_is_read_from_its_trainings_in_the_log(tmp_path):
+    path, model_dir = tmp_path / "log.json", str(tmp_path / "m")
+    write_training_log(path, [
+        ({"mode": "train", "model_dir": None, "results_dir": model_dir}, [1, 11]),  # before model_dir was recorded
+        ({"mode": "train", "model_dir": str(tmp_path / "other")}, [1, 31]),         # another model, same log
+        ({"mode": "evaluate", "model_dir": model_dir}, []),
+    ])
+    assert last_training_step(str(path), model_dir) == 11
+    write_training_log(path, [({"mode": "train_and_evaluate", "model_dir": model_dir + "/"}, [21])])
+    assert last_training_step(str(path), model_dir) == 21
+    assert last_training_step(str(tmp_path / "none.json"), model_dir) is None

@@ -33,12 +33,23 @@ def fake_checkpoint(directory, step=3, arch="resnet50", num_classes=10, image_si
     return os.path.join(str(directory), name)
 
 
-def resolve(model_dir, given=(), **flags):
+UNRECORDED_TRAINING = re.compile(r"^Note: checkpoint \S+ does not record its training's ")
+
+
+def collect(lines):
+    """A log that appends to `lines` all but the line resolve leaves out by default."""
+    return lambda line: None if UNRECORDED_TRAINING.match(line) else lines.append(line)
+
+
+def resolve(model_dir, given=(), unrecorded_note=False, **flags):
+    """settings.resolve's result and its lines; most tests fake checkpoints that record only what they are about,
+    so the line saying a resume cannot compare the rest (test_a_resume_says_what_its_checkpoint_does_not_record)
+    is left out unless `unrecorded_note`."""
     lines = []
     flags.setdefault("batch_size", 2)
     resolved = settings.resolve(RunConfig(model_dir=str(model_dir), **flags), set(given) | set(flags),
                                 log=lines.append)
-    return resolved, lines
+    return resolved, [line for line in lines if unrecorded_note or not UNRECORDED_TRAINING.match(line)]
 
 
 def using(path, *flags):
@@ -216,6 +227,63 @@ def test_a_resume_continues_quantisation_aware_training(tmp_path):
         resolve(tmp_path, mode="train", quantize=True, quant_delay=5)
 
 
+def test_a_setting_the_checkpoint_does_not_record_is_assumed_with_a_warning(tmp_path):
+    """An object-based checkpoint of this port's first versions records no image size, and a QAT checkpoint of
+    before the training record no grid: a run took the defaults (224 px, asymmetric FakeQuant) without a word, so
+    a 32 px model was evaluated at 224 and a resume recorded 224 as its size. Now the assumption is said."""
+    from tests._checkpoint_helpers import save_object_based, small_model
+    path, _ = save_object_based(tmp_path / "object", small_model())
+    resolved, lines = resolve(tmp_path / "object", mode="predict", to_predict=str(tmp_path))
+    assert resolved.config.image_size == 224
+    assert lines[0] == (f"WARNING: checkpoint {path} does not record --image_size (an object-based checkpoint of an "
+                        "earlier version of this port): this run assumes --image_size 224; pass --image_size if it "
+                        "was trained otherwise")
+    resolved, lines = resolve(tmp_path / "object", mode="predict", to_predict=str(tmp_path), image_size=32)
+    assert resolved.config.image_size == 32 and not any("does not record" in line for line in lines)
+    path = fake_checkpoint(tmp_path / "qat", ranges=True, training=None)
+    resolved, lines = resolve(tmp_path / "qat", mode="train", num_classes=10, image_size=32, quantize=True,
+                              symmetric=True)
+    assert f"WARNING: checkpoint {path} does not record --use_qdq (its metadata is from an earlier version of this " \
+           "port): this run assumes no --use_qdq; pass --use_qdq if it was trained otherwise" in lines
+    resolved, lines = resolve(tmp_path / "qat", mode="train", num_classes=10, image_size=32)
+    assert f"WARNING: checkpoint {path} does not record --symmetric or --use_qdq (its metadata is from an earlier " \
+           "version of this port): this run assumes no --symmetric, no --use_qdq; pass --symmetric and --use_qdq " \
+           "if it was trained otherwise" in lines
+
+
+def test_a_resume_says_what_its_checkpoint_does_not_record(tmp_path):
+    """A checkpoint of before the schedule, precision and recipe were recorded resumed at another learning rate,
+    batch or precision without a note (the notes compare with those records): that they cannot be compared is
+    said instead. A checkpoint this code writes records them all."""
+    model = {"mode": "train", "num_classes": 10, "image_size": 32}
+    path = fake_checkpoint(tmp_path / "older", training={"moving_average_decay": 0.0})
+    lines = resolve(tmp_path / "older", unrecorded_note=True, **model)[1]
+    assert lines == [f"Note: checkpoint {path} does not record its training's learning-rate schedule, images per "
+                     "step, precision, training flags (--weight_decay, --momentum, augmentation) or input and --seed "
+                     "(its metadata is from an earlier version of this port): whether this run continues them "
+                     "unchanged is not checked"]
+    config = RunConfig(batch_size=2, **model)
+    state = dict(settings.training_state(config), schedule=settings.schedule_record(config, 100, 100, 10.0))
+    fake_checkpoint(tmp_path / "now", training=state)
+    assert not any("does not record" in line for line in resolve(tmp_path / "now", unrecorded_note=True, **model)[1])
+
+
+def test_a_resume_behind_its_log_says_which_steps_it_trains_again(tmp_path):
+    """A session killed between checkpoints (kill -9, a lost node) logged steps its checkpoints do not hold: the
+    resume trained and logged them again without a word."""
+    from tests.test_logger import write_training_log
+    model = {"mode": "train", "num_classes": 10, "image_size": 32, "results_dir": str(tmp_path)}
+    path = fake_checkpoint(tmp_path, step=3, training={"moving_average_decay": 0.0})
+    write_training_log(tmp_path / "log.json", [({"mode": "train", "model_dir": str(tmp_path)}, [1, 2, 3, 4, 5])])
+    assert resolve(tmp_path, **model)[1] == [
+        f"Note: the log {tmp_path}/log.json records steps up to 5 of an earlier session of this training, past its "
+        f"last checkpoint: this run resumes from checkpoint {path} at step 3 and trains steps 4-5 "
+        "again (logged twice; plot_log keeps the later)"]
+    (tmp_path / "log.json").unlink()  # a session that checkpointed its last step (Ctrl-C, SIGTERM)
+    write_training_log(tmp_path / "log.json", [({"mode": "train", "model_dir": str(tmp_path)}, [1, 3])])
+    assert resolve(tmp_path, **model)[1] == []
+
+
 def test_a_checkpoint_of_an_earlier_version_with_ranges_resumes_with_quantize(tmp_path):
     fake_checkpoint(tmp_path, ranges=True, training=None)  # no training record: the ranges tell
     assert resolve(tmp_path, mode="train")[0].config.quantize
@@ -292,14 +360,14 @@ def test_a_resume_at_another_number_of_images_per_step_says_so_and_goes_on(tmp_p
     path = fake_checkpoint(tmp_path, training={"moving_average_decay": 0.0, "images_per_step": 32})
     lines = []
     config = RunConfig(model_dir=str(tmp_path), batch_size=8, grad_accum_steps=2, seed=1, **model)
-    settings.resolve(config, {"batch_size", "grad_accum_steps", "seed"} | set(model), log=lines.append, replicas=3)
+    settings.resolve(config, {"batch_size", "grad_accum_steps", "seed"} | set(model), log=collect(lines), replicas=3)
     assert lines == [f"Note: checkpoint {path} was trained at 32 images per step: this run continues at 48 (--batch_size "
                      "8 x 3 replica(s) x --grad_accum_steps 2), and its learning rate and steps per epoch follow "
                      "from 48; --seed's data stream does not continue where the checkpoint's stopped"]
     # The same images per step on another split of them: nothing to say.
     assert resolve(tmp_path, batch_size=32, **model)[1] == []
     lines = []
-    settings.resolve(RunConfig(model_dir=str(tmp_path), batch_size=16, **model), set(model), log=lines.append,
+    settings.resolve(RunConfig(model_dir=str(tmp_path), batch_size=16, **model), set(model), log=collect(lines),
                      replicas=2)
     assert lines == []
     fake_checkpoint(tmp_path / "older", training={"moving_average_decay": 0.0})  # before it was recorded
@@ -329,13 +397,13 @@ def test_a_seeded_resume_by_another_number_of_processes_says_its_stream_is_anoth
     path = fake_checkpoint(tmp_path, training={"moving_average_decay": 0.0, "images_per_step": 16, "processes": 2})
     lines = []
     config = RunConfig(model_dir=str(tmp_path), batch_size=16, seed=1, **model)
-    settings.resolve(config, {"batch_size", "seed"} | set(model), log=lines.append, replicas=1, workers=1)
+    settings.resolve(config, {"batch_size", "seed"} | set(model), log=collect(lines), replicas=1, workers=1)
     assert lines == [f"Note: checkpoint {path} was trained by 2 processes, each reading its own share of the train files: "
                      "this run has 1, so --seed's data stream does not continue where the checkpoint's stopped (the "
                      "same 16 images per step, other images in them)"]
     lines = []  # the same processes, or no --seed (no exact stream to continue): nothing to say
     settings.resolve(RunConfig(model_dir=str(tmp_path), batch_size=8, seed=1, **model), {"batch_size", "seed"} |
-                     set(model), log=lines.append, replicas=2, workers=2)
+                     set(model), log=collect(lines), replicas=2, workers=2)
     assert lines == []
     assert resolve(tmp_path, batch_size=16, **model)[1] == []
     fake_checkpoint(tmp_path / "older", training={"moving_average_decay": 0.0, "images_per_step": 16})
@@ -973,7 +1041,7 @@ def test_a_resume_that_changes_the_images_per_step_and_the_stream_says_each_chan
         images + "; --seed's data stream does not continue where the checkpoint's stopped"]
     lines = []  # the same 16 images per step over 2 processes, with another seed: the seed note says it all
     settings.resolve(RunConfig(model_dir=str(tmp_path), batch_size=8, seed=2, **model), {"batch_size", "seed"} |
-                     set(model), log=lines.append, replicas=2, workers=2)
+                     set(model), log=collect(lines), replicas=2, workers=2)
     assert lines == [stream.format("--seed 2")]
     # Through DALI over 2 processes at 4 images each (a --dali run needs its index files to resolve: the notes'
     # own function here): the input note, with the seed's change in the same line when there is one.

@@ -161,6 +161,25 @@ def read_log(path):
     return records
 
 
+def last_training_step(path, model_dir):
+    """The last training step the DLLL log at `path` records for trainings into `model_dir` (their PARAMETER
+    record's model_dir, or results_dir in logs of before model_dir was recorded), or None: none, or no such log."""
+    try:
+        records = read_log(path)
+    except (OSError, UnicodeDecodeError):
+        return None
+    target, ours, last = os.path.abspath(model_dir), False, None
+    for record in records:
+        step, data = record.get("step"), record.get("data") or {}
+        if step == "PARAMETER":
+            where = data.get("model_dir") or data.get("results_dir")
+            ours = data.get("mode") in ("train", "train_and_evaluate") and isinstance(where, str) and \
+                os.path.abspath(where) == target
+        elif ours and isinstance(step, list) and len(step) == 2 and "cross_entropy" in data:
+            last = max(int(step[1]), last or 0)
+    return last
+
+
 def progress_enabled(no_progress_flag):
     """Progress bars (drawn on stderr) only without --no_progress and when stdout is a terminal: an interactive run.
     stdout, not stderr, because utils/quiet.py may put a pipe behind stderr, and a run whose output goes to a file

@@ -62,6 +62,22 @@ class CheckpointInfo:
         settings.setdefault("quantize", self.has_quantization_ranges)
         return {key: value for key, value in settings.items() if value is not None}
 
+    def unrecorded_settings(self):
+        """{setting name: why} of the settings that shaped this checkpoint's training but that it does not record:
+        a run reading it takes the flag's value and must say so. The original trained only at 224 px, so a "tf1"
+        checkpoint's size is known; its QAT grid is not, nor are the ones of this port's earlier checkpoints."""
+        why = self.unrecorded_settings_reason()
+        names = ["image_size"] if self.format == "object" else []
+        if self.has_quantization_ranges:
+            names += [name for name in ("symmetric", "use_qdq") if name not in self.training_state]
+        return {name: why for name in names}
+
+    def unrecorded_settings_reason(self):
+        """Why a setting may be missing from what this checkpoint records (its format)."""
+        return {"object": "an object-based checkpoint of an earlier version of this port",
+                "tf1": "the original's format",
+                "named": "its metadata is from an earlier version of this port"}[self.format]
+
     def describe(self):
         parts = [f"{self.format} format", f"step {self.step}" if self.step is not None else "no step"]
         if self.arch:

@@ -210,6 +210,9 @@ def restore_training(model, optimizer, global_step, info, arch, describe, averag
         try:
             status = tf.train.Checkpoint(model=model, optimizer=optimizer, global_step=global_step).read(info.path)
             status.assert_existing_objects_matched()
+            # Every object of the run matched; what the old tf.train.Checkpoint kept besides (its save_counter)
+            # is not read, which TF would otherwise warn about when the status is deleted.
+            status.expect_partial()
         except (ValueError, AssertionError, IndexError, tf.errors.OpError) as error:
             _refuse(info, [first_line(error) + " (checkpoints of earlier versions resume only with the NHWC "
                            "layout and the flags they were trained with)"], describe)
