@@ -52,6 +52,22 @@ def test_a_file_with_a_trailing_slash_or_a_dangling_link_is_named_as_such(tmp_pa
         "--model_dir to_a_file/ exists and is not a directory"
 
 
+def test_a_path_that_goes_up_out_of_a_missing_directory_is_refused(tmp_path, monkeypatch):
+    """`missing/../f.pb` names tmp_path/f.pb to os.path.abspath, but the system needs `missing` to exist: the check
+    passed and the export failed after its work (`cannot write ...: No such file or directory`)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "there").mkdir()
+    for path in ("missing/../f.pb", str(tmp_path / "missing" / ".." / "f.pb")):
+        with pytest.raises(UserError, match=r"^--output_file .* cannot be created: it goes up out of .*missing, "
+                                            "which is not a directory$"):
+            output_paths.check_output_file("--output_file", path)
+        with pytest.raises(UserError, match="goes up out of"):
+            output_paths.check_output_dir("--results_dir", path)
+    output_paths.check_output_file("--output_file", "there/../f.pb")
+    output_paths.check_output_file("--output_file", "../f.pb")
+    output_paths.check_output_dir("--results_dir", str(tmp_path / "there" / ".." / "new"))
+
+
 def test_a_directory_given_for_a_file_is_named(tmp_path):
     assert error(output_paths.check_output_file, "--log-path", tmp_path) == \
         f"--log-path {tmp_path} is a directory (give the name of the file to write)"

@@ -36,9 +36,21 @@ def _not_writable(path):
     return "is on a read-only file system" if on_read_only_file_system(path) else "is not writable"
 
 
+def _check_parent_links(flag, path):
+    """UserError when `path` goes up (`..`) out of a directory that does not exist: the system resolves `d/..` only
+    when `d` is a directory, although os.path.abspath drops both names."""
+    prefix = os.sep if os.path.isabs(path) else ""
+    for part in path.split(os.sep):
+        if part == ".." and prefix not in ("", os.sep) and not os.path.isdir(prefix):
+            raise UserError("{} {} cannot be created: it goes up out of {}, which is not a directory".format(
+                flag, path, prefix.rstrip(os.sep)))
+        prefix = os.path.join(prefix, part) if part else prefix
+
+
 def _check_can_create_in(flag, path, parent):
     """UserError unless `parent` (where `path` or its first missing ancestor would be created) is a writable
     directory."""
+    _check_parent_links(flag, path)
     ancestor = _existing_ancestor(parent)
     if not os.path.isdir(ancestor):
         raise UserError("{} {} cannot be created: {} is not a directory".format(flag, path, ancestor))
