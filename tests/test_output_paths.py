@@ -68,6 +68,19 @@ def test_a_path_that_goes_up_out_of_a_missing_directory_is_refused(tmp_path, mon
     output_paths.check_output_dir("--results_dir", str(tmp_path / "there" / ".." / "new"))
 
 
+def test_a_path_with_a_tilde_the_shell_left_is_refused(tmp_path, monkeypatch):
+    """`--results_dir=~/runs` reaches the tool as `~/runs` (no expansion after '='): it created ./~/runs."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=r"^--results_dir ~/runs starts with ~, which the shell did not expand "
+                                        r"\(it does not after '='\): write --results_dir ~/runs with a space"):
+        output_paths.check_output_dir("--results_dir", "~/runs")
+    with pytest.raises(UserError, match="did not expand"):
+        output_paths.check_output_file("--output_file", "~other/m.pb")
+    assert not os.path.lexists(tmp_path / "~")
+    (tmp_path / "~").mkdir()  # a directory really named so is the user's to use
+    output_paths.check_output_dir("--results_dir", "~/runs")
+
+
 def test_a_directory_given_for_a_file_is_named(tmp_path):
     assert error(output_paths.check_output_file, "--log-path", tmp_path) == \
         f"--log-path {tmp_path} is a directory (give the name of the file to write)"
