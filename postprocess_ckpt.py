@@ -107,6 +107,9 @@ def convert_object(info, output):
                                 input_normalized=bool(info.input_normalized),
                                 quantization=QuantizationConfig() if info.has_quantization_ranges else None)
     checkpoint.restore_model(target, info, info.arch, f"{info.arch} with {info.num_classes} classes")
+    kernel = next(variable for variable in target.variables if variable.path.endswith("output/dense/kernel"))
+    print("Reshaped {}/output/dense/kernel {} -> {} (the 1x1-conv classifier)".format(
+        info.arch, [int(kernel.shape[-2]), int(kernel.shape[-1])], [int(size) for size in kernel.shape]))
     entries = checkpoint.model_entries(target, info.arch)
     entries[checkpoint.GLOBAL_STEP_KEY] = tf.constant(info.step or 0, tf.int64)
     name = f"{checkpoint.CHECKPOINT_PREFIX}-{info.step or 0}"
@@ -131,6 +134,9 @@ def convert(args):
     from model import checkpoint
     info = checkpoint.inspect(checkpoint.find_checkpoint(args.input, "--input"))
     print(f"Read {info.path} ({info.describe()})")
+    if "image_size" in info.unrecorded_settings():
+        print(f"Note: {info.path} does not record its image size ({info.unrecorded_settings()['image_size']}), so "
+              "neither does the checkpoint written: pass --image_size to the tools that read it")
     diverged = checkpoint.divergence_warning(info.diverged, f"checkpoint {info.path}")
     if diverged:  # the converted checkpoint records it too
         print(diverged)

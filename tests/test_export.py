@@ -596,8 +596,9 @@ def test_the_quantised_export_of_a_checkpoint_without_its_grid_says_what_it_assu
                                            "--checkpoint", str(path)])
     export_frozen_graph.resolve_settings(args, checkpoint.inspect(path), log=lines.append)
     assert (args.symmetric, args.use_qdq) == (False, True)
-    assert f"WARNING: checkpoint {path} does not record --symmetric (its metadata is from an earlier version of this " \
-           "port): this run assumes no --symmetric; pass --symmetric if it was trained otherwise" in lines
+    assert f"WARNING: checkpoint {path} does not record --symmetric (metadata of an earlier version of this port, " \
+           "or converted from one): this run assumes no --symmetric; pass --symmetric if it was trained " \
+           "otherwise" in lines
 
 
 def test_use_final_conv_of_a_dense_checkpoint_is_said_as_main_py_says_it(tmp_path):

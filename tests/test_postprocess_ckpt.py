@@ -48,6 +48,11 @@ def test_ours_round_trip(qat_checkpoint, tmp_path):
     assert "Rewriting checkpoint completed" in result.stdout
     latest = tf.train.latest_checkpoint(str(output))
     assert latest.endswith("model.ckpt-42")
+    # What it did and could not carry over, as for a named checkpoint: the reshape, and the size it does not know.
+    assert f"Reshaped resnet50/output/dense/kernel [2048, {NUM_CLASSES}] -> [1, 1, 2048, {NUM_CLASSES}] (the " \
+           "1x1-conv classifier)" in result.stdout
+    assert "does not record its image size (an object-based checkpoint of an earlier version of this port), so " \
+           "neither does the checkpoint written: pass --image_size to the tools that read it" in result.stdout
     info = checkpoint.inspect(latest)
     assert (info.format, info.step, info.use_final_conv, info.has_quantization_ranges) == ("named", 42, True, True)
     converted = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32, use_final_conv=True,

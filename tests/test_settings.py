@@ -243,12 +243,12 @@ def test_a_setting_the_checkpoint_does_not_record_is_assumed_with_a_warning(tmp_
     path = fake_checkpoint(tmp_path / "qat", ranges=True, training=None)
     resolved, lines = resolve(tmp_path / "qat", mode="train", num_classes=10, image_size=32, quantize=True,
                               symmetric=True)
-    assert f"WARNING: checkpoint {path} does not record --use_qdq (its metadata is from an earlier version of this " \
-           "port): this run assumes no --use_qdq; pass --use_qdq if it was trained otherwise" in lines
+    assert f"WARNING: checkpoint {path} does not record --use_qdq (metadata of an earlier version of this port, " \
+           "or converted from one): this run assumes no --use_qdq; pass --use_qdq if it was trained otherwise" in lines
     resolved, lines = resolve(tmp_path / "qat", mode="train", num_classes=10, image_size=32)
-    assert f"WARNING: checkpoint {path} does not record --symmetric or --use_qdq (its metadata is from an earlier " \
-           "version of this port): this run assumes no --symmetric, no --use_qdq; pass --symmetric and --use_qdq " \
-           "if it was trained otherwise" in lines
+    assert f"WARNING: checkpoint {path} does not record --symmetric or --use_qdq (metadata of an earlier version " \
+           "of this port, or converted from one): this run assumes no --symmetric, no --use_qdq; pass --symmetric " \
+           "and --use_qdq if it was trained otherwise" in lines
 
 
 def test_a_resume_says_what_its_checkpoint_does_not_record(tmp_path):
@@ -260,8 +260,8 @@ def test_a_resume_says_what_its_checkpoint_does_not_record(tmp_path):
     lines = resolve(tmp_path / "older", unrecorded_note=True, **model)[1]
     assert lines == [f"Note: checkpoint {path} does not record its training's learning-rate schedule, images per "
                      "step, precision, training flags (--weight_decay, --momentum, augmentation) or input and --seed "
-                     "(its metadata is from an earlier version of this port): whether this run continues them "
-                     "unchanged is not checked"]
+                     "(metadata of an earlier version of this port, or converted from one): whether this run "
+                     "continues them unchanged is not checked"]
     config = RunConfig(batch_size=2, **model)
     state = dict(settings.training_state(config), schedule=settings.schedule_record(config, 100, 100, 10.0))
     fake_checkpoint(tmp_path / "now", training=state)

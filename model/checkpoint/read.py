@@ -67,7 +67,7 @@ class CheckpointInfo:
         a run reading it takes the flag's value and must say so. The original trained only at 224 px, so a "tf1"
         checkpoint's size is known; its QAT grid is not, nor are the ones of this port's earlier checkpoints."""
         why = self.unrecorded_settings_reason()
-        names = ["image_size"] if self.format == "object" else []
+        names = ["image_size"] if self.format != "tf1" and self.image_size is None else []
         if self.has_quantization_ranges:
             names += [name for name in ("symmetric", "use_qdq") if name not in self.training_state]
         return {name: why for name in names}
@@ -76,7 +76,7 @@ class CheckpointInfo:
         """Why a setting may be missing from what this checkpoint records (its format)."""
         return {"object": "an object-based checkpoint of an earlier version of this port",
                 "tf1": "the original's format",
-                "named": "its metadata is from an earlier version of this port"}[self.format]
+                "named": "metadata of an earlier version of this port, or converted from one"}[self.format]
 
     def describe(self):
         parts = [f"{self.format} format", f"step {self.step}" if self.step is not None else "no step"]
