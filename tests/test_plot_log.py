@@ -328,3 +328,20 @@ def test_a_write_that_fails_is_one_line_and_keeps_the_previous_file(tmp_path, ca
     assert plot_log.main([str(log_path), "-o", str(outputs["png"]), "--csv", str(outputs["csv"])]) == 2
     assert capsys.readouterr().err == f"ERROR: cannot write {outputs[full]}: No space left on device\n"
     assert outputs[full].read_text() == "previous\n" and os.listdir(outputs[full].parent) == [outputs[full].name]
+
+
+def test_a_null_model_dir_is_its_results_dir_so_a_resume_of_an_older_run_stays_one_training(tmp_path, capsys):
+    """Older versions logged `model_dir` null when --model_dir was not given (it defaulted to --results_dir): a
+    training they started and this version resumed is one training, not two with the old steps dropped."""
+    log_path = tmp_path / "log.json"
+    logger = DLLogger(str(log_path), stdout=False)
+    for model_dir, steps in ((None, (1, 7)), ("/runs/r/", (7, 12))):  # the resume repeats step 7
+        logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "train", "model_dir": model_dir,
+                                           "results_dir": "/runs/r"})
+        for step in steps:
+            logger.log(step=(0, step), data={"cross_entropy": 1.0, "learning_rate": 0.01})
+    logger.close()
+    records, _, left_out = plot_log.load_log(str(log_path))
+    assert left_out is None
+    assert [row["global_step"] for row in plot_log.step_table(records)] == [1, 7, 12]
+    assert plot_log.resumes(records) == [(7, {})]

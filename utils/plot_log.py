@@ -109,10 +109,13 @@ def _has_steps(run):
 def _last_training(runs):
     """(the runs of the last training's model_dir, a line naming the trainings left out or None). Trainings into
     other model_dirs that shared a --results_dir (so its log) are other models: their steps would interleave with
-    this one's in one curve. A resume is the same model_dir, and stays, however its path was spelt (`m` and `m/`).
+    this one's in one curve. A resume is the same model_dir, and stays, however its path was spelt (`m` and `m/`),
+    and when a run logged `model_dir` null (older versions did when --model_dir was not given: it then defaulted to
+    --results_dir, so null means that run's results_dir).
     """
     def model_dir(run):
-        path = (run[0] or {}).get("model_dir")
+        parameters = run[0] or {}
+        path = parameters.get("model_dir") or parameters.get("results_dir")
         return os.path.normpath(path) if isinstance(path, str) and path else path
 
     trainings = list(dict.fromkeys(model_dir(run) for run in runs
