@@ -345,3 +345,23 @@ def test_a_null_model_dir_is_its_results_dir_so_a_resume_of_an_older_run_stays_o
     assert left_out is None
     assert [row["global_step"] for row in plot_log.step_table(records)] == [1, 7, 12]
     assert plot_log.resumes(records) == [(7, {})]
+
+
+def test_a_resume_notes_every_setting_runtime_settings_notes(tmp_path, capsys):
+    """The settings whose change a resume notes are the ones runtime/settings.py notes (schedule, recipe, precision
+    and QAT / EMA state, data stream), not a second shorter list: a switched-off --cosine_lr and another momentum
+    and seed are said beside the other learning rate."""
+    from runtime import settings
+    assert set(settings.SCHEDULE_FLAGS + settings.RECIPE_FLAGS + settings.TRAINING_STATE) <= set(plot_log.RESUME_KEYS)
+    log_path = tmp_path / "log.json"
+    logger = DLLogger(str(log_path), stdout=False)
+    for extra, steps in (({}, (1, 7)), ({"cosine_lr": False, "lr_init": 0.1, "momentum": 0.875, "seed": 1}, (7, 9))):
+        logger.log(step="PARAMETER", data={"mode": "train", "model_dir": "/runs/a", "cosine_lr": True, "lr_init": 0.01,
+                                           "momentum": 0.9, "seed": None, **extra})
+        for step in steps:
+            logger.log(step=(0, step), data={"cross_entropy": 1.0, "learning_rate": 0.01})
+    logger.close()
+    assert plot_log.main([str(log_path), "-o", str(tmp_path / "c.png")]) == 0
+    assert capsys.readouterr().out.startswith(
+        "Note: the training resumed at step 7 with seed 1 (was None), lr_init 0.1 (was 0.01), cosine_lr False (was "
+        "True), momentum 0.875 (was 0.9): its curves mean another run from there")

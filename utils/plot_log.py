@@ -25,6 +25,7 @@ import math
 import os
 import sys
 
+from runtime.settings import RECIPE_FLAGS, SCHEDULE_FLAGS, TRAINING_STATE
 from utils.errors import ArgumentParser, UserError, command
 from utils.logger import read_log
 from utils.output_paths import replaced_file
@@ -46,9 +47,11 @@ STEP_MODES = ("train", "train_and_evaluate", "training_benchmark", "inference_be
 BENCHMARK_MODES = ("training_benchmark", "inference_benchmark")
 TRAINING_MODES = ("train", "train_and_evaluate")
 EVALUATING_MODES = ("train_and_evaluate", "evaluate")  # their (0, i) records are evaluation steps
-# Settings a resume may change that change what the curves mean from its step on (images per step, precision,
-# the schedule, the data read).
-RESUME_KEYS = ("batch_size", "amp", "xla", "lr_init", "num_iter", "iter_unit", "data_dir", "dali")
+# Settings a resume may change that change what the curves mean from its step on: the images per step, XLA (the
+# throughput), the data read and its stream, and the lists runtime/settings.py notes a resume's changes of (the
+# precision and QAT / EMA state, the learning-rate schedule, the rest of the recipe), so the two say the same.
+RESUME_KEYS = tuple(dict.fromkeys(("batch_size", "grad_accum_steps", "replicas", "xla", "data_dir", "dali", "seed")
+                                  + TRAINING_STATE + SCHEDULE_FLAGS + RECIPE_FLAGS))
 
 
 def load_log(path):
