@@ -444,7 +444,9 @@ class Runner:
         if index % config.display_every == 0:
             self.logger.log(step=(epoch, step), data={"imgs_per_sec": meter.last_ips, **losses})
         if int(step // steps_per_epoch) > int((step - 1) // steps_per_epoch):
-            self.logger.log(step=(epoch,), data=losses)
+            # global_step (an addition): the step that ended the epoch, which the step records every --display_every
+            # steps only bound (utils/plot_log draws the epoch's boundary there).
+            self.logger.log(step=(epoch,), data={**losses, "global_step": step})
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, iter_unit, num_iter, batch_size, is_benchmark=False, export_dir=None):

@@ -14,8 +14,9 @@ from utils.logger import DLLogger
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def write_training_log(path, epochs=3, steps_per_epoch=20, display_every=3, evaluate=True):
-    """A log shaped like Runner.train + Runner.evaluate's: returns the training records as (step, data)."""
+def write_training_log(path, epochs=3, steps_per_epoch=20, display_every=3, evaluate=True, epoch_end_steps=True):
+    """A log shaped like Runner.train + Runner.evaluate's: returns the training records as (step, data).
+    `epoch_end_steps=False`: the end-of-epoch records without their global_step (logs before 2026-12-06)."""
     logger = DLLogger(str(path), stdout=False)
     logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "train_and_evaluate", "batch_size": 32})
     logged = []
@@ -28,8 +29,9 @@ def write_training_log(path, epochs=3, steps_per_epoch=20, display_every=3, eval
             logger.log(step=(epoch, step), data=data)
             logged.append(((epoch, step), data))
         if step % steps_per_epoch == 0:
-            logger.log(step=(epoch,), data={k: data[k] for k in ("cross_entropy", "l2_loss", "total_loss",
-                                                                 "learning_rate")})
+            logger.log(step=(epoch,), data={**{k: data[k] for k in ("cross_entropy", "l2_loss", "total_loss",
+                                                                    "learning_rate")},
+                                            **({"global_step": step} if epoch_end_steps else {})})
     logger.log(step=(), data={"train_throughput": 403.0, "train_throughput_total": 401.5})
     if evaluate:  # the evaluation's step throughput (the original's BenchmarkLoggingHook), not plotted
         for index in (10, 20):
@@ -365,3 +367,15 @@ def test_a_resume_notes_every_setting_runtime_settings_notes(tmp_path, capsys):
     assert capsys.readouterr().out.startswith(
         "Note: the training resumed at step 7 with seed 1 (was None), lr_init 0.1 (was 0.01), cosine_lr False (was "
         "True), momentum 0.875 (was 0.9): its curves mean another run from there")
+
+
+def test_epoch_boundaries_are_drawn_where_the_log_says_the_epoch_ended(tmp_path):
+    """An end-of-epoch record that logs the step that ended it puts the boundary between that step and the next
+    (20.5 and 40.5 for 20 steps an epoch), not at the next logged step, up to --display_every late (22 and 43 with
+    steps logged every 3); a log without it (older versions) keeps those."""
+    for epoch_end_steps, expected in ((True, [20.5, 40.5]), (False, [22, 43])):
+        path = tmp_path / "log{}.json".format(int(epoch_end_steps))
+        write_training_log(path, epoch_end_steps=epoch_end_steps)
+        records = plot_log.load_log(str(path))[0]
+        train = [row for row in plot_log.step_table(records) if row["total_ips"] is None]
+        assert plot_log.epoch_boundaries(train, plot_log.epoch_ends(records)) == expected

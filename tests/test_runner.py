@@ -382,3 +382,21 @@ def test_a_training_that_cannot_write_its_tensorboard_events_is_one_line_and_lea
         "No space left on device)")
     assert f"Removed {model_dir}/model.ckpt-0: this run stopped before its first step" in result.stdout
     assert tf.train.latest_checkpoint(str(model_dir)) is None
+
+
+def test_the_end_of_epoch_record_logs_the_step_that_ended_the_epoch(tmp_path):
+    """The (epoch,) record carries the global step that ended the epoch (at 2.5 steps an epoch: steps 3 and 5), which
+    the step records, logged every --display_every steps, only bound: utils/plot_log draws the boundary there."""
+    from types import SimpleNamespace
+    from runtime.runner import Runner
+    from utils.logger import DLLogger, read_log
+    logger = DLLogger(str(tmp_path / "log.json"), stdout=False)
+    runner = SimpleNamespace(config=SimpleNamespace(display_every=10), logger=logger,
+                             precision=SimpleNamespace(loss_scaling=False))
+    values = {"cross_entropy": 1.0, "l2_loss": 0.5, "total_loss": 1.5, "learning_rate": 0.1}
+    for step in range(1, 7):
+        Runner._log_train_step(runner, values, step, step - 1, SimpleNamespace(last_ips=10.0), 2.5, False)
+    logger.close()
+    ends = [(r["step"], r["data"].get("global_step")) for r in read_log(str(tmp_path / "log.json"))
+            if r.get("type") == "LOG" and len(r["step"]) == 1]
+    assert ends == [([0], 3), ([1], 5)]

@@ -10,7 +10,8 @@ Records read (by their `step`):
     [epoch, global_step]   training step: imgs_per_sec, cross_entropy, l2_loss, total_loss, learning_rate
     [0, i]                 benchmark step (training_benchmark / inference_benchmark): total_ips (an
                            evaluation's steps log it too: not plotted)
-    [epoch]                end of an epoch (not plotted; the per-step records carry the same curves)
+    [epoch]                end of an epoch: the losses (not plotted; the per-step records carry the same curves)
+                           and (since 2026-12-06) the global_step that ended it, where its boundary is drawn
     []                     final results: train_throughput, top1_accuracy, top5_accuracy, eval_throughput, ...
 A resumed run appends to the same log and repeats the steps since its last checkpoint; the later record of a
 step wins, and a dashed line marks the step it resumed at (a Note names the settings it changed, e.g. another
@@ -206,6 +207,29 @@ def describe_resumes(points):
            "size is another number of images)".format("; ".join(changed))
 
 
+def epoch_ends(records):
+    """{epoch: the global step that ended it} from the end-of-epoch records that log it (since 2026-12-06); the
+    later record of an epoch wins (a resume)."""
+    ends = {}
+    for record in records:
+        step, data = record.get("step"), record["data"]
+        if isinstance(step, list) and len(step) == 1 and isinstance(data.get("global_step"), int):
+            ends[int(step[0])] = data["global_step"]
+    return ends
+
+
+def epoch_boundaries(train, ends):
+    """The steps to mark the epoch boundaries of the training rows `train` at: halfway between the step that ended
+    an epoch (`ends`, from epoch_ends) and the next; for an epoch whose end the log does not record (older logs),
+    the first logged step of the next, which is up to --display_every steps late."""
+    boundaries = []
+    for before, after in itertools.pairwise(train):
+        if after["epoch"] != before["epoch"]:
+            known = [ends[epoch] + 0.5 for epoch in range(before["epoch"], after["epoch"]) if epoch in ends]
+            boundaries += known or [after["global_step"]]
+    return boundaries
+
+
 def final_results(records):
     """The step-[] records in file order, each paired with the last training step logged before it."""
     results, last_step = [], 0
@@ -228,9 +252,9 @@ def write_csv(rows, path):
             writer.writerow(["" if row[c] is None else repr(row[c]) for c in CSV_COLUMNS])
 
 
-def plot(rows, finals, output, title="", resumed=()):
+def plot(rows, finals, output, title="", resumed=(), ends=None):
     """Writes the four-panel PNG to `output` with matplotlib's Agg canvas (no display, no pyplot state); a dashed
-    line at each step of `resumed` (from `resumes`)."""
+    line at each step of `resumed` (from `resumes`), a dotted one at each epoch boundary (`ends`: epoch_ends)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -251,8 +275,7 @@ def plot(rows, finals, output, title="", resumed=()):
 
     # A thin line where the epoch changes, so the global-step axis also reads in epochs (not for long runs,
     # where the lines would hide the curves).
-    epoch_starts = [after["global_step"] for before, after in itertools.pairwise(train)
-                    if after["epoch"] != before["epoch"]]
+    epoch_starts = epoch_boundaries(train, ends or {})
 
     def epoch_lines(axis):
         for step in epoch_starts if len(epoch_starts) <= MAX_EPOCH_LINES else ():
@@ -404,7 +427,8 @@ def run(log_path, output, csv_path=None):
         print("Note: {}".format(changed))
     if csv_path:
         write_csv(rows, csv_path)
-    plot(rows, final_results(records), output, title=_title(log_path, parameters, resumed), resumed=resumed)
+    plot(rows, final_results(records), output, title=_title(log_path, parameters, resumed), resumed=resumed,
+         ends=epoch_ends(records))
     return rows
 
 
