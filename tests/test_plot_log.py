@@ -379,3 +379,16 @@ def test_epoch_boundaries_are_drawn_where_the_log_says_the_epoch_ended(tmp_path)
         records = plot_log.load_log(str(path))[0]
         train = [row for row in plot_log.step_table(records) if row["total_ips"] is None]
         assert plot_log.epoch_boundaries(train, plot_log.epoch_ends(records)) == expected
+
+
+def test_the_accuracy_panel_shares_the_training_panels_step_axis(tmp_path):
+    """The evaluation is drawn at the step it followed on the training panels' step axis (it ran 8 margins past
+    their end, 0-1,600 beside 0-1,150); without training steps, around the evaluations."""
+    from matplotlib.figure import Figure
+    finals = [(1100, {"top1_accuracy": 0.5, "top5_accuracy": 0.9})]
+    axis = Figure().subplots()
+    plot_log._plot_accuracy(axis, finals, (-50.0, 1150.0), "Accuracy")
+    assert axis.get_xlim() == (-50.0, 1150.0)
+    axis = Figure().subplots()
+    plot_log._plot_accuracy(axis, finals, None, "Accuracy")
+    assert axis.get_xlim() == (1099.0, 1101.0)

@@ -334,16 +334,18 @@ def _plot_accuracy(axis, finals, xlim, title):
             continue
         axis.plot([p[0] for p in points], [p[1] for p in points], "o", color=color,
                   label=key.replace("_accuracy", ""), linestyle="-" if len(points) > 1 else "none")
-        for step, value in points:
+        for step, value in points:  # left of the point: an evaluation follows the last step, at the axis's end
             axis.annotate("{:.2f}%".format(value), (step, value), textcoords="offset points",
-                          xytext=(6, offset), color=color)
+                          xytext=(-6, offset), ha="right", color=color)
     if evaluations:
         axis.set_ylim(0, 105)
-        # The training panels' step axis, so an evaluation sits under the step it followed.
+        # The training panels' step axis, so an evaluation sits under the step it followed; widened only for a step
+        # outside it. A log without training steps has no such axis: the evaluations' steps and a margin.
         steps = [step for step, _ in evaluations]
         low, high = xlim if xlim else (min(steps), max(steps))
         margin = max(1.0, 0.05 * (high - low))
-        axis.set_xlim(min(low, min(steps) - margin), max(high, max(steps) + 8 * margin))
+        axis.set_xlim(low if xlim and min(steps) >= low else min(steps) - margin,
+                      high if xlim and max(steps) <= high else max(steps) + margin)
     else:
         _no_data(axis, "no evaluation in this log")
     summary = []
