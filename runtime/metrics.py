@@ -228,7 +228,15 @@ def evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size, 
     if iter_unit != "epoch":
         line = "Evaluated {:,} images ({:,} batches of {}) of the {:,} in the validation set".format(
             seen, seen // batch_size, batch_size, num_samples)
-        return line + " ({})".format(corrupt) if corrupt else line
+        notes = [corrupt] if corrupt else []
+        again = seen - num_samples
+        if again > 0 and num_samples > 0:
+            # More batches than the set holds: the input repeats it (as the original's), so images past the first
+            # pass are read again and the accuracy counts every read.
+            line += ", {:,} of them a second time".format(again) if again <= num_samples else \
+                ", {:,} of them again in {:.3g} passes over the set".format(again, seen / num_samples)
+            notes.insert(0, "the input repeats the set, as the original; top-1 and top-5 count every read")
+        return line + " ({})".format("; ".join(notes)) if notes else line
     total = num_samples * num_epochs
     notes = [corrupt] if corrupt else []
     dropped = total - skipped - seen

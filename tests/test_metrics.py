@@ -21,6 +21,20 @@ def test_evaluation_line_counts_the_dropped_partial_batch():
         "Evaluated 96 images (3 batches of 32) of the 10,000 in the validation set"
 
 
+def test_evaluation_line_in_batches_past_the_validation_set_says_the_repeated_images():
+    """--iter_unit batch with more batches than the set holds: the input repeats it, as the original's, and the line
+    says how many images were read again and that the accuracy counts them (it said nothing)."""
+    assert evaluated_images_line(3000, 2000, 1, "batch", 500) == \
+        "Evaluated 3,000 images (6 batches of 500) of the 2,000 in the validation set, 1,000 of them a second time " \
+        "(the input repeats the set, as the original; top-1 and top-5 count every read)"
+    assert evaluated_images_line(5000, 2000, 1, "batch", 500, skipped=2) == \
+        "Evaluated 5,000 images (10 batches of 500) of the 2,000 in the validation set, 3,000 of them again in 2.5 " \
+        "passes over the set (the input repeats the set, as the original; top-1 and top-5 count every read; 2 " \
+        "skipped as corrupt, see the warnings above)"
+    assert evaluated_images_line(2000, 2000, 1, "batch", 500) == \
+        "Evaluated 2,000 images (4 batches of 500) of the 2,000 in the validation set"
+
+
 def test_evaluation_line_tells_records_a_read_error_left_unread_from_the_partial_batch():
     """30 records, batch 10: a read error in record 7 of a 15-record shard loses it (1 skipped) and the 7 after it
     (never read: the reader took 23), the 22 delivered make 2 batches and a partial one of 2. Before, all 9 missing
