@@ -86,22 +86,21 @@ def to_rgb_jpeg(data: bytes) -> tuple[bytes, int, int, bool]:
     Valid RGB JPEGs are returned unchanged (same bytes). Anything else PIL can decode (greyscale or CMYK JPEG, PNG,
     palette, RGBA, 16-bit, ... whatever the file extension says) is converted to RGB by utils/pixels.as_rgb, the
     conversion predict applies too, and re-encoded as JPEG at quality 100 with 4:4:4 chroma.
-    Raises UnreadableImage for empty, non-image or corrupt files, for images over predict's size limit
-    (utils/pixels.too_large, checked before the decode), and for those predict refuses too because the
-    decoders would read other pixels (utils/pixels.py: a CMYK JPEG without an Adobe marker, an image of several
-    frames).
+    Raises UnreadableImage for empty, non-image or corrupt files and for those utils/pixels.refused refuses, as
+    predict does, with predict's reasons (over the size limit, several frames, a JPEG or PNG cut off, a CMYK JPEG
+    without an Adobe marker), checked before the decode.
     """
     from PIL import UnidentifiedImageError
 
     if not data:
-        raise UnreadableImage("empty file")
+        raise UnreadableImage(pixels.EMPTY_FILE)  # predict's reasons (utils/pixels.py), so both doors say the same
     try:
         with pixels.opened(data) as image:  # PIL's size limit and warning off: _converted checks the size itself
             return _converted(data, image)
     except UnidentifiedImageError:
-        raise UnreadableImage("not an image (unknown format)") from None
+        raise UnreadableImage(pixels.NOT_AN_IMAGE) from None
     except (OSError, ValueError, SyntaxError) as exc:  # a header or image data PIL cannot decode
-        raise UnreadableImage(f"corrupt image ({exc})") from None
+        raise UnreadableImage(pixels.truncated(data) or f"corrupt image ({exc})") from None
 
 
 def _converted(data: bytes, image) -> tuple[bytes, int, int, bool]:
@@ -109,16 +108,11 @@ def _converted(data: bytes, image) -> tuple[bytes, int, int, bool]:
     width, height = image.size
     if width == 0 or height == 0:
         raise UnreadableImage("image has zero size")
-    too_large = pixels.too_large(width, height)  # predict's limit and message
-    if too_large:
-        raise UnreadableImage(too_large)
+    refused = pixels.refused(data, image)  # predict's check and reasons: too large, frames, cut off, CMYK
+    if refused:
+        raise UnreadableImage(refused)
     image_format = image.format
-    image.load()  # full decode: catches truncated / corrupt data that the header parse accepts
-    frames = pixels.several_frames(image)
-    if frames:
-        raise UnreadableImage(frames)
-    if image_format in ("JPEG", "MPO") and pixels.cmyk_without_adobe(data):
-        raise UnreadableImage(pixels.CMYK_WITHOUT_ADOBE)
+    image.load()  # full decode: catches corrupt data that the header parse accepts
     if image_format in ("JPEG", "MPO") and image.mode == "RGB":
         return data, height, width, False
     out = io.BytesIO()

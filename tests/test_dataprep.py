@@ -95,7 +95,7 @@ def test_unreadable_files_reported_and_skipped(built):
     names = [r["image/filename"] for r in h.read_split(str(out), "train")]
     assert "empty_z.JPEG" not in names and "notes_z.jpg" not in names
     assert "train: 7 images written to 3 shard(s), 2 skipped" in stdout
-    assert "empty_z.JPEG: empty file" in stdout
+    assert "empty_z.JPEG: image file is empty (0 bytes)" in stdout
     assert "notes_z.jpg: not an image" in stdout
     assert "validation: 3 images written to 2 shard(s), 0 skipped" in stdout
 
@@ -520,13 +520,13 @@ def test_a_shard_write_that_fails_is_one_line_and_leaves_no_temporary(tree, tmp_
 
 
 def test_to_rgb_jpeg_reasons():
-    with pytest.raises(records.UnreadableImage, match="empty file"):
+    with pytest.raises(records.UnreadableImage, match=r"image file is empty \(0 bytes\)"):
         records.to_rgb_jpeg(b"")
     with pytest.raises(records.UnreadableImage, match="not an image"):
         records.to_rgb_jpeg(b"hello world")
     good = io.BytesIO()
     h.noise_image("RGB").save(good, format="JPEG")
-    with pytest.raises(records.UnreadableImage, match="corrupt"):
+    with pytest.raises(records.UnreadableImage, match=r"truncated JPEG image \(end-of-image marker FFD9 missing\)"):
         records.to_rgb_jpeg(good.getvalue()[: len(good.getvalue()) // 2])
     rgba = io.BytesIO()
     h.noise_image("RGBA").save(rgba, format="PNG")
@@ -802,3 +802,4 @@ def test_a_write_outside_the_shards_that_fails_is_one_line_keeps_the_previous_fi
     assert sorted(os.listdir(directory)) == ([] if target == "samples" else [name])
     if target != "samples":
         assert path.read_text() == "previous\n"
+

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from tests._data_helpers import encode_image, random_image
-from utils import data_utils, image_processing
+from utils import data_utils, image_processing, pixels
 from utils.errors import UserError
 
 
@@ -235,7 +235,7 @@ def test_predict_batches_keep_order_and_report_each_bad_file_once(tmp_path):
     assert [name for name, _ in skipped] == ["b.jpg", "d.jpg", "e.jpg", "g.png", "h.png", "k.jpg", "l.png"]
     assert reasons["b.jpg"] == "image file is empty (0 bytes)"
     assert reasons["d.jpg"] == "truncated JPEG image (end-of-image marker FFD9 missing)"
-    assert reasons["e.jpg"] == "not an image file (JPEG or PNG expected)"
+    assert reasons["e.jpg"] == "not an image file (unknown format)"
     assert reasons["g.png"].startswith("cannot decode image (") and "{{" not in reasons["g.png"]
     assert reasons["h.png"] == "truncated PNG image (IEND chunk missing)"
     assert reasons["l.png"] == "damaged PNG image (its chunks do not lead to the IEND chunk it ends with)"
@@ -284,11 +284,11 @@ def test_truncation_check_allows_data_after_the_end_and_progressive_jpegs(tmp_pa
     assert skipped == [] and batches[0][0][0] == 3
     for data in (jpeg, progressive):
         for cut in (2, 1, 50, len(data) // 3):
-            assert not data_utils._is_complete(data[:-cut], "JPEG"), cut
-        assert data_utils._jpeg_end(data) == len(data)
-    assert data_utils._jpeg_end(with_trailer) == len(jpeg)
+            assert not pixels.is_complete(data[:-cut], "JPEG"), cut
+        assert pixels.jpeg_end(data) == len(data)
+    assert pixels.jpeg_end(with_trailer) == len(jpeg)
     for cut in (1, 12, len(png) // 2):
-        assert not data_utils._is_complete(png[:-cut], "PNG"), cut
+        assert not pixels.is_complete(png[:-cut], "PNG"), cut
 
 
 def test_unreadable_file_is_reported(tmp_path, monkeypatch):

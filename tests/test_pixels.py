@@ -364,3 +364,33 @@ def test_dataprep_never_lets_pils_decompression_bomb_warning_through():
             records.to_rgb_jpeg(_png_header_only(11000, 9000))
     assert not caught, [str(w.message) for w in caught]
     assert Image.MAX_IMAGE_PIXELS == 89478485  # PIL's own limit is back for everyone else
+
+
+def test_a_bad_file_gets_the_same_reason_from_dataprep_and_predict(tmp_path):
+    """Empty, not an image, a JPEG or PNG cut off, a PNG damaged inside: the reason is utils/pixels' in both doors.
+    Before, dataprep said `empty file`, `not an image (unknown format)` and, for a cut-off file, PIL's `corrupt image
+    (image file is truncated (14 bytes not processed))` or `corrupt image (Truncated File Read)` where predict said
+    `truncated JPEG image (end-of-image marker FFD9 missing)`."""
+    from dataprep import records
+    from utils import data_utils
+    rng = np.random.default_rng(3)
+    array = rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)
+    jpeg = io.BytesIO()
+    Image.fromarray(array).save(jpeg, format="JPEG", quality=90)
+    jpeg, png = jpeg.getvalue(), _png(array)
+    idat = png.index(b"IDAT") - 4
+    cases = {"empty.jpg": (b"", "image file is empty (0 bytes)"),
+             "text.jpg": (b"just some notes", "not an image file (unknown format)"),
+             "cut.jpg": (jpeg[:-14], "truncated JPEG image (end-of-image marker FFD9 missing)"),
+             "cut_header.jpg": (jpeg[:40], "truncated JPEG image (end-of-image marker FFD9 missing)"),
+             "cut.png": (png[:-20], "truncated PNG image (IEND chunk missing)"),
+             "lost.png": (png[:idat] + (2 ** 31).to_bytes(4, "big") + png[idat + 4:],
+                          "damaged PNG image (its chunks do not lead to the IEND chunk it ends with)")}
+    for name, (data, reason) in cases.items():
+        with pytest.raises(records.UnreadableImage) as skipped:
+            records.to_rgb_jpeg(data)
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(data_utils.ImageFileError) as refused:
+            data_utils.read_image_file(str(path))
+        assert (str(skipped.value), refused.value.reason) == (reason, reason), name

@@ -582,9 +582,8 @@ class ImageFileError(UserError):
 
 def read_image_file(path) -> bytes:
     """The bytes of one predict input, after checks that need no decode: readable, not empty, a JPEG or PNG
-    by content (PIL reads the header only), at most MAX_IMAGE_SIDE a side, complete (`_is_complete`), and not a
-    file dataprep refuses for the decoders' disagreement (utils/pixels.py: a CMYK JPEG without an Adobe marker).
-    Raises ImageFileError otherwise."""
+    by content (PIL reads the header only), and not refused by utils/pixels.refused, dataprep's check too (too
+    large, several frames, cut off, a CMYK JPEG without an Adobe marker). Raises ImageFileError otherwise."""
     if not os.path.isfile(path):
         raise ImageFileError(path, "image file not found")
     try:
@@ -593,124 +592,33 @@ def read_image_file(path) -> bytes:
     except OSError as error:
         raise ImageFileError(path, f"cannot read image file ({error.strerror or error})") from None
     if not data:
-        raise ImageFileError(path, "image file is empty (0 bytes)")
-    image_format = _image_format(path, data)
-    if not _is_complete(data, image_format):
-        raise _truncated(path, image_format, data)
-    if image_format == "JPEG" and pixels.cmyk_without_adobe(data):
-        raise ImageFileError(path, pixels.CMYK_WITHOUT_ADOBE)
+        raise ImageFileError(path, pixels.EMPTY_FILE)
+    _image_format(path, data)
     return data
-
-
-# A PNG's last chunk as every writer writes it: length 0, "IEND", its CRC.
-_PNG_IEND_CHUNK = b"\x00\x00\x00\x00IEND\xaeB`\x82"
-
-
-def _truncated(path, image_format, data=b""):
-    """The error for a file that does not reach the end its format requires: cut off, or (a PNG that still ends with
-    its IEND chunk) damaged inside, where the chunk walk loses its way."""
-    if image_format == "PNG" and data.endswith(_PNG_IEND_CHUNK):
-        return ImageFileError(path, "damaged PNG image (its chunks do not lead to the IEND chunk it ends with)")
-    return ImageFileError(path, f"truncated {image_format} image ({_END_MARKS[image_format]} missing)")
 
 
 def _image_format(path, data) -> str:
     """The format of `data`, "JPEG" or "PNG", as PIL identifies its header; raises ImageFileError for anything
-    else, for a header cut off, for images over MAX_IMAGE_SIDE a side or pixels.MAX_IMAGE_PIXELS (decompression
-    bombs; pixels.too_large) and for an animated PNG
-    (`pixels.several_frames`)."""
+    else, for a header cut off, and for an image utils/pixels.refused refuses (with dataprep's reasons)."""
     from PIL import UnidentifiedImageError
 
     try:
-        with pixels.opened(data) as img:  # the size is checked below, as dataprep checks it
-            image_format, size = _PIL_FORMATS.get(img.format, img.format), img.size
-            # an animated PNG (APNG) counts its frames from the header's acTL chunk
-            frames = pixels.several_frames(img) if image_format in SUPPORTED_IMAGE_FORMATS else None
+        with pixels.opened(data) as img:  # the size is checked by pixels.refused, as dataprep checks it
+            image_format = _PIL_FORMATS.get(img.format, img.format)
+            if image_format not in SUPPORTED_IMAGE_FORMATS:
+                raise ImageFileError(path, f"unsupported image format {image_format} (JPEG or PNG expected)")
+            reason = pixels.refused(data, img)
     except UnidentifiedImageError:
-        raise ImageFileError(path, "not an image file (JPEG or PNG expected)") from None
+        raise ImageFileError(path, pixels.NOT_AN_IMAGE) from None
     except (OSError, SyntaxError, ValueError) as error:
-        signed = next((name for magic, name in _SIGNATURES.items() if data.startswith(magic)), None)
-        if signed and not _is_complete(data, signed):  # cut off within the header
-            raise _truncated(path, signed) from None
-        raise ImageFileError(path, f"cannot decode image ({error})") from None
-    if image_format not in SUPPORTED_IMAGE_FORMATS:
-        raise ImageFileError(path, f"unsupported image format {image_format} (JPEG or PNG expected)")
-    too_large = pixels.too_large(*size)  # dataprep's limit and message
-    if too_large:
-        raise ImageFileError(path, too_large)
-    if frames:  # dataprep skips it with the same reason
-        raise ImageFileError(path, frames)
+        raise ImageFileError(path, pixels.truncated(data) or f"cannot decode image ({error})") from None
+    if reason:
+        raise ImageFileError(path, reason)
     return image_format
 
 
 # PIL names multi-picture camera JPEGs (MPO) apart; they are JPEG files for every decoder used here.
 _PIL_FORMATS = {"MPO": "JPEG"}
-_END_MARKS = {"JPEG": "end-of-image marker FFD9", "PNG": "IEND chunk"}
-_SIGNATURES = {b"\xff\xd8": "JPEG", b"\x89PNG\r\n\x1a\n": "PNG"}
-
-
-def _is_complete(data, image_format) -> bool:
-    """True when `data` reaches the image's end (a JPEG's EOI marker, a PNG's IEND chunk), so no result is computed
-    on a cut-off file; damage inside a file that still ends right is not seen here (docs/RELIABILITY.md). TensorFlow's
-    decoders refuse most cut-off files as well, but only as "Invalid JPEG data" plus libjpeg's own stderr lines;
-    this check names the cause and never reaches the decoder. Bytes after the end are allowed (phone cameras
-    append a video or metadata after a JPEG's EOI)."""
-    if image_format == "JPEG":
-        return data.endswith(b"\xff\xd9") or _jpeg_end(data) is not None
-    return _png_end(data) is not None
-
-
-def _jpeg_end(data):
-    """Offset just past the EOI marker that ends the JPEG stream starting at data[0], or None when the data ends
-    before it. Walks the marker segments and skips entropy-coded data to the next real marker (FF00 is a
-    stuffed byte, FFD0-FFD7 restart markers, FFFF fill), so markers inside embedded thumbnails do not count."""
-    pos, size = 2, len(data)  # after SOI
-    while pos + 2 <= size:
-        if data[pos] != 0xFF:
-            return None
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte before a marker
-            pos += 1
-        elif marker == 0xD9:
-            return pos + 2
-        elif 0xD0 <= marker <= 0xD7 or marker == 0x01:  # markers without a length
-            pos += 2
-        elif pos + 4 > size:
-            return None
-        else:
-            pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
-            if marker == 0xDA:  # start of scan: entropy-coded data up to the next marker
-                pos = _skip_entropy_coded(data, pos)
-    return None
-
-
-def _skip_entropy_coded(data, pos):
-    """Offset of the first marker at or after `pos` that is not part of entropy-coded data (len(data) if none)."""
-    while True:
-        pos = data.find(b"\xff", pos)
-        if pos < 0 or pos + 1 >= len(data):
-            return len(data)
-        following = data[pos + 1]
-        if following == 0x00 or 0xD0 <= following <= 0xD7:
-            pos += 2
-        elif following == 0xFF:
-            pos += 1
-        else:
-            return pos
-
-
-def _png_end(data):
-    """Offset just past the IEND chunk, or None when the data ends first (each chunk: length, type, data, CRC)."""
-    pos = 8  # after the signature
-    while pos + 8 <= len(data):
-        length = int.from_bytes(data[pos:pos + 4], "big")
-        end = pos + 12 + length
-        if end > len(data):
-            return None
-        if data[pos + 4:pos + 8] == b"IEND":
-            return end
-        pos = end
-    return None
 
 
 def load_inference_image(path, height, width):

@@ -19,7 +19,8 @@ Some files are refused by both doors with the same reason, where the decoders wo
   the photo, the others are previews or a second view.
 Both doors also refuse an image over MAX_IMAGE_SIDE a side or MAX_IMAGE_PIXELS pixels with one message
 (`too_large`), checked on the header before any decode (`opened`), instead of PIL's decompression-bomb error and
-warning, which name no file and no size.
+warning, which name no file and no size, and a JPEG or PNG cut off before its end (`truncated`). `refused` is the
+one check of all these, and EMPTY_FILE and NOT_AN_IMAGE the reasons for an empty file and one of no known format.
 PIL is imported by the caller's image; this module imports nothing heavy."""
 
 import contextlib
@@ -171,6 +172,113 @@ def as_rgb(image, data: bytes | None = None):
         rgb.paste(rgba, mask=rgba.getchannel("A"))
         return rgb
     return image.convert("RGB")
+
+
+# ------------------------------------------------------------------------------------- which files are refused
+# The reasons both doors (dataprep's to_rgb_jpeg, predict's utils/data_utils.read_image_file) give for a file, so the
+# same file gets the same line from each.
+EMPTY_FILE = "image file is empty (0 bytes)"
+NOT_AN_IMAGE = "not an image file (unknown format)"
+# A PNG's last chunk as every writer writes it: length 0, "IEND", its CRC.
+_PNG_IEND_CHUNK = b"\x00\x00\x00\x00IEND\xaeB`\x82"
+
+
+def refused(data: bytes, image) -> str | None:
+    """Why both doors refuse the image of `data` (`image`: its PIL image, header parsed, not decoded), None when
+    they do not: over the size limits (too_large), several frames (several_frames), cut off (truncated: a JPEG or
+    PNG that does not reach its end), a CMYK JPEG without an Adobe marker. In that order, so a file with two faults
+    gets the same reason from each."""
+    reason = too_large(*image.size) or several_frames(image)
+    if reason:
+        return reason
+    if image.format in ("JPEG", "MPO", "PNG"):
+        reason = truncated(data, "PNG" if image.format == "PNG" else "JPEG")
+    if reason:
+        return reason
+    if image.format in ("JPEG", "MPO") and cmyk_without_adobe(data):
+        return CMYK_WITHOUT_ADOBE
+    return None
+
+
+def truncated(data: bytes, image_format: str | None = None) -> str | None:
+    """The reason a JPEG or PNG (`image_format`, else by its signature) does not reach the end its format requires
+    (is_complete): cut off, or (a PNG that still ends with its IEND chunk) damaged inside, where the chunk walk loses
+    its way; None when it does, or for other data."""
+    if image_format is None:
+        image_format = next((name for magic, name in _SIGNATURES.items() if data.startswith(magic)), None)
+    if image_format not in _END_MARKS or is_complete(data, image_format):
+        return None
+    if image_format == "PNG" and data.endswith(_PNG_IEND_CHUNK):
+        return "damaged PNG image (its chunks do not lead to the IEND chunk it ends with)"
+    return f"truncated {image_format} image ({_END_MARKS[image_format]} missing)"
+
+
+_END_MARKS = {"JPEG": "end-of-image marker FFD9", "PNG": "IEND chunk"}
+_SIGNATURES = {b"\xff\xd8": "JPEG", b"\x89PNG\r\n\x1a\n": "PNG"}
+
+
+def is_complete(data: bytes, image_format: str) -> bool:
+    """True when `data` reaches the image's end (a JPEG's EOI marker, a PNG's IEND chunk), so no result is computed
+    on a cut-off file; damage inside a file that still ends right is not seen here (docs/RELIABILITY.md). TensorFlow's
+    decoders refuse most cut-off files as well, but only as "Invalid JPEG data" plus libjpeg's own stderr lines;
+    this check names the cause and never reaches the decoder. Bytes after the end are allowed (phone cameras
+    append a video or metadata after a JPEG's EOI)."""
+    if image_format == "JPEG":
+        return data.endswith(b"\xff\xd9") or jpeg_end(data) is not None
+    return png_end(data) is not None
+
+
+def jpeg_end(data: bytes) -> int | None:
+    """Offset just past the EOI marker that ends the JPEG stream starting at data[0], or None when the data ends
+    before it. Walks the marker segments and skips entropy-coded data to the next real marker (FF00 is a
+    stuffed byte, FFD0-FFD7 restart markers, FFFF fill), so markers inside embedded thumbnails do not count."""
+    pos, size = 2, len(data)  # after SOI
+    while pos + 2 <= size:
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte before a marker
+            pos += 1
+        elif marker == 0xD9:
+            return pos + 2
+        elif 0xD0 <= marker <= 0xD7 or marker == 0x01:  # markers without a length
+            pos += 2
+        elif pos + 4 > size:
+            return None
+        else:
+            pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+            if marker == 0xDA:  # start of scan: entropy-coded data up to the next marker
+                pos = _skip_entropy_coded(data, pos)
+    return None
+
+
+def _skip_entropy_coded(data, pos):
+    """Offset of the first marker at or after `pos` that is not part of entropy-coded data (len(data) if none)."""
+    while True:
+        pos = data.find(b"\xff", pos)
+        if pos < 0 or pos + 1 >= len(data):
+            return len(data)
+        following = data[pos + 1]
+        if following == 0x00 or 0xD0 <= following <= 0xD7:
+            pos += 2
+        elif following == 0xFF:
+            pos += 1
+        else:
+            return pos
+
+
+def png_end(data: bytes) -> int | None:
+    """Offset just past the IEND chunk, or None when the data ends first (each chunk: length, type, data, CRC)."""
+    pos = 8  # after the signature
+    while pos + 8 <= len(data):
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        end = pos + 12 + length
+        if end > len(data):
+            return None
+        if data[pos + 4:pos + 8] == b"IEND":
+            return end
+        pos = end
+    return None
 
 
 # EXIF Orientation values other than 1, as a viewer turns the stored pixels to show them.
