@@ -440,7 +440,8 @@ def summarize(split_results: dict[str, list[ShardResult]], pre_skipped: dict | N
     lines = []
     for split, results in split_results.items():
         written = sum(r.written for r in results)
-        skipped = list((pre_skipped or {}).get(split, [])) + [s for r in results for s in r.skipped]
+        # sorted by file: the shards' lists come in the order the workers wrote them
+        skipped = sorted(list((pre_skipped or {}).get(split, [])) + [s for r in results for s in r.skipped])
         resumed = sum(1 for r in results if r.resumed)
         if resumed == 0:
             lines.append(f"{split}: {written} images written to {len(results)} shard(s), {len(skipped)} skipped")

@@ -803,3 +803,13 @@ def test_a_write_outside_the_shards_that_fails_is_one_line_keeps_the_previous_fi
     if target != "samples":
         assert path.read_text() == "previous\n"
 
+
+def test_the_skipped_files_are_listed_sorted_not_shard_after_shard():
+    """Each shard reports its own skipped files, in the shuffled order of its images: the summary lists them by file
+    name (it listed them shard after shard, in that order)."""
+    results = [records.ShardResult(0, 3, [("d/b/z.jpg", "r1"), ("d/a/y.jpg", "r2")]),
+               records.ShardResult(1, 3, [("d/a/x.jpg", "r3")])]
+    text = records.summarize({"train": results}, pre_skipped={"train": [("d/loose.jpg", "not inside a class folder")]},
+                             out=io.StringIO())
+    assert text.splitlines()[1:] == ["  skipped d/a/x.jpg: r3", "  skipped d/a/y.jpg: r2", "  skipped d/b/z.jpg: r1",
+                                     "  skipped d/loose.jpg: not inside a class folder"]
