@@ -1,4 +1,5 @@
 """The shared command wrapper: one-line errors, exit statuses and the umask every tool runs under."""
+import errno
 import functools
 import os
 import signal
@@ -278,3 +279,33 @@ def test_first_line_leaves_out_tensorflows_function_node_and_op_tags():
         "/m/model.ckpt-1_temp/part.data-00000-of-00001.tempstate1; No space left on device")
     assert first_line(OSError(28, "No space left on device")) == "[Errno 28] No space left on device"
     assert first_line(ValueError()) == "ValueError"
+
+
+class _Unwritable:
+    """A stream whose every write and flush fails with `error` (a full disk, a closed pipe)."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def write(self, text):
+        raise self.error
+
+    def flush(self):
+        raise self.error
+
+
+def test_a_stderr_that_cannot_take_the_line_leaves_the_status_as_it_is(monkeypatch):
+    """2>/dev/full: the ERROR or INTERRUPTED line is lost, but the status still tells the caller what happened
+    (until 2026-12-06 the failed write was a traceback, itself unwritable, and status 1)."""
+    monkeypatch.setattr(sys, "stderr", _Unwritable(OSError(errno.ENOSPC, "No space left on device")))
+
+    @command
+    def refused(argv=None):
+        raise UserError("bad flag")
+
+    @command
+    def interrupted(argv=None):
+        raise KeyboardInterrupt
+
+    assert refused([]) == 2
+    assert interrupted([]) == 130

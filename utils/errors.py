@@ -212,6 +212,14 @@ class InterruptHandlers:
         return False
 
 
+def _say(line):
+    """Writes one line on stderr; a stderr that cannot take it (2>/dev/full) does not change the exit status."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def _tool_name(body):
     """How the user started the tool: `main.py`, `dataprep.build_tfrecords` (python -m); the module in-process."""
     if body.__module__ != "__main__":
@@ -276,19 +284,18 @@ def _run_command(body, argv):
         try:
             status = body(argv)
         except UserError as error:
-            print(f"ERROR: {error}", file=sys.stderr, flush=True)
+            _say(f"ERROR: {error}")
             return error.status
         except ModuleNotFoundError as error:
             if (error.name or "").split(".")[0] in OWN_PACKAGES:
                 raise  # one of ours: a bug, or a tool run from outside the repository
-            print(f"ERROR: {missing_module_line(error.name)}", file=sys.stderr, flush=True)
+            _say(f"ERROR: {missing_module_line(error.name)}")
             return UserError.status
         except STOPPING as stop:
             handlers.restore()  # a second signal from here on ends the process the default way
             signum = stop.signum if isinstance(stop, Terminated) else signal.SIGINT
             try:
-                print(interrupt_line(_tool_name(body), signum, getattr(stop, "kept", None)), file=sys.stderr,
-                      flush=True)
+                _say(interrupt_line(_tool_name(body), signum, getattr(stop, "kept", None)))
             except STOPPING:  # a second Ctrl-C while the line is written: the status still says it
                 pass
             return INTERRUPT_STATUS[signum]
