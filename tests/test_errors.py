@@ -309,3 +309,38 @@ def test_a_stderr_that_cannot_take_the_line_leaves_the_status_as_it_is(monkeypat
 
     assert refused([]) == 2
     assert interrupted([]) == 130
+
+
+_TOOL = """import sys
+sys.path.insert(0, {root!r})
+from utils.errors import command
+
+@command
+def main(argv=None):
+    print("the answer")
+    print("a note", file=sys.stderr)
+
+sys.exit(main())
+"""
+
+
+def _run_closing(tmp_path, redirection):
+    """A tool run as a script by a shell that closes one of its standard streams (the process boundary is what
+    is tested: Python starts with sys.stdout or sys.stderr None)."""
+    import subprocess
+    script = tmp_path / "tool.py"
+    script.write_text(_TOOL.format(root=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    return subprocess.run(["sh", "-c", 'exec "$0" "$1" ' + redirection, sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_closed_stdout_is_refused_at_the_start_and_a_closed_stderr_lets_the_tool_run(tmp_path):
+    """`>&-`: the output would be lost under status 0 (until 2026-12-06 predict did so; a training failed on
+    sys.stdout.isatty() after its first checkpoint). `2>&-`: the tool runs, its messages discarded (until then the
+    quiet filter's pipe took fd 2 and every tool exited 1 having done nothing)."""
+    closed_stdout = _run_closing(tmp_path, ">&-")
+    assert (closed_stdout.returncode, closed_stdout.stderr) == (2, "ERROR: stdout is closed: the tool's output would "
+                                                                   "be lost; run it with stdout open (>/dev/null to "
+                                                                   "discard the output)\n")
+    closed_stderr = _run_closing(tmp_path, "2>&-")
+    assert (closed_stderr.returncode, closed_stderr.stdout) == (0, "the answer\n")

@@ -212,6 +212,35 @@ class InterruptHandlers:
         return False
 
 
+def _fd_open(fd):
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+STDOUT_CLOSED = ("stdout is closed: the tool's output would be lost; run it with stdout open (>/dev/null to "
+                 "discard the output)")
+
+
+def _standard_streams():
+    """For a tool run as a script, before anything else opens a file. A closed stderr (`2>&-`) gets /dev/null: the
+    tool runs and its messages go where the caller sent them (nowhere); left closed, the next file opened (the
+    quiet filter's pipe) would take fd 2 and the C++ logging would write into it. A closed stdout (`>&-`) is
+    refused: the output would be lost, under a status of 0. Returns the status to stop with, or None."""
+    if sys.stderr is None or not _fd_open(2):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        if devnull != 2:
+            os.dup2(devnull, 2)
+            os.close(devnull)
+        sys.stderr = open(2, "w", errors="backslashreplace", closefd=False)
+    if sys.stdout is None or not _fd_open(1):
+        _say("ERROR: " + STDOUT_CLOSED)
+        return UserError.status
+    return None
+
+
 def _say(line):
     """Writes one line on stderr; a stderr that cannot take it (2>/dev/full) does not change the exit status."""
     try:
@@ -266,6 +295,9 @@ def command(body):
             # The last exit handler: what the heap still holds (millions of TensorFlow objects) goes with the
             # process, and a final collection walking all of it only delays the exit (docs/PERFORMANCE.md).
             atexit.register(gc.freeze)
+            refused = _standard_streams()
+            if refused is not None:
+                return refused
             quiet.setup(argv)
         for reset in _PER_COMMAND_RESETS:
             reset()
