@@ -23,7 +23,7 @@ import numpy as np
 
 from dataprep import records
 from dataprep.build_tfrecords import choose_shards, shuffled
-from utils.errors import ArgumentParser, UserError, command
+from utils.errors import ArgumentParser, UserError, command, on_interrupt
 from utils.output_paths import check_output_dir, replaced_file
 
 CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
@@ -152,18 +152,20 @@ def convert(out: str, source: str = SHIPPED_SOURCE, image_size: int = 32, train_
                             "interrupted run or --overwrite to replace it")
     shards = {"train": train_shards, "validation": validation_shards}
     results = {}
-    for split, items in splits.items():
-        counts = np.bincount([item.label for item in items], minlength=len(CLASS_NAMES) + 1)[1:]
-        num_shards = choose_shards(split, len(items), shards[split], imagenet=False)
-        print(f"{split}: {len(items)} images {image_size}x{image_size} -> {num_shards} shard(s); "
-              f"per label 1..10: {' '.join(str(c) for c in counts)}")
-        results[split] = records.write_split(shuffled(items), out, split, num_shards, num_workers=num_workers,
-                                             resume=resume, overwrite=overwrite, progress=progress,
-                                             num_classes=len(CLASS_NAMES))
-    records.write_labels_file(out, CLASS_NAMES)
-    samples = write_samples(splits["validation"], os.path.join(out, "samples"))
-    print(f"labels.txt and {len(samples)} sample images (samples/) written to {out}")
-    records.summarize(results)
+    # Also a stop between two splits, and stdout's failure at one of the prints (`| head -1`): the shards are kept.
+    with on_interrupt(records.INTERRUPTED_KEPT, closed_stdout=True):
+        for split, items in splits.items():
+            counts = np.bincount([item.label for item in items], minlength=len(CLASS_NAMES) + 1)[1:]
+            num_shards = choose_shards(split, len(items), shards[split], imagenet=False)
+            print(f"{split}: {len(items)} images {image_size}x{image_size} -> {num_shards} shard(s); "
+                  f"per label 1..10: {' '.join(str(c) for c in counts)}")
+            results[split] = records.write_split(shuffled(items), out, split, num_shards, num_workers=num_workers,
+                                                 resume=resume, overwrite=overwrite, progress=progress,
+                                                 num_classes=len(CLASS_NAMES))
+        records.write_labels_file(out, CLASS_NAMES)
+        samples = write_samples(splits["validation"], os.path.join(out, "samples"))
+        print(f"labels.txt and {len(samples)} sample images (samples/) written to {out}")
+        records.summarize(results)
     return results
 
 

@@ -6,6 +6,7 @@ utils/data_utils.py and of dataprep's own framing parser.
 """
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import io
@@ -609,6 +610,38 @@ def test_shipped_subset_is_intact():
     assert fashion_mnist.idx_length(directory, "t10k-images-idx3-ubyte") == 2000
     assert fashion_mnist.read_idx(directory, "t10k-images-idx3-ubyte").shape == (2000, 28, 28)
     assert len(_shipped_labels("t10k-labels-idx1-ubyte", 10**6)) == 2000
+
+
+class _ReaderGone:
+    """stdout behind `| head -1`: the first line passes, then the pipe is closed."""
+
+    def __init__(self):
+        self.lines = []
+
+    def write(self, text):
+        if self.lines and self.lines[-1].endswith("\n"):
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        self.lines.append(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+def test_fashion_mnist_with_its_stdout_closed_midway_says_its_shards_are_kept_for_resume(tmp_path, monkeypatch,
+                                                                                        capsys):
+    """`| head -1`: the train split is written, the pipe closes at the validation split's line. The run ends as an
+    interrupted one: the INTERRUPTED line names --resume, status 141 (until 2026-12-06 a traceback, status 1, and
+    a half-written dataset without its hint)."""
+    from utils.errors import GuardedStdout
+    monkeypatch.setattr(sys, "stdout", GuardedStdout(_ReaderGone()))
+    out = tmp_path / "fm"
+    assert fashion_mnist.main(["--out", str(out), "--train_count", "20", "--val_count", "10", "--image_size", "16",
+                               "--no_progress"]) == 141
+    assert capsys.readouterr().err == ("INTERRUPTED: dataprep.fashion_mnist stopped by SIGPIPE; complete shards are "
+                                       "kept; run the same command with --resume to finish\n")
+    assert records.existing_split_files(str(out), "train") and not records.existing_split_files(str(out),
+                                                                                                 "validation")
 
 
 def test_fashion_mnist_converter(tmp_path):

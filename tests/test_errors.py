@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from utils.errors import (ArgumentParser, InterruptHandlers, PeerStopped, Terminated, UserError, command,
-                          deliver_pending_interrupt, first_line, interrupt_line, on_interrupt)
+from utils.errors import (ArgumentParser, GuardedStdout, InterruptHandlers, LogWriteError, PeerStopped,
+                          StdoutWriteError, Terminated, UserError, command, deliver_pending_interrupt, first_line,
+                          interrupt_line, on_interrupt)
 
 STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -344,3 +345,35 @@ def test_a_closed_stdout_is_refused_at_the_start_and_a_closed_stderr_lets_the_to
                                                                    "discard the output)\n")
     closed_stderr = _run_closing(tmp_path, "2>&-")
     assert (closed_stderr.returncode, closed_stderr.stdout) == (0, "the answer\n")
+
+
+def test_a_stdout_that_cannot_be_written_is_one_line_and_a_closed_pipe_ends_the_tool_quietly(monkeypatch, capsys):
+    """A full disk behind stdout: one ERROR line, status 2 (a training checkpoints first: it is a LogWriteError).
+    Its reader gone (`| head`): status 141, no line, as SIGPIPE ends a Unix tool; a line only where work is left
+    incomplete (on_interrupt's closed_stdout). Later writes are dropped. Until 2026-12-06 both were tracebacks."""
+    @command
+    def tool(argv=None):
+        print("first result")
+        print("never written")
+
+    @command
+    def dataset(argv=None):
+        with on_interrupt("complete shards are kept", closed_stdout=True):
+            print("train: 40 images")
+
+    full = GuardedStdout(_Unwritable(OSError(errno.ENOSPC, "No space left on device")))
+    monkeypatch.setattr(sys, "stdout", full)
+    assert tool([]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("ERROR: cannot write the log to stdout") and error.count("\n") == 1
+    assert error.endswith(": No space left on device: give it room or send stdout elsewhere\n")
+    assert full.write("dropped") == 7 and full.flush() is None
+    assert issubclass(StdoutWriteError, LogWriteError)
+
+    monkeypatch.setattr(sys, "stdout", GuardedStdout(_Unwritable(BrokenPipeError(errno.EPIPE, "Broken pipe"))))
+    assert tool([]) == 141
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(sys, "stdout", GuardedStdout(_Unwritable(BrokenPipeError(errno.EPIPE, "Broken pipe"))))
+    assert dataset([]) == 141
+    assert capsys.readouterr().err == ("INTERRUPTED: tests.test_errors stopped by SIGPIPE; complete shards are "
+                                       "kept\n")

@@ -24,6 +24,28 @@ class UserError(Exception):
     status = 2
 
 
+class LogWriteError(UserError):
+    """The run's log could not be written: its file (a full disk, a quota) or stdout (`StdoutWriteError`). A
+    training saves its steps before it stops on one (runtime/runner.py); utils.logger raises it for the file."""
+
+
+class StdoutWriteError(LogWriteError):
+    """stdout could not be written (docs/RELIABILITY.md#faults): its reader closed the pipe (`| head`), or the file
+    it is redirected to is on a full disk. A broken pipe ends the tool as SIGPIPE ends a Unix tool, status 141 and
+    no line, unless work is left incomplete (`on_interrupt`: an `INTERRUPTED: ... stopped by SIGPIPE; <kept>`
+    line; a training checkpoints and says so); any other error is one ERROR line, status 2."""
+
+    def __init__(self, error, target):
+        self.broken_pipe = isinstance(error, BrokenPipeError)
+        if self.broken_pipe:
+            self.status = 128 + signal.SIGPIPE
+            message = "stdout was closed by the program reading it (a broken pipe): the rest of the output is lost"
+        else:
+            message = "cannot write the log to stdout{}: {}: give it room or send stdout elsewhere".format(
+                " ({})".format(target) if target else "", error.strerror or error)
+        super().__init__(message)
+
+
 class PeerStopped(UserError):
     """A worker of a multi-worker job stopped because another one did (could not start, failed, was killed): its
     own status, so that runtime.launch names the other worker as the cause."""
@@ -70,14 +92,17 @@ def restrict_umask():
 
 
 @contextlib.contextmanager
-def on_interrupt(kept):
+def on_interrupt(kept, closed_stdout=False):
     """Inside the block, an interrupt (SIGINT or SIGTERM) ends the command with `kept` in its line: what was kept
     and how to go on, e.g. "complete shards are kept; run the same command with --resume to finish". `kept` may be
     a callable returning the text, called when the interrupt passes (to count what was done). The innermost block
-    names it."""
+    names it. With `closed_stdout`, stdout's failure (StdoutWriteError: a closed pipe, a full disk) gets the same
+    account: for work that leaves files incomplete (a dataset), not for a tool whose output is all it makes (predict,
+    whose `| head` is meant to cut it short)."""
+    stopping = STOPPING + (StdoutWriteError,) if closed_stdout else STOPPING
     try:
         yield
-    except STOPPING as stop:
+    except stopping as stop:
         if getattr(stop, "kept", None) is None:
             stop.kept = kept() if callable(kept) else kept
         raise
@@ -241,6 +266,55 @@ def _standard_streams():
     return None
 
 
+def _stdout_target():
+    """Where fd 1 goes (a file's path), for the error line; None for a pipe, a terminal, or if unknown."""
+    try:
+        target = os.readlink("/proc/self/fd/1")
+    except OSError:
+        return None
+    return target if target.startswith(os.sep) else None
+
+
+class GuardedStdout:
+    """sys.stdout of a tool run as a script: its first failed write or flush raises StdoutWriteError (a training
+    then checkpoints, as when its log file fills), later ones are dropped, and fd 1 is pointed at /dev/null, so
+    that what the stream still buffers does not fail again at exit as a traceback."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._lost = False
+
+    def write(self, text):
+        if self._lost:
+            return len(text)
+        try:
+            return self._stream.write(text)
+        except OSError as error:
+            raise self._lose(error) from None
+
+    def flush(self):
+        if self._lost:
+            return
+        try:
+            self._stream.flush()
+        except OSError as error:
+            raise self._lose(error) from None
+
+    def _lose(self, error):
+        self._lost = True
+        target = _stdout_target()
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+        return StdoutWriteError(error, target)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def _say(line):
     """Writes one line on stderr; a stderr that cannot take it (2>/dev/full) does not change the exit status."""
     try:
@@ -299,6 +373,8 @@ def command(body):
             if refused is not None:
                 return refused
             quiet.setup(argv)
+            if not isinstance(sys.stdout, GuardedStdout):
+                sys.stdout = GuardedStdout(sys.stdout)
         for reset in _PER_COMMAND_RESETS:
             reset()
         with contextlib.ExitStack() as caller_state:
@@ -315,6 +391,15 @@ def _run_command(body, argv):
     with InterruptHandlers() as handlers:
         try:
             status = body(argv)
+            if isinstance(sys.stdout, GuardedStdout):
+                sys.stdout.flush()  # a last failure here, not in the interpreter's flush at exit
+        except StdoutWriteError as error:
+            kept = getattr(error, "kept", None)
+            if not error.broken_pipe:
+                _say("ERROR: {}{}".format(error, "; " + kept if kept else ""))
+            elif kept:  # a closed pipe ends a tool as SIGPIPE would, silently, unless its work is left incomplete
+                _say(interrupt_line(_tool_name(body), signal.SIGPIPE, kept))
+            return error.status
         except UserError as error:
             _say(f"ERROR: {error}")
             return error.status

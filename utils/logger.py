@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from utils.errors import UserError
+from utils.errors import LogWriteError  # for the log file; stdout's failure (StdoutWriteError) is one too
 from utils.output_paths import on_read_only_file_system
 
 # Metadata the original declared (docs/ORIGINAL.md#logging) plus the totals we add.
@@ -34,10 +34,6 @@ DEFAULT_METADATA = {
 
 def _step_for_json(step):
     return list(step) if isinstance(step, tuple) else step
-
-
-class LogWriteError(UserError):
-    """The log file could not be written (a full disk, a quota)."""
 
 
 class DLLogger:
