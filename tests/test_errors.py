@@ -377,3 +377,15 @@ def test_a_stdout_that_cannot_be_written_is_one_line_and_a_closed_pipe_ends_the_
     assert dataset([]) == 141
     assert capsys.readouterr().err == ("INTERRUPTED: tests.test_errors stopped by SIGPIPE; complete shards are "
                                        "kept\n")
+
+
+def test_stdout_writes_characters_its_encoding_lacks_as_backslash_escapes():
+    """PYTHONIOENCODING=ascii, LC_ALL=C: a path or a label with 'ü' is written as '\\xfc', as on stderr (until
+    2026-12-06 a UnicodeEncodeError at the first such line, after an export had written its file)."""
+    import io
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="ascii")
+    guarded = GuardedStdout(stream)
+    guarded.write("to_predict : /data/\u00fcn\u00ef dir, 3 (Pull-\u00f6ver)\n")
+    guarded.flush()
+    assert raw.getvalue() == b"to_predict : /data/\\xfcn\\xef dir, 3 (Pull-\\xf6ver)\n"

@@ -278,9 +278,12 @@ def _stdout_target():
 class GuardedStdout:
     """sys.stdout of a tool run as a script: its first failed write or flush raises StdoutWriteError (a training
     then checkpoints, as when its log file fills), later ones are dropped, and fd 1 is pointed at /dev/null, so
-    that what the stream still buffers does not fail again at exit as a traceback."""
+    that what the stream still buffers does not fail again at exit as a traceback. Characters its encoding lacks
+    (an ASCII locale, PYTHONIOENCODING=ascii) are written as backslash escapes, as Python writes them on stderr."""
 
     def __init__(self, stream):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
         self._stream = stream
         self._lost = False
 
