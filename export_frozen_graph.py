@@ -24,14 +24,14 @@ from model.arch_names import ARCH_NAMES
 from runtime.config import given_options
 from runtime.settings import classifier_form_note, reconcile
 from utils import defaults, quiet
-from utils.errors import ArgumentParser, command
+from utils.errors import ArgumentParser, command, doc_part
 from utils.output_paths import check_output_file
 
 FORMATS = ("NCHW", "NHWC")
 
 
 def parse_args(argv=None):
-    parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = ArgumentParser(description=doc_part(__doc__, 0, "\n"), allow_abbrev=False)
     # Defaults apply without --checkpoint; with one, what it records (runtime/settings.reconcile).
     parser.add_argument("--model_name", default=defaults.ARCH, choices=ARCH_NAMES,
                         help=f"default: the checkpoint's, else {defaults.ARCH}")

@@ -14,13 +14,13 @@ import sys
 
 from model import export
 from utils import quiet
-from utils.errors import ArgumentParser, command
+from utils.errors import ArgumentParser, command, doc_part
 from utils.output_paths import check_output_file
 
 
 @command
 def main(argv=None):
-    parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = ArgumentParser(description=doc_part(__doc__, 0, "\n"), allow_abbrev=False)
     parser.add_argument("--input", required=True, help="SavedModel directory or frozen GraphDef (.pb/.pbtxt)")
     parser.add_argument("--output", required=True, help="ONNX file to write")
     parser.add_argument("--opset", type=int, default=export.DEFAULT_OPSET)

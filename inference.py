@@ -36,7 +36,7 @@ import numpy as np
 
 from model.arch_names import ARCH_NAMES
 from utils import defaults, quiet
-from utils.errors import ArgumentParser, UserError, command
+from utils.errors import ArgumentParser, UserError, command, doc_part
 from utils.output_paths import check_output_file
 
 BACKENDS = ("tf", "onnxruntime", "tensorrt")
@@ -46,7 +46,7 @@ NO_TF_TRT = ("Tensorflow has not been built with TensorRT support (TF-TRT is abs
 
 
 def parse_args(argv=None):
-    parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = ArgumentParser(description=doc_part(__doc__, 0, "\n"), allow_abbrev=False)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", default=None, help="SavedModel directory (or .onnx for onnxruntime/tensorrt)")
     source.add_argument("--architecture", choices=ARCH_NAMES, help="build this model with random weights")

@@ -24,12 +24,12 @@ import shutil
 import sys
 
 from utils import quiet
-from utils.errors import ArgumentParser, UserError, command, first_line
+from utils.errors import ArgumentParser, UserError, command, doc_part, first_line
 from utils.output_paths import check_output_dir
 
 
 def parse_args(argv=None):
-    parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = ArgumentParser(description=doc_part(__doc__, 0, "\n"), allow_abbrev=False)
     parser.add_argument("--input", required=True, help="checkpoint prefix (or our model_dir) with a dense classifier")
     parser.add_argument("--dense_layer", default="resnet50/output/dense/kernel",
                         help="TF1 checkpoints: name of the dense kernel variable to reshape (default: the one of the "

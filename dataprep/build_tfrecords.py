@@ -24,7 +24,7 @@ import sys
 
 from dataprep import records
 from dataprep.process_bounding_boxes import process_bounding_boxes, read_bounding_box_csv, read_synsets
-from utils.errors import ArgumentParser, UserError, command
+from utils.errors import ArgumentParser, UserError, command, doc_part
 from utils.output_paths import check_output_dir
 
 SHUFFLE_SEED = 12345  # the original's random.seed(12345) before sharding
@@ -391,7 +391,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                     "build_image_data.py): train-XXXXX-of-NNNNN / validation-XXXXX-of-NNNNN files of "
                     "tf.train.Examples (labels 1..K) and labels.txt.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 2)[2],
+        epilog=doc_part(__doc__, 2, rest=True),
         allow_abbrev=False)  # `--train` is an error, not a prefix of --train_directory / --train_shards
     io_group = parser.add_argument_group("input / output")
     io_group.add_argument("--train_directory", "--train_dir", help="training images: <dir>/<class>/<image>")

@@ -23,7 +23,7 @@ import numpy as np
 
 from dataprep import records
 from dataprep.build_tfrecords import choose_shards, shuffled
-from utils.errors import ArgumentParser, UserError, command, on_interrupt
+from utils.errors import ArgumentParser, UserError, command, doc_part, on_interrupt
 from utils.output_paths import check_output_dir, replaced_file
 
 CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
@@ -170,8 +170,8 @@ def convert(out: str, source: str = SHIPPED_SOURCE, image_size: int = 32, train_
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = ArgumentParser(prog="python -m dataprep.fashion_mnist", description=__doc__.split("\n\n")[0],
-                            epilog=__doc__.split("\n\n", 2)[2],
+    parser = ArgumentParser(prog="python -m dataprep.fashion_mnist", description=doc_part(__doc__),
+                            epilog=doc_part(__doc__, 2, rest=True),
                             formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     parser.add_argument("--out", required=True, help="output directory (TFRecords, labels.txt, samples/)")
     parser.add_argument("--source", default=SHIPPED_SOURCE,

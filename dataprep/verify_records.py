@@ -20,7 +20,7 @@ import sys
 
 from dataprep.make_dali_index import list_shards
 from utils import quiet
-from utils.errors import ArgumentParser, UserError, command, on_interrupt
+from utils.errors import ArgumentParser, UserError, command, doc_part, on_interrupt
 from utils.tfrecord_framing import count_records
 
 
@@ -53,7 +53,7 @@ def verify(tfrecord_dir: str, splits=("train", "validation"), log=print) -> list
 
 @command
 def main(argv=None):
-    parser = ArgumentParser(prog="python -m dataprep.verify_records", description=__doc__.split("\n\n")[0],
+    parser = ArgumentParser(prog="python -m dataprep.verify_records", description=doc_part(__doc__),
                             allow_abbrev=False)
     parser.add_argument("tfrecord_dir", help="the directory of train-*/validation-* shards (--data_dir)")
     parser.add_argument("--split", choices=("train", "validation"), default=None,

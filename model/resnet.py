@@ -24,7 +24,7 @@ from model.layers.qat_layers import QuantizedClassifier
 from model.layers.quantization import QuantizationConfig, QuantizationState
 from utils import defaults
 from utils.devices import CPU
-from utils.errors import ArgumentParser, UserError
+from utils.errors import ArgumentParser, UserError, doc_part
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,7 +229,7 @@ def summary_lines(model, arch, image_size=defaults.IMAGE_SIZE, num_classes=defau
 
 
 def main(argv=None):
-    parser = ArgumentParser(prog="python -m model.resnet", description=__doc__.splitlines()[0],
+    parser = ArgumentParser(prog="python -m model.resnet", description=doc_part(__doc__, 0, "\n"),
                             allow_abbrev=False)
     parser.add_argument("--arch", required=True, choices=sorted(ARCHITECTURES))
     parser.add_argument("--num_classes", type=int, default=defaults.NUM_CLASSES)

@@ -61,6 +61,16 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, "ERROR: {}: {} (--help lists the flags)\n".format(self.prog, message))
 
 
+def doc_part(doc, part=0, separator="\n\n", rest=False):
+    """A piece of a tool's module docstring for its --help: piece `part` of `doc` split at `separator` (with
+    `rest`, everything from it on). None when the docstring is gone: `python -OO` (PYTHONOPTIMIZE=2) drops
+    docstrings, and the tool should still run, with a shorter --help."""
+    if not doc:
+        return None
+    pieces = doc.split(separator, part) if rest else doc.split(separator)
+    return pieces[part] if part < len(pieces) else None
+
+
 # What TensorFlow wraps an eager op's error message in: `{{function_node __wrapped__SaveV2_dtypes_1_device_/job:
 # localhost/replica:0/task:0/device:CPU:0}} <message> [Op:SaveV2]`. Only the message tells the user anything.
 _TF_OP_NOISE = re.compile(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]$")

@@ -27,7 +27,7 @@ import os
 import sys
 
 from runtime.settings import RECIPE_FLAGS, SCHEDULE_FLAGS, TRAINING_STATE
-from utils.errors import ArgumentParser, UserError, command
+from utils.errors import ArgumentParser, UserError, command, doc_part
 from utils.logger import read_log
 from utils.output_paths import replaced_file
 
@@ -435,7 +435,7 @@ def run(log_path, output, csv_path=None):
 
 
 def parse_args(argv=None):
-    parser = ArgumentParser(prog="python -m utils.plot_log", description=__doc__.split("\n\n")[0],
+    parser = ArgumentParser(prog="python -m utils.plot_log", description=doc_part(__doc__),
                             allow_abbrev=False)
     parser.add_argument("log", help="DLLL log written by main.py (results_dir/log_filename, e.g. results/log.json)")
     parser.add_argument("-o", "--output", default=None,
