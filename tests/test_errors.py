@@ -408,3 +408,37 @@ def test_a_tools_help_text_comes_from_its_docstring_and_survives_python_oo():
                for directory in [os.path.join(root, top)] for name in sorted(os.listdir(directory))
                if name.endswith(".py")]
     assert [path for path in sources if indexing.search(open(path, encoding="utf-8").read())] == []
+
+
+_KERAS_TOOL = """import importlib.util, sys
+sys.path.insert(0, {root!r})
+from utils.errors import command
+
+@command
+def main(argv=None):
+    assert importlib.util.find_spec("keras") is not None  # looked up, not imported (TensorFlow does so)
+    print("looked up")
+    import keras  # noqa: F401
+
+sys.exit(main())
+"""
+
+
+def test_keras_set_to_another_backend_is_one_line_saying_so_when_a_tool_imports_it(tmp_path):
+    """KERAS_BACKEND=jax (or keras.json's backend): one line naming it, checked as Keras is imported (a child
+    process: Keras is imported once per process); a tool that never imports Keras is not refused. Until 2026-12-06
+    the line blamed the interpreter: `Python module 'jax' is not installed for .../.venv/bin/python`."""
+    import subprocess
+    from utils.errors import check_keras_backend
+    script = tmp_path / "tool.py"
+    script.write_text(_KERAS_TOOL.format(root=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "KERAS_BACKEND": "jax"})
+    assert (result.returncode, result.stdout) == (2, "looked up\n")
+    assert result.stderr == ("ERROR: KERAS_BACKEND=jax is set: these tools need Keras' tensorflow backend; unset it "
+                             "(or set KERAS_BACKEND=tensorflow)\n")
+    check_keras_backend({"KERAS_BACKEND": "tensorflow"})
+    check_keras_backend({"KERAS_HOME": str(tmp_path / "none")})
+    (tmp_path / "keras.json").write_text('{"backend": "torch"}')
+    with pytest.raises(UserError, match=r"keras\.json names the Keras backend torch: these tools need"):
+        check_keras_backend({"KERAS_HOME": str(tmp_path)})

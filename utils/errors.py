@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import functools
 import gc
+import json
 import os
 import re
 import signal
@@ -357,6 +358,69 @@ def missing_module_line(name):
             "up, .venv/bin/python (or `source .venv/bin/activate` first, then python)".format(name, sys.executable))
 
 
+class KerasBackendError(UserError, ImportError):
+    """Keras set to another backend than TensorFlow. An ImportError too: TensorFlow imports Keras where it can do
+    without it (a tool that never uses Keras, dataprep, then runs), and a tool that uses it stops with this line."""
+
+
+def check_keras_backend(environ=None):
+    """UserError unless Keras will use its TensorFlow backend: KERAS_BACKEND (or the "backend" of Keras' own
+    keras.json) naming jax, torch or numpy would make the first `import keras` fail for a package that is not
+    installed, blamed on the interpreter, or build a model these tools cannot train or save. Checked as Keras is
+    first imported (`_KerasBackendCheck`), so that a tool that does not use Keras (dataprep, plot_log) still runs."""
+    environ = os.environ if environ is None else environ
+    backend, where = environ.get("KERAS_BACKEND", "").strip(), "KERAS_BACKEND={} is set"
+    if not backend:
+        config = os.path.join(environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras"),
+                              "keras.json")
+        try:
+            with open(config, encoding="utf-8") as handle:
+                backend = str(json.load(handle).get("backend", "")).strip()
+        except (OSError, ValueError, AttributeError):
+            backend = ""
+        where = "{} names the Keras backend {{}}".format(config)
+    if backend and backend != "tensorflow":
+        raise KerasBackendError("{}: these tools need Keras' tensorflow backend; unset it (or set "
+                        "KERAS_BACKEND=tensorflow)".format(where.format(backend)))
+
+
+class _KerasBackendCheck:
+    """A sys.meta_path finder for a tool run as a script: when `keras` is imported, `check_keras_backend` runs
+    before any of Keras' code does (in the loader's exec_module, not at the finding: TensorFlow looks Keras' spec
+    up without importing it). The spec itself comes from the other finders."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "keras":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _CheckedLoader(spec.loader)
+                return spec
+        return None
+
+
+class _CheckedLoader:
+    """Keras' own loader, with the backend checked first."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        check_keras_backend()
+        module.__loader__ = self._loader
+        self._loader.exec_module(module)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
 def command(body):
     """Decorates a tool's `main(argv=None)`: restricts the umask, turns a UserError into one line
     `ERROR: <message>` on stderr and exit status 2 (3 for PeerStopped), and maps a `None` return to 0. Usage errors
@@ -386,6 +450,8 @@ def command(body):
             if refused is not None:
                 return refused
             quiet.setup(argv)
+            if "keras" not in sys.modules and not any(isinstance(f, _KerasBackendCheck) for f in sys.meta_path):
+                sys.meta_path.insert(0, _KerasBackendCheck())
             if not isinstance(sys.stdout, GuardedStdout):
                 sys.stdout = GuardedStdout(sys.stdout)
         for reset in _PER_COMMAND_RESETS:
