@@ -174,7 +174,7 @@ def check_mode_arguments(config):
     if config.data_dir is not None and not os.path.isdir(config.data_dir):
         raise UserError("--data_dir {} does not exist or is not a directory".format(config.data_dir))
     from utils.output_paths import check_output_dir, check_output_file
-    check_output_dir("--results_dir", config.results_dir)  # the log
+    check_output_dir("--results_dir", config.results_dir, default=RunConfig.results_dir)  # the log
     if os.path.dirname(config.log_filename):  # (an absolute path, or one into a sub-directory, goes elsewhere)
         check_output_file("--log_filename", config.log_path)
     if config.mode in TRAINING_MODES:

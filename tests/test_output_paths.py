@@ -15,9 +15,9 @@ def blocker(tmp_path):
     return path
 
 
-def error(check, flag, path):
+def error(check, flag, path, **options):
     with pytest.raises(UserError) as raised:
-        check(flag, str(path))
+        check(flag, str(path), **options)
     return str(raised.value)
 
 
@@ -143,3 +143,15 @@ def test_a_read_only_file_system_is_named_as_the_reason(tmp_path, monkeypatch):
         f"--log_filename {mount / 'x.json'} cannot be created: directory {mount} is on a read-only file system"
     assert error(output_paths.check_output_dir, "--results_dir", mount) == \
         f"--results_dir {mount} is on a read-only file system"
+
+
+def test_the_current_directory_as_a_flags_default_is_named_as_such(tmp_path, monkeypatch):
+    """`--results_dir .`, its default: the user may not have given the flag, so the line says what `.` is and that
+    it is the default (until 2026-12-06 only `--results_dir . is on a read-only file system`)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(output_paths.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(output_paths, "on_read_only_file_system", lambda path: True)
+    assert error(output_paths.check_output_dir, "--results_dir", ".", default=".") == (
+        f"--results_dir . is on a read-only file system (. is the current directory, {os.getcwd()}, and the flag's "
+        "default when it is not given): give --results_dir a writable directory, or run from one")
+    assert error(output_paths.check_output_dir, "--model_dir", ".") == "--model_dir . is on a read-only file system"

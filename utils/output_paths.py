@@ -69,8 +69,10 @@ def _check_can_create_in(flag, path, parent):
                                                                          _not_writable(ancestor)))
 
 
-def check_output_dir(flag, path):
-    """UserError unless directory `path` exists and is writable, or can be created."""
+def check_output_dir(flag, path, default=None):
+    """UserError unless directory `path` exists and is writable, or can be created. `default`: the flag's default
+    value; when `path` is it and is the current directory (`--results_dir .`), the error says so, since the user
+    may not have given the flag at all."""
     # A trailing slash makes lexists() false for a file or a dangling link (ENOTDIR / ENOENT): judge the name itself.
     name = path.rstrip(os.sep) or path
     if os.path.lexists(name) or os.path.isdir(path):
@@ -80,9 +82,17 @@ def check_output_dir(flag, path):
         if not os.path.isdir(path):
             raise UserError("{} {} exists and is not a directory".format(flag, path))
         if not os.access(path, os.W_OK | os.X_OK):
-            raise UserError("{} {} {}".format(flag, path, _not_writable(path)))
+            raise UserError("{} {} {}{}".format(flag, path, _not_writable(path), _default_note(flag, path, default)))
         return
     _check_can_create_in(flag, path, os.path.dirname(os.path.abspath(path)))
+
+
+def _default_note(flag, path, default):
+    """What to add when `path` is the flag's default and the current directory: where that is, and what to do."""
+    if default is None or path != default or os.path.abspath(path) != os.getcwd():
+        return ""
+    return (" ({} is the current directory, {}, and the flag's default when it is not given): give {} a writable "
+            "directory, or run from one".format(path, os.getcwd(), flag))
 
 
 def check_output_file(flag, path):
