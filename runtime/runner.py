@@ -20,7 +20,7 @@ from runtime import checkpoints, inputs, predict, runner_utils, settings, startu
 from runtime.metrics import (ThroughputMeter, TrainStats, evaluated_images_line, non_finite_warning,
                              require_evaluated)
 from utils import errors, learning_rate
-from utils.errors import UserError, first_line
+from utils.errors import StdoutWriteError, UserError, first_line
 from utils.devices import Platform, cpu_bfloat16_support
 from utils.distributed import SIGNAL_SYNC_EVERY
 from utils.logger import LogWriteError, progress_enabled
@@ -278,8 +278,10 @@ class Runner:
         except UserError as save_error:
             return UserError("{}; the training stopped at step {}, and its checkpoint could not be written either: "
                              "{}".format(error, step, save_error))
-        return UserError("{}; the training stopped at step {}, checkpointed: give the log room and run the same "
-                         "command again to resume".format(error, step))
+        # stdout's own error already says what to do about it (a closed pipe, a full disk behind a redirection)
+        room = "" if isinstance(error, StdoutWriteError) else "give the log room and "
+        return UserError("{}; the training stopped at step {}, checkpointed: {}run the same command again to "
+                         "resume".format(error, step, room))
 
     def _kept_after_interrupted_save(self, step):
         """The interrupt line's account of a final save a signal cut short: the checkpoint the state file names,

@@ -315,6 +315,27 @@ def test_a_training_whose_log_cannot_be_written_checkpoints_its_steps_before_it_
     assert tf.train.latest_checkpoint(str(model_dir)).endswith("model.ckpt-3")
 
 
+def test_a_training_whose_stdout_fails_says_only_stdouts_remedy():
+    """stdout's error says what to do about it (a closed pipe, a full disk behind `>`): the training's line adds
+    that it checkpointed, not "give the log room", which is the log file's remedy."""
+    import errno
+    from runtime.runner import Runner
+    from utils.errors import StdoutWriteError
+
+    class Saver:
+        latest_checkpoint, saved = "m/model.ckpt-2", []
+
+        def save(self, step):
+            self.saved.append(step)
+
+    saver = Saver()
+    error = Runner._checkpointed_after_log_failure(StdoutWriteError(BrokenPipeError(errno.EPIPE, "Broken pipe"),
+                                                                    None), saver, 3)
+    assert str(error) == ("stdout was closed by the program reading it (a broken pipe): the rest of the output is "
+                          "lost; the training stopped at step 3, checkpointed: run the same command again to resume")
+    assert saver.saved == [3]
+
+
 def test_a_labels_file_that_cannot_be_copied_is_one_line_and_leaves_neither_it_nor_the_start_checkpoint(
         tmp_path, monkeypatch):
     """A full disk while the new run copies the data's labels.txt beside its start checkpoint: one line naming the
