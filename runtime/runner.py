@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import signal
+import sys
 import time
 
 import tensorflow as tf
@@ -33,9 +34,51 @@ CHECKPOINT_KEPT = "the last complete checkpoint is kept: run the same command ag
 BENCHMARK_KEEPS = "a benchmark writes no checkpoint"
 
 
+# The signals that stop a training run after its current step, with a checkpoint. SIGHUP is a closed terminal (or an
+# ssh session that dropped): without it here the default action killed the run at once, losing up to
+# --checkpoint_interval steps. SIGQUIT (Ctrl-\) keeps its default, a core dump: a user asks for that one on purpose.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
+
+
+class _SurvivingStream:
+    """sys.stdout / sys.stderr after a SIGHUP: the terminal behind them may be gone, and a write to it then fails
+    (EIO). The run must still finish its step and write its checkpoint, so a failed write is dropped, and so is
+    every later one to that stream (the terminal does not come back)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._broken = False
+
+    def write(self, text):
+        if not self._broken:
+            try:
+                return self._stream.write(text)
+            except OSError:
+                self._broken = True
+        return len(text)
+
+    def flush(self):
+        if not self._broken:
+            try:
+                self._stream.flush()
+            except OSError:
+                self._broken = True
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def survive_a_closed_terminal():
+    """Makes Python's prints to a terminal that went away (SIGHUP) harmless: see _SurvivingStream."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, _SurvivingStream):
+            setattr(sys, name, _SurvivingStream(stream))
+
+
 class StopRequest:
-    """SIGTERM / SIGINT / SIGUSR1: finish the current step, checkpoint, stop. A second signal exits at once, with
-    one line ending in `kept`: what is left of the run."""
+    """SIGTERM / SIGINT / SIGUSR1 / SIGHUP: finish the current step, checkpoint, stop. A second signal exits at once,
+    with one line ending in `kept`: what is left of the run."""
 
     def __init__(self, kept, agree_every=None):
         self.requested = False
@@ -49,11 +92,16 @@ class StopRequest:
         if self.requested:
             # At once, wherever the main thread is: the line is written straight to the descriptor (as a handler
             # may), and nothing is cleaned up. Checkpoints are renamed into place whole: the last complete one stays.
-            os.write(2, "INTERRUPTED: main.py stopped by a second {}, at once; {}\n".format(
-                signal.Signals(signum).name, self.kept() if callable(self.kept) else self.kept).encode())
+            try:
+                os.write(2, "INTERRUPTED: main.py stopped by a second {}, at once; {}\n".format(
+                    signal.Signals(signum).name, self.kept() if callable(self.kept) else self.kept).encode())
+            except OSError:  # the terminal is gone (SIGHUP): the exit still happens
+                pass
             os._exit(128 + signum)
         self.requested = True
         self.signum = signum
+        if signum == signal.SIGHUP:
+            survive_a_closed_terminal()
         when = self.when or ("at the next step the workers agree on (they do every {} steps)".format(
             self.agree_every) if self.agree_every else "after the current step")
         print("Received signal {}: stopping {} (send it again to exit at once)".format(
@@ -61,7 +109,7 @@ class StopRequest:
 
     def __enter__(self):
         errors.deliver_pending_interrupt()  # a signal from before the loop, still waiting for a line of ours
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        for signum in STOP_SIGNALS:
             if signal.getsignal(signum) == signal.SIG_IGN:
                 if signum == signal.SIGINT:  # ignored by the parent (a job started with & from a script): said
                     print("Note: SIGINT is ignored in this process (its parent set it so, as a shell script does for "
@@ -555,8 +603,8 @@ class Runner:
         """(top-1 hits, top-5 hits, images, images with non-finite logits, None) over `num_steps` batches, or fewer
         when a finite input ends first (records skipped as corrupt). With `log_steps`, every --display_every step
         after --warmup_steps logs its `total_ips` at step (0, i), in evaluations as in benchmarks (the original's
-        BenchmarkLoggingHook). A benchmark stops after the step a signal (SIGINT, SIGTERM, SIGUSR1) arrived in and
-        returns that signal last, so that its figures cover the steps it ran, as a training benchmark's do; an
+        BenchmarkLoggingHook). A benchmark stops after the step a signal (SIGINT, SIGTERM, SIGUSR1, SIGHUP) arrived
+        in and returns that signal last, so that its figures cover the steps it ran, as a training benchmark's do; an
         evaluation is interrupted at once (an accuracy of part of the validation split would mislead)."""
         config = self.config
         top1 = top5 = seen = non_finite = 0

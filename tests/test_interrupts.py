@@ -136,3 +136,44 @@ def test_ctrl_c_while_an_export_writes_leaves_no_temporary_file(tmp_path):
     assert stderr_lines(process) == ["INTERRUPTED: export_frozen_graph.py stopped by SIGINT; no output written to "
                                      "{}".format(output)]
     assert os.listdir(output.parent) == []
+
+
+def _read_until(fd, text, timeout=600):
+    """What the terminal `fd` (a pty's master) shows until `text` appears; fails on timeout or its end."""
+    import select
+    seen, deadline = b"", time.monotonic() + timeout
+    while text.encode() not in seen:
+        assert time.monotonic() < deadline, "timeout waiting for {!r}:\n{}".format(text, seen[-3000:])
+        if select.select([fd], [], [], 1.0)[0]:
+            chunk = os.read(fd, 65536)
+            assert chunk, "the terminal's output ended before {!r}:\n{}".format(text, seen[-3000:])
+            seen += chunk
+    return seen.decode(errors="replace")
+
+
+def test_a_closed_terminal_s_sighup_stops_training_with_a_checkpoint(tmp_path):
+    """SIGHUP (the terminal was closed) stops a training run as SIGTERM does: after the current step, with a
+    checkpoint there, status 0, even though every write to its stdout/stderr now fails (EIO). It used to kill the
+    run at once (status 129), losing the steps since the last checkpoint (here: all of them)."""
+    import pty
+    import subprocess
+    from tests._reliability_helpers import checkpoint_steps, env
+    data_dir, results = tmp_path / "data", tmp_path / "results"
+    write_tfrecord_shards(str(data_dir), "train", 1, 8, 32, num_classes=NUM_CLASSES)
+    master, terminal = pty.openpty()
+    process = subprocess.Popen([sys.executable, "main.py", "--mode", "train", "--data_dir", str(data_dir),
+                                "--results_dir", str(results), "--batch_size", "4", "--num_iter", "100000",
+                                "--iter_unit", "batch", "--checkpoint_interval", "100000", *SMALL],
+                               cwd=ROOT, env=env(), stdin=terminal, stdout=terminal, stderr=terminal,
+                               start_new_session=True)
+    os.close(terminal)
+    try:
+        _read_until(master, "- (0, 2) imgs_per_sec")
+        os.close(master)  # the terminal goes: the run's writes to it fail from here on
+        process.send_signal(signal.SIGHUP)
+        assert process.wait(timeout=300) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert checkpoint_steps(str(results))[-1] >= 2  # the steps it ran are kept, not only the start's checkpoint
