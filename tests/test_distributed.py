@@ -290,3 +290,19 @@ def test_a_worker_that_resumes_at_another_step_than_rank_0_stops_naming_both():
                                         r"worker shares, docs/SCALING.md\)$"):
         _Workers(rank=1, chief_step=2.0).check_same_step(0)
     assert Distribution(None).check_same_step(7) == 7  # one process: no collective
+
+
+def test_slurm_s_resolver_is_given_the_gpus_this_process_sees_not_nvidia_smi_s(monkeypatch, tmp_path):
+    """`srun -n 2` on CPU nodes: TensorFlow's SlurmClusterResolver counted the node's GPUs with `nvidia-smi` and
+    crashed (FileNotFoundError) where there is none. It now gets this process's visible GPUs (none here)."""
+    from utils import distributed
+    step = {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_STEP_NODELIST": "localhost",
+            "SLURM_STEP_TASKS_PER_NODE": "2", "PATH": str(tmp_path)}  # no nvidia-smi on the PATH
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for name, value in step.items():
+        monkeypatch.setenv(name, value)
+    resolver = distributed.cluster_resolver()
+    assert resolver.num_accelerators() == {"GPU": 0}
+    assert resolver.cluster_spec().as_dict() == {"worker": ["localhost:8888", "localhost:8889"]}
+    assert (resolver.task_type, resolver.task_id) == ("worker", 1)

@@ -33,3 +33,37 @@ def test_choosing_the_engine_imports_no_tensorflow_and_inference_refuses_several
     assert result.returncode == 2
     assert "ERROR: Only single GPU inference is implemented." in result.stderr
     assert not any(line.split("|")[-1].strip() == "tensorflow" for line in result.stderr.splitlines())
+
+
+def test_a_partial_slurm_or_horovod_environment_is_one_line_naming_what_is_set_and_missing():
+    """A stale SLURM step (SLURM_STEP_NUM_TASKS without the node list: TensorFlow's resolver raised a RuntimeError
+    with a traceback) and a partial Gloo launch (HOROVOD_SIZE/RANK alone: hvd.init() waited 30 s, then aborted)
+    stop with a UserError naming what is set, what is missing and how to run as one process."""
+    import pytest
+    from utils.errors import UserError
+    stale = {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "2"}
+    engine = engines.detect_engine(stale)
+    assert (engine.name, engine.source) == ("multi_worker", "SLURM_STEP_NUM_TASKS")
+    with pytest.raises(UserError) as error:
+        engines.check_launch_environment(engine, environ=stale)
+    assert str(error.value) == (
+        "SLURM_STEP_NUM_TASKS=2 asks for the multi_worker engine over 2 processes started by srun, but SLURM_LOCALID, "
+        "SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE are not set (set: SLURM_STEP_NUM_TASKS, SLURM_PROCID): "
+        "variables left from another job, or set by hand? Start the processes with srun (or `python -m runtime.launch "
+        "--nproc N main.py ...`), or run as one process: unset SLURM_STEP_NUM_TASKS")
+    step = dict(stale, SLURM_LOCALID="0", SLURM_STEP_NODELIST="localhost", SLURM_STEP_TASKS_PER_NODE="2")
+    engines.check_launch_environment(engines.detect_engine(step), environ=step)  # what srun sets: no error
+
+    partial = {"HOROVOD_SIZE": "2", "HOROVOD_RANK": "1"}
+    engine = engines.detect_engine(partial)
+    assert (engine.name, engine.source, engine.describe()) == ("horovod", "HOROVOD_SIZE",
+                                                               "horovod (from HOROVOD_SIZE)")
+    with pytest.raises(UserError, match=r"^HOROVOD_SIZE=2 asks for the horovod engine over 2 processes started by "
+                       r"horovodrun, but HOROVOD_LOCAL_RANK, .*HOROVOD_GLOO_RENDEZVOUS_PORT are not set \(set: "
+                       r"HOROVOD_RANK, HOROVOD_SIZE\).* run as one process: unset HOROVOD_SIZE$"):
+        engines.check_launch_environment(engine, horovod_over_mpi=True, environ=partial)
+    mpi = {"OMPI_COMM_WORLD_SIZE": "2"}
+    engines.check_launch_environment(engines.detect_engine(mpi), horovod_over_mpi=True, environ=mpi)  # MPI's own
+    with pytest.raises(UserError, match="unset OMPI_COMM_WORLD_SIZE$"):  # a Horovod without MPI needs the Gloo set
+        engines.check_launch_environment(engines.detect_engine(mpi), horovod_over_mpi=False, environ=mpi)
+    assert engines.detect_engine({}).describe() == "single (no launcher variable set)"

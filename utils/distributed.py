@@ -30,7 +30,8 @@ import os
 
 import tensorflow as tf
 
-from utils.engines import Engine, detect_engine, int_env  # noqa: F401 - detect_engine: re-exported
+from utils.engines import (Engine, check_launch_environment, detect_engine,  # noqa: F401 - detect_engine: re-exported
+                           int_env)
 from utils.errors import PeerStopped, UserError
 
 # How often (in steps) the workers agree on a stop request (the original's TrainingPartitionHook sync_freq).
@@ -252,10 +253,12 @@ def init_engine(engine):
     """Initialises what must exist before devices are configured (Horovod: hvd.init()); returns the Engine with
     the real rank/size/local_rank."""
     if engine.name != "horovod":
+        check_launch_environment(engine)
         return engine
     hvd = import_horovod()
+    check_launch_environment(engine, horovod_over_mpi=hvd.mpi_built())
     hvd.init()
-    return Engine("horovod", rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank())
+    return dataclasses.replace(engine, rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank())
 
 
 def import_horovod():
@@ -280,16 +283,40 @@ def create(engine, replica_devices=()):
         hvd = import_horovod()
         return HorovodDistribution(strategy=tf.distribute.get_strategy(), rank=hvd.rank(), size=hvd.size(),
                                    local_rank=hvd.local_rank(), backend="horovod", hvd=hvd)
-    if "TF_CONFIG" in os.environ:
-        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    else:
-        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
-            port_base=int_env("RN50_SLURM_PORT_BASE", default=8888), auto_set_gpu=False)
+    resolver = cluster_resolver()
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.AUTO)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
     return Distribution(strategy=strategy, rank=engine.rank, size=engine.size, local_rank=engine.local_rank,
                         backend="multi_worker")
+
+
+def cluster_resolver():
+    """The multi_worker engine's cluster: TF_CONFIG's, else the SLURM job step's. SLURM's resolver is given the GPUs
+    this process sees (after utils/devices chose them; 0 on a CPU node): left to itself it counts them with
+    `nvidia-smi`, which a CPU node does not have (FileNotFoundError), and it would count the node's, not the
+    task's. It does not set CUDA_VISIBLE_DEVICES (auto_set_gpu=False): utils/devices did."""
+    environ = os.environ  # where the resolvers read the cluster from
+    if "TF_CONFIG" in environ:
+        return tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    from tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver import expand_tasks_per_node
+    busiest_node = max(expand_tasks_per_node(environ["SLURM_STEP_TASKS_PER_NODE"]))  # checked by init_engine
+    return _SlurmResolver(len(tf.config.get_visible_devices("GPU")), busiest_node,
+                          port_base=int_env("RN50_SLURM_PORT_BASE", default=8888, environ=environ))
+
+
+class _SlurmResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
+    """SLURM's resolver reporting `gpus`, the GPUs this process sees, as its accelerators (what
+    MultiWorkerMirroredStrategy mirrors over). Its own GPU plan (for auto_set_gpu, off here) is given one GPU per task
+    so that it can be made: with none it fails (`range() arg 3 must not be zero`)."""
+
+    def __init__(self, gpus, busiest_node, **options):
+        self._visible_gpus = gpus
+        per_task = max(gpus, 1)
+        super().__init__(auto_set_gpu=False, gpus_per_node=per_task * busiest_node, gpus_per_task=per_task, **options)
+
+    def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
+        return {"GPU": self._visible_gpus}
 
 
 def single_process():

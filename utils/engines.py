@@ -21,10 +21,53 @@ class Engine:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
+    source: str = ""  # the environment variable the engine was chosen from ("" for the default, single)
 
     @property
     def multi_process(self):
         return self.name in ("multi_worker", "horovod") and self.size > 1
+
+    def describe(self):
+        """For the log: e.g. "horovod (from OMPI_COMM_WORLD_SIZE)", "single (no launcher variable set)"."""
+        return "{} ({})".format(self.name, "from " + self.source if self.source else "no launcher variable set")
+
+
+# What SlurmClusterResolver reads from a job step (and SLURM_LOCALID, the GPU of a task on its node). `srun` sets
+# them all; a shell that inherited some from an old job, or set them by hand, has only part.
+SLURM_STEP_VARIABLES = ("SLURM_STEP_NUM_TASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NODELIST",
+                        "SLURM_STEP_TASKS_PER_NODE")
+# What horovodrun's Gloo launcher gives each process (horovod/runner/gloo_run.py). Without the rendezvous address
+# Horovod's hvd.init() runs the process alone ("assuming single process execution"); with part of them it waits for
+# a rendezvous that never comes, then aborts.
+HOROVOD_GLOO_VARIABLES = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+                          "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_GLOO_RENDEZVOUS_ADDR",
+                          "HOROVOD_GLOO_RENDEZVOUS_PORT")
+
+
+def check_launch_environment(engine, horovod_over_mpi=False, environ=None):
+    """Raises a UserError naming the variables set and those missing when the environment asks for several
+    processes (a SLURM job step, horovodrun's Gloo launcher) but holds only part of what that launcher sets: a stale
+    or hand-made environment, which otherwise ended in TensorFlow's traceback (`SLURM_STEP_NODELIST not found`) or
+    in Horovod's abort after a 30 s wait. `horovod_over_mpi`: this Horovod is built with MPI, which then brings the
+    processes together when they were not started by the Gloo launcher (HOROVOD_SIZE)."""
+    environ = os.environ if environ is None else environ
+    if engine.name == "multi_worker" and "TF_CONFIG" not in environ:  # utils/distributed.create: SLURM's resolver
+        needed, launcher, chosen_by = SLURM_STEP_VARIABLES, "srun", ("SLURM_STEP_NUM_TASKS",)
+    elif engine.name == "horovod" and engine.size > 1 and (engine.source == "HOROVOD_SIZE" or not horovod_over_mpi):
+        needed, launcher, chosen_by = HOROVOD_GLOO_VARIABLES, "horovodrun", MPI_SIZE_VARIABLES
+    else:
+        return
+    missing = [name for name in needed if environ.get(name, "") == ""]
+    if not missing:
+        return
+    given = [name for name in dict.fromkeys(needed + chosen_by) if environ.get(name, "") != ""]
+    unset = [name for name in chosen_by + ("RN50_ENGINE",) if environ.get(name, "") != ""]
+    raise UserError("{}={} asks for the {} engine over {} processes started by {}, but {} {} not set (set: {}): "
+                    "variables left from another job, or set by hand? Start the processes with {} (or `python -m "
+                    "runtime.launch --nproc N main.py ...`), or run as one process: unset {}".format(
+                        engine.source, environ.get(engine.source, ""), engine.name, engine.size, launcher,
+                        ", ".join(missing), "is" if len(missing) == 1 else "are", ", ".join(given), launcher,
+                        " ".join(unset)))
 
 
 def int_env(*names, default=None, environ=None):
@@ -37,6 +80,11 @@ def int_env(*names, default=None, environ=None):
             except ValueError:
                 continue
     return default
+
+
+def _first_number(names, environ):
+    """The first of `names` whose value is a number (the one int_env read)."""
+    return next(name for name in names if int_env(name, environ=environ) is not None)
 
 
 def _tf_config_workers(environ):
@@ -67,18 +115,21 @@ def detect_engine(environ=None):
         raise UserError("RN50_ENGINE={} is not one of single, mirrored, multi_worker, horovod".format(forced))
     mpi_size = int_env(*MPI_SIZE_VARIABLES, default=1, environ=environ)
     if forced == "horovod" or (not forced and mpi_size > 1):
-        return Engine("horovod", size=mpi_size)  # rank/size are Horovod's own after hvd.init()
+        source = "RN50_ENGINE" if forced else _first_number(MPI_SIZE_VARIABLES, environ)
+        return Engine("horovod", size=mpi_size, source=source)  # rank/size are Horovod's own after hvd.init()
     if forced in ("single", "mirrored"):
-        return Engine(forced)
+        return Engine(forced, source="RN50_ENGINE")
     tf_config = _tf_config_workers(environ)
     if tf_config is not None and (forced == "multi_worker" or tf_config[0] > 1):
         workers, rank = tf_config
         return Engine("multi_worker", rank=rank, size=workers,
-                      local_rank=int_env("RN50_LOCAL_RANK", "LOCAL_RANK", default=0, environ=environ))
+                      local_rank=int_env("RN50_LOCAL_RANK", "LOCAL_RANK", default=0, environ=environ),
+                      source="RN50_ENGINE" if forced else "TF_CONFIG")
     slurm_tasks = int_env("SLURM_STEP_NUM_TASKS", default=1, environ=environ)
     if slurm_tasks > 1 or (forced == "multi_worker" and "SLURM_PROCID" in environ):
         return Engine("multi_worker", rank=int_env("SLURM_PROCID", default=0, environ=environ), size=slurm_tasks,
-                      local_rank=int_env("SLURM_LOCALID", default=0, environ=environ))
+                      local_rank=int_env("SLURM_LOCALID", default=0, environ=environ),
+                      source="SLURM_STEP_NUM_TASKS" if slurm_tasks > 1 else "RN50_ENGINE")
     if forced == "multi_worker":
         raise UserError("RN50_ENGINE=multi_worker needs TF_CONFIG (python -m runtime.launch writes it) or SLURM")
     return Engine("single")
