@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -306,3 +307,51 @@ def test_slurm_s_resolver_is_given_the_gpus_this_process_sees_not_nvidia_smi_s(m
     assert resolver.num_accelerators() == {"GPU": 0}
     assert resolver.cluster_spec().as_dict() == {"worker": ["localhost:8888", "localhost:8889"]}
     assert (resolver.task_type, resolver.task_id) == ("worker", 1)
+
+
+def _free_port():
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_worker_waiting_for_workers_that_never_come_says_so_and_stops_on_ctrl_c_or_its_deadline(tmp_path):
+    """A TF_CONFIG left from another run: the strategy's creation waited for ever for worker 1, in C++ holding the
+    GIL, printing nothing and deaf to signals (only kill -9 ended it). Now one line first says which engine was chosen
+    from which variable and what it waits for; a SIGINT ends it at once with one line, as does the deadline
+    (RN50_WORKER_WAIT_SECONDS) with an ERROR line; nothing was written (no results_dir, no lock)."""
+    import signal
+    from tests._reliability_helpers import Process
+    tf_config = json.dumps({"cluster": {"worker": ["localhost:{}".format(_free_port()),
+                                                   "localhost:{}".format(_free_port())]},
+                            "task": {"type": "worker", "index": 0}})
+    peer = json.loads(tf_config)["cluster"]["worker"][1]
+    args = ["--mode", "train", "--data_dir", tmp_path, "--batch_size", 4, "--image_size", 32, "--num_classes", 10,
+            "--iter_unit", "batch", "--num_iter", 4]
+    waiting = "engine multi_worker (from TF_CONFIG): worker 0 of 2 waiting for the other workers ({}) to start; " \
+        .format(peer)
+    process = Process([*args, "--results_dir", tmp_path / "interrupted"], tmp_path, "interrupted",
+                      extra_env={"TF_CONFIG": tf_config})
+    try:
+        process.wait_for(lambda: waiting in process.stdout(), timeout=300, what="the waiting line")
+        time.sleep(2)  # inside the C++ wait
+        process.signal(signal.SIGINT)
+        assert process.finish(timeout=30) == -signal.SIGKILL
+    finally:
+        process.kill()
+    assert process.stdout().strip().splitlines()[-1].startswith(waiting)
+    assert process.stderr().strip().splitlines()[-1] == (
+        "INTERRUPTED: main.py stopped by SIGINT while waiting for the other workers ({}) to start: no step had run, "
+        "nothing to keep".format(peer))
+    process = Process([*args, "--results_dir", tmp_path / "late"], tmp_path, "late",
+                      extra_env={"TF_CONFIG": tf_config, "RN50_WORKER_WAIT_SECONDS": "3"})
+    try:
+        assert process.finish(timeout=300) != 0
+    finally:
+        process.kill()
+    assert process.stderr().strip().splitlines()[-1] == (
+        "ERROR: worker 0 of 2 waited for the other workers ({}) to start; they did not within 3 s "
+        "(RN50_WORKER_WAIT_SECONDS). If TF_CONFIG is left from another run, unset it to run as one process"
+        .format(peer))
+    assert not os.path.exists(tmp_path / "interrupted") and not os.path.exists(tmp_path / "late")

@@ -27,9 +27,15 @@ tf.distribute's auto-sharding is never applied on top (``distribute_dataset``).
 import dataclasses
 import functools
 import os
+import select
+import signal
+import socket
+import threading
+import time
 
 import tensorflow as tf
 
+from utils import engines
 from utils.engines import (Engine, check_launch_environment, detect_engine,  # noqa: F401 - detect_engine: re-exported
                            int_env)
 from utils.errors import PeerStopped, UserError
@@ -257,7 +263,21 @@ def init_engine(engine):
         return engine
     hvd = import_horovod()
     check_launch_environment(engine, horovod_over_mpi=hvd.mpi_built())
-    hvd.init()
+    if engine.size > 1:
+        gloo_timeout = int_env("HOROVOD_GLOO_TIMEOUT_SECONDS", default=HOROVOD_GLOO_TIMEOUT)
+        where = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR")
+        where = "at Horovod's rendezvous {}:{}".format(where, os.environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT")) \
+            if where else "through MPI"
+        # Gloo aborts the process (std::terminate, status 134, no line of ours) when its wait times out: this
+        # worker's own deadline comes a second before it, with a line saying what was missing.
+        with WorkerWait(engine, "process {} of {} waiting for the others {}".format(
+                int_env("HOROVOD_RANK", default=0), engine.size, where),
+                seconds=max(gloo_timeout - 1, 1) if where.startswith("at") else worker_wait_seconds(),
+                setting="HOROVOD_GLOO_TIMEOUT_SECONDS={}: Horovod aborts then".format(gloo_timeout)
+                if where.startswith("at") else WORKER_WAIT_ENV):
+            hvd.init()
+    else:
+        hvd.init()
     return dataclasses.replace(engine, rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank())
 
 
@@ -286,9 +306,138 @@ def create(engine, replica_devices=()):
     resolver = cluster_resolver()
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.AUTO)
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+    # The strategy's creation waits, in TensorFlow's C++, until every worker of the cluster has started: forever for
+    # a worker that never comes (a TF_CONFIG left from another run), deaf to signals.
+    with WorkerWait(engine, "worker {} of {} waiting for the other workers ({}) to start".format(
+            engine.rank, engine.size, ", ".join(_peers(resolver))), seconds=worker_wait_seconds(),
+            setting=WORKER_WAIT_ENV):
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver,
+                                                             communication_options=options)
     return Distribution(strategy=strategy, rank=engine.rank, size=engine.size, local_rank=engine.local_rank,
                         backend="multi_worker")
+
+
+def _peers(resolver):
+    """The addresses of the other tasks of `resolver`'s cluster."""
+    own = (resolver.task_type, resolver.task_id)
+    return [address for job, addresses in resolver.cluster_spec().as_dict().items()
+            for index, address in (addresses.items() if isinstance(addresses, dict) else enumerate(addresses))
+            if (job, index) != own]
+
+
+# How long a worker waits for the others to start before it gives up (RN50_WORKER_WAIT_SECONDS; 0: for ever).
+# Generous: `python -m runtime.launch` and `srun` start every worker at once, a hand-started node may come minutes
+# later. TensorFlow's own registration timeout is not exposed by MultiWorkerMirroredStrategy.
+WORKER_WAIT_ENV = "RN50_WORKER_WAIT_SECONDS"
+WORKER_WAIT_SECONDS = 600
+HOROVOD_GLOO_TIMEOUT = 30  # Horovod's default HOROVOD_GLOO_TIMEOUT_SECONDS
+# The signals that end a worker waiting for the others (nothing has run yet: there is nothing to save).
+WAIT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def worker_wait_seconds():
+    value = os.environ.get(WORKER_WAIT_ENV, "")
+    try:
+        seconds = float(value) if value else WORKER_WAIT_SECONDS
+    except ValueError:
+        seconds = -1
+    if seconds < 0:
+        raise UserError("{}={} is not a number of seconds (0: wait for ever)".format(WORKER_WAIT_ENV, value))
+    return seconds
+
+
+def _signal_noted(_signum, _frame):
+    """The Python handler of WAIT_SIGNALS during a WorkerWait: the byte the C-level handler writes to the wake-up fd
+    is what acts (the watcher process reads it)."""
+
+
+# The watcher process of a WorkerWait (argv: the waiting process's pid, the socket it inherited, the deadline in
+# seconds or 0, the line for a signal with {signal} in it, the line for the deadline). It reads the signal numbers the
+# waiting process's C-level handler writes to that socket, and its stdin, which ends when the wait does.
+_WATCHER = """
+import os, select, signal, socket, sys, time
+parent, fd, seconds, on_signal, on_deadline = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), *sys.argv[4:]
+signals = socket.socket(fileno=fd)
+deadline = time.monotonic() + seconds if seconds else None
+def end(line):
+    try:
+        os.write(2, (line + "\\n").encode())
+    except OSError:
+        pass
+    os.kill(parent, signal.SIGKILL)
+    sys.exit(0)
+while True:
+    left = None if deadline is None else max(deadline - time.monotonic(), 0)
+    ready = select.select([signals, sys.stdin], [], [], left)[0]
+    if sys.stdin in ready:
+        sys.exit(0)
+    if not ready:
+        end(on_deadline)
+    for signum in signals.recv(64):
+        if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            end(on_signal.format(signal=signal.Signals(signum).name))
+"""
+
+
+class WorkerWait:
+    """Around a call that waits, in C++, for the other workers (MultiWorkerMirroredStrategy's creation, hvd.init()):
+    says first, in one line, which engine was chosen from which variable and what it waits for; a SIGINT or SIGHUP
+    then ends the process at once with one line, as does the deadline, `seconds` (0: none), with an ERROR line.
+    Nothing has been written yet (the run's locks, log and start checkpoint come after), so nothing is left behind.
+
+    How: the call holds Python's GIL while it waits, so no Python code of this process runs until it returns (never,
+    when a worker does not come): not a signal handler, not a thread. signal.set_wakeup_fd makes the C-level handler
+    write each signal's number to a socket, which a small watcher process reads; it writes the line and kills this
+    process (SIGKILL: nothing in it can act; status 137). SIGTERM is not seen: TensorFlow's own preemption notifier
+    takes it over while the strategy is created (it logs `SIGTERM caught` and goes on waiting)."""
+
+    def __init__(self, engine, waiting, seconds, setting):
+        self.engine, self.waiting, self.seconds, self.setting = engine, waiting, seconds, setting
+
+    def _lines(self):
+        doing = self.waiting.split(" ", 4)[-1]  # "waiting for the other workers (...) to start"
+        interrupted = "INTERRUPTED: main.py stopped by {{signal}} while {}: no step had run, nothing to keep".format(
+            doing)
+        chosen_by = " ".join(name for name in engines.MPI_SIZE_VARIABLES if name in os.environ) \
+            if self.engine.name == "horovod" and self.engine.source != "RN50_ENGINE" else self.engine.source
+        late = "ERROR: {}; they did not within {:g} s ({}). If {} is left from another run, unset it to run as one " \
+            "process".format(self.waiting.replace(" waiting for ", " waited for "), self.seconds, self.setting,
+                             chosen_by or "RN50_ENGINE")
+        return interrupted, late
+
+    def __enter__(self):
+        print("engine {}: {}; gives up after {} ({}); Ctrl-C stops it".format(
+            self.engine.describe(), self.waiting, "{:g} s".format(self.seconds) if self.seconds else "never",
+            self.setting), flush=True)
+        import subprocess
+        import sys
+        self._receive, self._send = socket.socketpair()
+        self._send.setblocking(False)
+        self._handlers, self._previous_fd = {}, None
+        # its own session: a Ctrl-C reaches this process, whose line the watcher then writes
+        self._watcher = subprocess.Popen(
+            [sys.executable, "-c", _WATCHER, str(os.getpid()), str(self._receive.fileno()), str(self.seconds),
+             *self._lines()], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=(self._receive.fileno(),),
+            start_new_session=True)
+        try:
+            self._previous_fd = signal.set_wakeup_fd(self._send.fileno(), warn_on_full_buffer=False)
+            for signum in WAIT_SIGNALS:
+                if signal.getsignal(signum) != signal.SIG_IGN:  # an ignored signal stays ignored
+                    self._handlers[signum] = signal.signal(signum, _signal_noted)
+        except ValueError:  # not the main thread: the deadline only
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        self._watcher.stdin.close()  # the wait is over: the watcher leaves
+        self._watcher.wait()
+        if self._previous_fd is not None:
+            signal.set_wakeup_fd(self._previous_fd)
+        for signum, handler in self._handlers.items():
+            signal.signal(signum, handler)
+        self._receive.close()
+        self._send.close()
+        return False
 
 
 def cluster_resolver():
