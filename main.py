@@ -88,7 +88,7 @@ def run(argv=None, runner_class=None, own_process=False):
             distribution.start_together(error)
         distribution.start_together()
         try:
-            return run_mode(resolved, distribution, platform, precision, runner_class)
+            return run_mode(resolved, distribution, platform, precision, runner_class, engine)
         except UserError:
             raise  # its own line, whatever its cause
         except Exception as error:
@@ -98,8 +98,9 @@ def run(argv=None, runner_class=None, own_process=False):
             raise failure from None
 
 
-def run_mode(resolved, distribution, platform, precision, runner_class=None):
-    """The mode of `resolved` (runtime/settings.RunSettings): log, Runner, train / evaluate / predict."""
+def run_mode(resolved, distribution, platform, precision, runner_class=None, engine=None):
+    """The mode of `resolved` (runtime/settings.RunSettings): log, Runner, train / evaluate / predict. `engine`: the
+    utils/engines.Engine the run was started with, for the log."""
     from runtime import runner as runner_module
     from runtime import startup
     from utils.errors import INTERRUPT_STATUS, interrupt_line, on_interrupt
@@ -122,7 +123,7 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None):
     logger.log(step="PARAMETER", data={key: getattr(config, key) for key in ORIGINAL_FLAG_DESTS}
                | config.additions() | {"precision": precision.describe()} | config.extensions_in_use()
                | resolved.parameters()
-               | distribution.parameters() | frozen_weights)
+               | distribution.parameters() | frozen_weights | startup.environment_parameters(engine))
     if frozen_weights:
         logger.print(devices.FROZEN_WEIGHTS_NOTE)
     startup.set_seeds(config.seed, distribution.rank)

@@ -35,6 +35,56 @@ def _cpu_replicas(environ=None):
     return replicas
 
 
+# Environment variables that change a run's arithmetic or its threads without a flag: TensorFlow's own
+# (TF_ENABLE_ONEDNN_OPTS, TF_NUM_INTRAOP_THREADS, ...), OpenMP's and oneDNN/MKL's. TF_CONFIG is recorded as the
+# engine's source instead (the rest of it is addresses).
+RECORDED_VARIABLE_PREFIXES = ("TF_", "OMP_", "KMP_", "MKL_", "ONEDNN_", "DNNL_")
+# Terraform's variables share the TF_ prefix (TF_TOKEN_* hold credentials): never recorded, nor any variable whose
+# name says it holds a secret.
+UNRECORDED_VARIABLE_PREFIXES = ("TF_CLI_", "TF_VAR_", "TF_TOKEN_", "TF_LOG", "TF_REGISTRY_", "TF_PLUGIN_",
+                                "TF_WORKSPACE", "TF_IN_AUTOMATION", "TF_INPUT", "TF_DATA_DIR", "TF_IGNORE", "TF_STATE_")
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "KEY")
+
+
+def _recorded_variable(name):
+    return (name.startswith(RECORDED_VARIABLE_PREFIXES) and name != "TF_CONFIG"
+            and not name.startswith(UNRECORDED_VARIABLE_PREFIXES) and not any(word in name for word in SECRET_WORDS))
+
+
+def environment_parameters(engine=None, environ=None):
+    """The PARAMETER record's `environment`: what decides a run's arithmetic beyond its flags. The same seeded run
+    gave other losses from step 1 under OMP_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1 taskset -c 0, or under
+    TF_ENABLE_ONEDNN_OPTS=0, with an identical record: the CPU cores the process may use, TensorFlow's intra-/inter-op
+    thread counts (`auto (N cores)` when TensorFlow chooses), the variables above that are set, and the engine with
+    the variable it was chosen from."""
+    import tensorflow as tf
+    from utils.engines import Engine
+    environ = os.environ if environ is None else environ
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+    def threads(count):
+        return count or "auto ({} cores)".format(len(cores))
+
+    return {"environment": {
+        "engine": (engine or Engine("single")).describe(),
+        "cpu_cores": _core_ranges(cores),
+        "intra_op_threads": threads(tf.config.threading.get_intra_op_parallelism_threads()),
+        "inter_op_threads": threads(tf.config.threading.get_inter_op_parallelism_threads()),
+        "variables": {name: environ[name] for name in sorted(environ) if _recorded_variable(name)},
+    }}
+
+
+def _core_ranges(cores):
+    """[0, 1, 2, 5] -> "0-2,5" (as taskset -c takes them)."""
+    ranges = []
+    for core in cores:
+        if ranges and core == ranges[-1][1] + 1:
+            ranges[-1][1] = core
+        else:
+            ranges.append([core, core])
+    return ",".join(str(first) if first == last else "{}-{}".format(first, last) for first, last in ranges)
+
+
 def configure_xla(config, distribution):
     """--xla: the train step's core is compiled with jit_compile where the engine allows collectives outside it
     (`distribution.jit_in_step`); otherwise (Horovod) TF's auto-clustering is turned on, process-wide, so XLA

@@ -146,3 +146,37 @@ def test_a_seed_makes_ops_deterministic_except_where_xla_compiles_a_training_ste
     finally:
         (tf_config.enable_op_determinism if before else tf_config.disable_op_determinism)()
         tf_config.set_optimizer_experimental_options({"arithmetic_optimization": True})
+
+
+def test_the_parameter_record_says_what_decides_the_arithmetic_beyond_the_flags(tmp_path, monkeypatch):
+    """Two runs that differ only in an environment variable that changes their losses (OMP_NUM_THREADS here; likewise
+    TF_ENABLE_ONEDNN_OPTS, TF_NUM_INTRAOP_THREADS, the CPU affinity) logged identical PARAMETER records: the record's
+    `environment` now tells them apart, and names the engine and where it was chosen from."""
+    import os
+    from tests._cli import main_in_process
+    from tests._reliability_helpers import SMALL
+    from utils.logger import read_log
+
+    def parameters(name, **variables):
+        for key, value in variables.items():
+            monkeypatch.setenv(key, value)
+        main_in_process("--mode", "training_benchmark", "--batch_size", "2", "--num_iter", "1", "--iter_unit", "batch",
+                        "--warmup_steps", "0", "--results_dir", str(tmp_path / name), *SMALL)
+        record = next(r for r in read_log(str(tmp_path / name / "log.json")) if r.get("step") == "PARAMETER")["data"]
+        return {key: value for key, value in record.items() if key not in ("results_dir", "model_dir")}
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    plain, one_thread = parameters("plain"), parameters("one_thread", OMP_NUM_THREADS="1")
+    assert plain != one_thread
+    assert "OMP_NUM_THREADS" not in plain["environment"]["variables"]
+    assert one_thread["environment"]["variables"]["OMP_NUM_THREADS"] == "1"
+    assert plain["environment"]["engine"] == "single (no launcher variable set)"
+    cores = sorted(os.sched_getaffinity(0))
+    assert plain["environment"]["cpu_cores"] == startup._core_ranges(cores)
+    assert startup._core_ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert not any(name.startswith(("TF_CLI_", "TF_TOKEN_")) for name in plain["environment"]["variables"])
+    assert [name for name in ("TF_ENABLE_ONEDNN_OPTS", "TF_TOKEN_app_terraform_io", "TF_CLI_CONFIG_FILE", "TF_CONFIG",
+                              "OMP_PROC_BIND", "MY_API_KEY") if startup._recorded_variable(name)] == [
+        "TF_ENABLE_ONEDNN_OPTS", "OMP_PROC_BIND"]  # Terraform's TF_ variables (credentials) are never recorded
+    plain["environment"]["variables"] = one_thread["environment"]["variables"]
+    assert plain == one_thread  # nothing else differs
