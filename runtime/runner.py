@@ -11,7 +11,6 @@ import contextlib
 import os
 import shutil
 import signal
-import sys
 import time
 
 import tensorflow as tf
@@ -40,42 +39,6 @@ BENCHMARK_KEEPS = "a benchmark writes no checkpoint"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
 
 
-class _SurvivingStream:
-    """sys.stdout / sys.stderr after a SIGHUP: the terminal behind them may be gone, and a write to it then fails
-    (EIO). The run must still finish its step and write its checkpoint, so a failed write is dropped, and so is
-    every later one to that stream (the terminal does not come back)."""
-
-    def __init__(self, stream):
-        self._stream = stream
-        self._broken = False
-
-    def write(self, text):
-        if not self._broken:
-            try:
-                return self._stream.write(text)
-            except OSError:
-                self._broken = True
-        return len(text)
-
-    def flush(self):
-        if not self._broken:
-            try:
-                self._stream.flush()
-            except OSError:
-                self._broken = True
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-
-def survive_a_closed_terminal():
-    """Makes Python's prints to a terminal that went away (SIGHUP) harmless: see _SurvivingStream."""
-    for name in ("stdout", "stderr"):
-        stream = getattr(sys, name)
-        if stream is not None and not isinstance(stream, _SurvivingStream):
-            setattr(sys, name, _SurvivingStream(stream))
-
-
 class StopRequest:
     """SIGTERM / SIGINT / SIGUSR1 / SIGHUP: finish the current step, checkpoint, stop. A second signal exits at once,
     with one line ending in `kept`: what is left of the run."""
@@ -101,7 +64,7 @@ class StopRequest:
         self.requested = True
         self.signum = signum
         if signum == signal.SIGHUP:
-            survive_a_closed_terminal()
+            errors.survive_a_closed_terminal()
         when = self.when or ("at the next step the workers agree on (they do every {} steps)".format(
             self.agree_every) if self.agree_every else "after the current step")
         print("Received signal {}: stopping {} (send it again to exit at once)".format(

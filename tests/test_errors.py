@@ -379,6 +379,21 @@ def test_a_stdout_that_cannot_be_written_is_one_line_and_a_closed_pipe_ends_the_
                                        "kept\n")
 
 
+def test_after_a_sighup_a_stream_that_fails_drops_the_write(monkeypatch):
+    """A closed terminal (SIGHUP) fails every write (EIO): a training stopping on it must still finish its step and
+    checkpoint, so the guarded stdout stops raising, and stderr is guarded too."""
+    from utils.errors import survive_a_closed_terminal
+    eio = OSError(errno.EIO, "Input/output error")
+    stdout, stderr = GuardedStdout(_Unwritable(eio)), _Unwritable(eio)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    monkeypatch.setattr(sys, "stderr", stderr)
+    survive_a_closed_terminal()
+    assert sys.stdout is stdout and isinstance(sys.stderr, GuardedStdout)
+    print("Received signal SIGHUP: stopping after the current step")
+    print("training stopped by a signal", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+
+
 def test_stdout_writes_characters_its_encoding_lacks_as_backslash_escapes():
     """PYTHONIOENCODING=ascii, LC_ALL=C: a path or a label with 'ü' is written as '\\xfc', as on stderr (until
     2026-12-06 a UnicodeEncodeError at the first such line, after an export had written its file)."""

@@ -287,16 +287,19 @@ def _stdout_target():
 
 
 class GuardedStdout:
-    """sys.stdout of a tool run as a script: its first failed write or flush raises StdoutWriteError (a training
-    then checkpoints, as when its log file fills), later ones are dropped, and fd 1 is pointed at /dev/null, so
+    """sys.stdout of a tool run as a script (and stdout and stderr after a SIGHUP: survive_a_closed_terminal): its
+    first failed write or flush raises StdoutWriteError (a training then checkpoints, as when its log file fills;
+    with `failures_raise` off it is dropped), later ones are dropped, and its descriptor is pointed at /dev/null, so
     that what the stream still buffers does not fail again at exit as a traceback. Characters its encoding lacks
     (an ASCII locale, PYTHONIOENCODING=ascii) are written as backslash escapes, as Python writes them on stderr."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, failures_raise=True):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
         self._stream = stream
         self._lost = False
+        # False once the terminal behind the stream may be gone (survive_a_closed_terminal): failures are dropped.
+        self.failures_raise = failures_raise
 
     def write(self, text):
         if self._lost:
@@ -304,7 +307,10 @@ class GuardedStdout:
         try:
             return self._stream.write(text)
         except OSError as error:
-            raise self._lose(error) from None
+            failure = self._lose(error)
+            if self.failures_raise:
+                raise failure from None
+            return len(text)
 
     def flush(self):
         if self._lost:
@@ -312,7 +318,9 @@ class GuardedStdout:
         try:
             self._stream.flush()
         except OSError as error:
-            raise self._lose(error) from None
+            failure = self._lose(error)
+            if self.failures_raise:
+                raise failure from None
 
     def _lose(self, error):
         self._lost = True
@@ -327,6 +335,18 @@ class GuardedStdout:
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
+
+
+def survive_a_closed_terminal():
+    """After a SIGHUP (a closed terminal, a dropped ssh session) the terminal behind stdout and stderr may be gone,
+    and a write to it fails (EIO). A training must still finish its step and write its checkpoint, so from here on
+    a failed write to either is dropped, and so is every later one to that stream (runtime/runner.StopRequest)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, GuardedStdout):
+            stream.failures_raise = False
+        elif stream is not None:
+            setattr(sys, name, GuardedStdout(stream, failures_raise=False))
 
 
 def _say(line):
