@@ -39,6 +39,7 @@ import threading
 import time
 
 from utils import quiet as quiet_module
+from utils.engines import number_ranges
 from utils.errors import ArgumentParser, PeerStopped, UserError, command
 
 
@@ -154,14 +155,7 @@ _REPEATABLE = re.compile(rb"(ERROR|WARNING): ")
 
 def _ranks(ranks):
     """"worker 1", "workers 1-3, 5" (ranks sorted, runs of consecutive ones as ranges)."""
-    ranks = sorted(ranks)
-    runs = []
-    for rank in ranks:
-        if runs and rank == runs[-1][1] + 1:
-            runs[-1][1] = rank
-        else:
-            runs.append([rank, rank])
-    text = ", ".join(str(a) if a == b else "{}-{}".format(a, b) for a, b in runs)
+    text = number_ranges(ranks, separator=", ")
     return ("worker " if len(ranks) == 1 else "workers ") + text
 
 

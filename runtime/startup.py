@@ -58,7 +58,7 @@ def environment_parameters(engine=None, environ=None):
     thread counts (`auto (N cores)` when TensorFlow chooses), the variables above that are set, and the engine with
     the variable it was chosen from."""
     import tensorflow as tf
-    from utils.engines import Engine
+    from utils.engines import Engine, number_ranges
     environ = os.environ if environ is None else environ
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
 
@@ -67,22 +67,11 @@ def environment_parameters(engine=None, environ=None):
 
     return {"environment": {
         "engine": (engine or Engine("single")).describe(),
-        "cpu_cores": _core_ranges(cores),
+        "cpu_cores": number_ranges(cores),
         "intra_op_threads": threads(tf.config.threading.get_intra_op_parallelism_threads()),
         "inter_op_threads": threads(tf.config.threading.get_inter_op_parallelism_threads()),
         "variables": {name: environ[name] for name in sorted(environ) if _recorded_variable(name)},
     }}
-
-
-def _core_ranges(cores):
-    """[0, 1, 2, 5] -> "0-2,5" (as taskset -c takes them)."""
-    ranges = []
-    for core in cores:
-        if ranges and core == ranges[-1][1] + 1:
-            ranges[-1][1] = core
-        else:
-            ranges.append([core, core])
-    return ",".join(str(first) if first == last else "{}-{}".format(first, last) for first, last in ranges)
 
 
 def configure_xla(config, distribution):

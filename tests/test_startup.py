@@ -14,6 +14,7 @@ from model.layers.quantization import QuantizationConfig
 from runtime import startup
 from runtime.config import RunConfig
 from utils.devices import CPU
+from utils.engines import number_ranges
 from utils.errors import UserError
 
 
@@ -172,8 +173,8 @@ def test_the_parameter_record_says_what_decides_the_arithmetic_beyond_the_flags(
     assert one_thread["environment"]["variables"]["OMP_NUM_THREADS"] == "1"
     assert plain["environment"]["engine"] == "single (no launcher variable set)"
     cores = sorted(os.sched_getaffinity(0))
-    assert plain["environment"]["cpu_cores"] == startup._core_ranges(cores)
-    assert startup._core_ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert plain["environment"]["cpu_cores"] == number_ranges(cores)
+    assert number_ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
     assert not any(name.startswith(("TF_CLI_", "TF_TOKEN_")) for name in plain["environment"]["variables"])
     assert [name for name in ("TF_ENABLE_ONEDNN_OPTS", "TF_TOKEN_app_terraform_io", "TF_CLI_CONFIG_FILE", "TF_CONFIG",
                               "OMP_PROC_BIND", "MY_API_KEY") if startup._recorded_variable(name)] == [

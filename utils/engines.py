@@ -133,3 +133,14 @@ def detect_engine(environ=None):
     if forced == "multi_worker":
         raise UserError("RN50_ENGINE=multi_worker needs TF_CONFIG (python -m runtime.launch writes it) or SLURM")
     return Engine("single")
+
+
+def number_ranges(numbers, separator=","):
+    """[0, 1, 2, 5] -> "0-2,5": sorted, runs of consecutive numbers as ranges (as taskset -c takes CPU cores)."""
+    runs = []
+    for number in sorted(numbers):
+        if runs and number == runs[-1][1] + 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    return separator.join(str(first) if first == last else "{}-{}".format(first, last) for first, last in runs)
