@@ -10,7 +10,7 @@ Each worker is `python <script> <args>` with
 Output: rank 0's lines pass through unchanged (logs and benchmark parsers see what one process prints); the
 other workers' lines are prefixed with `[worker R] ` (or dropped with --quiet_workers). An ERROR or WARNING line
 several workers print alike is shown once (RepeatedLines), and the launcher says which workers it did not show.
-Signals: SIGINT/SIGTERM/SIGUSR1 to the launcher are forwarded once to every worker (they run in their own
+Signals: SIGINT/SIGTERM/SIGUSR1/SIGHUP to the launcher are forwarded once to every worker (they run in their own
 sessions, so a terminal's Ctrl-C reaches them only through here): each finishes its step, the workers agree,
 checkpoint and stop (after a Ctrl-C the job exits 130, as each worker does). A second signal is forwarded again
 (workers then exit at once). A worker still running --grace seconds after rank 0 stopped on the signal is blocked
@@ -40,7 +40,7 @@ import time
 
 from utils import quiet as quiet_module
 from utils.engines import number_ranges
-from utils.errors import ArgumentParser, PeerStopped, UserError, command
+from utils.errors import ArgumentParser, PeerStopped, StdoutWriteError, UserError, command
 
 
 def free_ports(count, host="127.0.0.1"):
@@ -250,13 +250,26 @@ def _prefixed(rank, line):
     return ("" if rank == 0 else "[worker {}] ".format(rank)).encode() + line
 
 
+class StdoutLost:
+    """The launcher's stdout failed (its reader closed the pipe, `| head`; a full disk): the first failure is kept
+    and `on_lost` called once (the Launcher stops its workers, which checkpoint); later lines are dropped, so the
+    pumps go on draining the workers' pipes (a worker blocked on a full pipe would hang the job)."""
+    error = None
+    on_lost = None
+
+
 def _show(pairs, quiet):
     """Writes (rank, line) pairs to stdout, each prefixed with its worker; with `quiet` rank 0's only. The caller
     holds the launcher's lock."""
     pairs = [(rank, line) for rank, line in pairs if not (rank != 0 and quiet)]
-    if pairs:
-        sys.stdout.buffer.write(b"".join(_prefixed(rank, line) for rank, line in pairs))
-        sys.stdout.buffer.flush()
+    if pairs and StdoutLost.error is None:
+        try:
+            sys.stdout.buffer.write(b"".join(_prefixed(rank, line) for rank, line in pairs))
+            sys.stdout.buffer.flush()
+        except OSError as error:
+            StdoutLost.error = error
+            if StdoutLost.on_lost is not None:
+                StdoutLost.on_lost()
 
 
 def _pump(stream, rank, quiet, lock, interrupted=lambda: False, filter_abort=True, repeated=None):
@@ -336,7 +349,7 @@ class Launcher:
             self.threads.append(thread)
 
     def forward(self, signum, _frame=None):
-        """The launcher's handler of SIGINT, SIGTERM and SIGUSR1: the signal to every worker."""
+        """The launcher's handler of SIGINT, SIGTERM, SIGUSR1 and SIGHUP: the signal to every worker."""
         self.interrupted = True
         self._send(signum)
 
@@ -360,9 +373,26 @@ class Launcher:
         for process in self.processes:
             process.wait()
 
+    def stdout_lost(self):
+        """The launcher's stdout failed: the workers' output has nowhere to go, so they stop as one process whose
+        stdout failed does, at the next step, with a checkpoint (SIGTERM, as a forwarded signal)."""
+        self.interrupted = True
+        self._send(signal.SIGTERM)
+
     def wait(self):
         """Exit status of the job: 0 when every worker exited 0; after a forwarded Ctrl-C, 130 once every worker
-        has stopped (each checkpoints first: none is cut short); else non-zero after stopping the others."""
+        has stopped (each checkpoints first: none is cut short); else non-zero after stopping the others. When the
+        launcher's stdout failed, the workers stopped (stdout_lost) and the job ends as a tool whose stdout failed
+        (utils/errors.StdoutWriteError)."""
+        status = self._wait()
+        if StdoutLost.error is not None:
+            error = StdoutWriteError(StdoutLost.error, None)
+            error.kept = "the workers were sent SIGTERM (a training stops at its next step, with a checkpoint): run " \
+                         "the same command again to resume"
+            raise error
+        return status
+
+    def _wait(self):
         while True:
             # A worker that stopped on the Ctrl-C forwarded to it exits with the shell's status for SIGINT.
             stopped = 128 + signal.SIGINT if signal.SIGINT in self.forwarded else None
@@ -483,9 +513,11 @@ def main(argv=None):
     check_script_args(args.script, args.script_args, args.nproc)
     launcher = Launcher([sys.executable, "-u", args.script, *args.script_args], args.nproc,
                         quiet_workers=args.quiet_workers, grace=args.grace)
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+    # SIGHUP: the terminal the launcher runs in closed; the workers, in their own sessions, do not get it themselves.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
         if signal.getsignal(signum) != signal.SIG_IGN:  # one the parent set to be ignored stays ignored
             signal.signal(signum, launcher.forward)
+    StdoutLost.error, StdoutLost.on_lost = None, launcher.stdout_lost
     launcher.start()
     return launcher.wait()
 

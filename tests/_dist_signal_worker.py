@@ -6,7 +6,7 @@ MODE "peer": rank 1 exits at once with PeerStopped's status 3 (it stopped becaus
   the cause, prints an ERROR line and exits 2 after 2 s.
 MODE "same_error": as main.py's workers on bad input that each finds: rank 1 prints a WARNING line of its own, a
   WARNING and an ERROR line rank 0 prints 1 s later too, and exits 2 at once; rank 0 then exits 2.
-MODE "wait": every rank writes ready-<rank> and waits for SIGTERM, then writes got-<rank>-<SIGNAME> and exits 0.
+MODE "wait": every rank writes ready-<rank> and waits for SIGTERM (or SIGHUP), then writes got-<rank>-<SIGNAME> and exits 0.
 MODE "ctrl_c": as main.py's training on SIGINT: rank 1 exits 130 at once, rank 0 first takes 2 s to write
   stopped-0 (its checkpoint); a SIGTERM meanwhile is recorded as terminated-<rank>.
 MODE "stuck": rank 0 as in "ctrl_c"; rank 1 as a worker blocked in a collective its peer left (a Ctrl-C during
@@ -45,7 +45,8 @@ elif mode == "same_error":
     sys.exit(2)
 elif mode == "wait":
     received = []
-    signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signal.Signals(signum).name))
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda signum, frame: received.append(signal.Signals(signum).name))
     open(os.path.join(out_dir, "ready-{}".format(rank)), "w").close()
     deadline = time.time() + 60
     while not received and time.time() < deadline:

@@ -95,6 +95,35 @@ def test_launcher_forwards_sigterm_to_every_worker(tmp_path):
     assert "worker 0 started, local rank 0" in stdout and "[worker 1] worker 1 started, local rank 1" in stdout
 
 
+def test_a_launcher_whose_stdout_closes_stops_its_workers_and_ends_as_a_closed_pipe_does(tmp_path):
+    """`python -m runtime.launch ... | head`: the launcher's relay died on the broken pipe, nobody read the workers'
+    pipes any more, and a worker writing on blocked for good (a hang; a training's output was lost under status
+    0). Now the workers get SIGTERM (a training checkpoints), their pipes are drained, and the launcher ends as a
+    tool whose stdout closed."""
+    script = tmp_path / "spam.py"
+    script.write_text("for i in range(200000):\n    print('line', i, 'x' * 60)\n")
+    process = subprocess.Popen([PYTHON, "-m", "runtime.launch", "--nproc", "1", str(script)], cwd=ROOT, env=_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout.readline().startswith(b"line 0 ")
+    process.stdout.close()  # the reader goes, as `head -1` does
+    assert process.wait(timeout=60) == 128 + signal.SIGPIPE
+    stderr = process.stderr.read().decode()
+    assert stderr.splitlines()[-1] == (
+        "INTERRUPTED: runtime.launch stopped by SIGPIPE; the workers were sent SIGTERM (a training stops at its "
+        "next step, with a checkpoint): run the same command again to resume")
+    assert "Traceback" not in stderr
+
+
+def test_launcher_forwards_a_closed_terminals_sighup_to_every_worker(tmp_path):
+    """The workers run in their own sessions, so a closed terminal's SIGHUP reached only the launcher, which died
+    at once and left them training, orphaned, their output lost."""
+    process = _launch_ready_workers(tmp_path, "wait")
+    process.send_signal(signal.SIGHUP)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert sorted(os.listdir(tmp_path)) == ["got-0-SIGHUP", "got-1-SIGHUP", "ready-0", "ready-1"]
+
+
 def test_after_a_ctrl_c_the_launcher_waits_for_every_worker_and_exits_130(tmp_path):
     # A worker that stopped on the forwarded SIGINT exits 130 (main.py's training does, after its checkpoint): that
     # is no failure to stop the others for, or rank 0's checkpoint would be cut short.
@@ -188,8 +217,12 @@ def test_a_signal_the_parent_ignored_is_not_forwarded(monkeypatch, tmp_path):
         def wait(self):
             return 0
 
+        def stdout_lost(self):
+            pass
+
     monkeypatch.setattr(launch, "Launcher", Recorder)
-    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    saved = {signum: signal.getsignal(signum)
+             for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)}
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         assert launch.main(["--nproc", "2", str(tmp_path / "job.py")]) == 0
