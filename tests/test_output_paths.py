@@ -68,6 +68,20 @@ def test_a_path_that_goes_up_out_of_a_missing_directory_is_refused(tmp_path, mon
     output_paths.check_output_dir("--results_dir", str(tmp_path / "there" / ".." / "new"))
 
 
+def test_a_path_that_goes_up_out_of_a_symbolic_link_is_refused(tmp_path, monkeypatch):
+    """`lnk/../m`: the system goes up from the link's target, TensorFlow's file system drops both names; a training
+    wrote its checkpoints' temporaries in one directory and its state file in the other, and exited 0."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "deep" / "sub").mkdir(parents=True)
+    (tmp_path / "lnk").symlink_to(tmp_path / "deep" / "sub")
+    (tmp_path / "m").mkdir()  # also when the directory exists (a second run)
+    for check in (output_paths.check_output_dir, output_paths.check_output_file):
+        with pytest.raises(UserError, match="^--model_dir lnk/../m goes up out of the symbolic link lnk, which the "
+                                            "system and TensorFlow resolve to different directories"):
+            check("--model_dir", "lnk/../m")
+    output_paths.check_output_dir("--model_dir", "lnk/m")
+
+
 def test_a_path_with_a_tilde_the_shell_left_is_refused(tmp_path, monkeypatch):
     """`--results_dir=~/runs` reaches the tool as `~/runs` (no expansion after '='): it created ./~/runs."""
     monkeypatch.chdir(tmp_path)

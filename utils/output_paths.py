@@ -37,13 +37,20 @@ def _not_writable(path):
 
 
 def _check_parent_links(flag, path):
-    """UserError when `path` goes up (`..`) out of a directory that does not exist: the system resolves `d/..` only
-    when `d` is a directory, although os.path.abspath drops both names."""
+    """UserError when `path` goes up (`..`) out of a directory that does not exist, or out of a symbolic link: the
+    system resolves `d/..` only when `d` is a directory, and from a link's target, while os.path.abspath and
+    TensorFlow's file system drop both names (a training through `link/../m` wrote its checkpoints in one directory
+    and its state file in another)."""
     prefix = os.sep if os.path.isabs(path) else ""
     for part in path.split(os.sep):
-        if part == ".." and prefix not in ("", os.sep) and not os.path.isdir(prefix):
-            raise UserError("{} {} cannot be created: it goes up out of {}, which is not a directory".format(
-                flag, path, prefix.rstrip(os.sep)))
+        if part == ".." and prefix not in ("", os.sep):
+            if os.path.islink(prefix.rstrip(os.sep)):
+                raise UserError("{} {} goes up out of the symbolic link {}, which the system and TensorFlow resolve "
+                                "to different directories: give the path without it".format(
+                                    flag, path, prefix.rstrip(os.sep)))
+            if not os.path.isdir(prefix):
+                raise UserError("{} {} cannot be created: it goes up out of {}, which is not a directory".format(
+                    flag, path, prefix.rstrip(os.sep)))
         prefix = os.path.join(prefix, part) if part else prefix
 
 
@@ -73,6 +80,7 @@ def check_output_dir(flag, path, default=None):
     """UserError unless directory `path` exists and is writable, or can be created. `default`: the flag's default
     value; when `path` is it and is the current directory (`--results_dir .`), the error says so, since the user
     may not have given the flag at all."""
+    _check_parent_links(flag, path)
     # A trailing slash makes lexists() false for a file or a dangling link (ENOTDIR / ENOENT): judge the name itself.
     name = path.rstrip(os.sep) or path
     if os.path.lexists(name) or os.path.isdir(path):
@@ -98,6 +106,7 @@ def _default_note(flag, path, default):
 def check_output_file(flag, path):
     """UserError unless file `path` can be written: appended to if it exists, or created (also under a temporary
     name beside it, as the atomic writers do)."""
+    _check_parent_links(flag, path)
     if os.path.isdir(path):
         raise UserError("{} {} is a directory (give the name of the file to write)".format(flag, path))
     if os.path.lexists(path) and not os.access(path, os.W_OK):
