@@ -112,3 +112,11 @@ def test_the_last_training_step_of_a_model_dir_is_read_from_its_trainings_in_the
     write_training_log(path, [({"mode": "train_and_evaluate", "model_dir": model_dir + "/"}, [21])])
     assert last_training_step(str(path), model_dir) == 21
     assert last_training_step(str(tmp_path / "none.json"), model_dir) is None
+    # A model_dir emptied and trained again from step 0: its last session's steps, not the earlier run's.
+    write_training_log(path, [({"mode": "train", "model_dir": model_dir}, [1, 5])])
+    assert last_training_step(str(path), model_dir) == 5
+    # Damaged lines (a hand edit, a disk error) are skipped: they fed only a Note, and stopped the resume.
+    with open(path, "a") as handle:
+        handle.write('DLLL [1, 2]\nDLLL {"step": [0, "x"], "data": {"cross_entropy": 1}}\n'
+                     'DLLL {"step": [0, 1e999], "data": {"cross_entropy": 1}}\nDLLL {"step": [0, 9], "data": 3}\n')
+    assert last_training_step(str(path), model_dir) == 5

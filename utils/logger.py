@@ -164,16 +164,23 @@ def last_training_step(path, model_dir):
         records = read_log(path)
     except (OSError, UnicodeDecodeError):
         return None
-    target, ours, last = os.path.abspath(model_dir), False, None
+    target, ours, last, session = os.path.abspath(model_dir), False, None, None
     for record in records:
-        step, data = record.get("step"), record.get("data") or {}
+        if not isinstance(record, dict) or not isinstance(record.get("data"), dict):
+            continue  # a damaged line: it only fed a Note
+        step, data = record.get("step"), record["data"]
         if step == "PARAMETER":
             where = data.get("model_dir") or data.get("results_dir")
             ours = data.get("mode") in ("train", "train_and_evaluate") and isinstance(where, str) and \
                 os.path.abspath(where) == target
-        elif ours and isinstance(step, list) and len(step) == 2 and "cross_entropy" in data:
-            last = max(int(step[1]), last or 0)
-    return last
+            if ours:
+                last, session = session if session is not None else last, None
+        elif ours and isinstance(step, list) and len(step) == 2 and "cross_entropy" in data and \
+                isinstance(step[1], int):
+            session = max(step[1], session or 0)
+    # The last session that logged a step: an earlier one may have gone further (a model_dir emptied and trained
+    # again from step 0).
+    return session if session is not None else last
 
 
 def progress_enabled(no_progress_flag):
