@@ -5,6 +5,7 @@ import errno
 import glob
 import math
 import os
+import unicodedata
 from typing import Callable, Sequence
 
 from utils.errors import UserError
@@ -118,12 +119,29 @@ class InferenceFiles(list):
 
 
 def read_class_names(path):
-    """The class names of a labels file (one per line, blank lines skipped), or None when there is no such file or
-    it names none (an empty file, such as a copy cut short by a full disk, is no list of 0 classes)."""
+    """The class names of a labels file (line k names label k; blank lines at its end are left out), or None when
+    there is no such file or it names none (an empty file, such as a copy cut short by a full disk, is no list of 0
+    classes). UserError for a file that is not UTF-8 text, a blank line before a name (the names after it would
+    name the wrong outputs) and a name with control characters (printed raw, they would drive the terminal)."""
     if not path or not os.path.isfile(path):
         return None
-    with open(path, encoding="utf-8") as handle:
-        return [line.strip() for line in handle if line.strip()] or None
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as handle:  # a BOM is no part of the first name
+            lines = handle.read().split("\n")
+    except UnicodeDecodeError as error:
+        raise UserError("{} is not UTF-8 text (byte {} of the file): write the class names in UTF-8".format(
+            path, error.start + 1)) from None
+    names = [line.removesuffix("\r").strip() for line in lines]
+    while names and not names[-1]:
+        names.pop()
+    for number, name in enumerate(names, 1):
+        if not name:
+            raise UserError("{} line {} is empty: line k names label k, so the names after it would name the wrong "
+                            "outputs; write the class's name there".format(path, number))
+        if any(unicodedata.category(char) == "Cc" for char in name):
+            raise UserError("{} line {} holds control characters ({!r}): write the class's name as plain "
+                            "text".format(path, number, name[:80]))
+    return names or None
 
 
 def class_names_for_export(directory, num_classes):

@@ -177,7 +177,7 @@ def test_other_class_names_says_how_two_labels_files_differ(tmp_path):
         (tmp_path / name).write_text("".join(f"{n}\n" for n in names))
         return str(tmp_path / name)
     data = labels("data.txt", "tench, Tinca tinca", "zebra", "mango")
-    assert runner_utils.other_class_names(data, labels("same.txt", "tench, Tinca tinca", "zebra", "", "mango")) is None
+    assert runner_utils.other_class_names(data, labels("same.txt", "tench, Tinca tinca", "zebra", "mango", "")) is None
     assert runner_utils.other_class_names(data, str(tmp_path / "absent.txt")) is None
     assert runner_utils.other_class_names(data, labels("order.txt", "zebra", "mango", "tench, Tinca tinca")) == (
         f"{data} names other classes than {tmp_path / 'order.txt'} (the same names in another order)")
@@ -185,3 +185,25 @@ def test_other_class_names_says_how_two_labels_files_differ(tmp_path):
         f"{data} names other classes than {tmp_path / 'other.txt'} (label 2: 'zebra' against 'apple')")
     assert runner_utils.other_class_names(data, labels("ten.txt", *map(str, range(10)))) == (
         f"{data} names other classes than {tmp_path / 'ten.txt'} (3 classes against 10)")
+
+
+def test_a_labels_file_names_label_k_on_line_k_or_is_refused(tmp_path):
+    """A blank line before a name shifted every name after it onto the wrong output, silently; a file that is not
+    UTF-8 was a traceback; control characters in a name reached the terminal raw; a BOM stayed in the first name."""
+    from runtime.runner_utils import read_class_names
+    path = tmp_path / "labels.txt"
+    path.write_bytes(b"\xef\xbb\xbfT-shirt\r\nTrouser\r\n\r\n\n")  # a BOM, Windows line ends, blank lines at the end
+    assert read_class_names(str(path)) == ["T-shirt", "Trouser"]
+    path.write_text("T-shirt\n\nPullover\n")
+    with pytest.raises(UserError, match=r"labels.txt line 2 is empty: line k names label k, so the names after it "
+                                        r"would name the wrong outputs"):
+        read_class_names(str(path))
+    path.write_bytes(b"T-shirt\nPull\xffover\n")
+    with pytest.raises(UserError, match=r"labels.txt is not UTF-8 text \(byte 13 of the file\)"):
+        read_class_names(str(path))
+    path.write_text("T-shirt\n\x1b]0;PWNED\x07Shirt\n")
+    with pytest.raises(UserError, match=r"labels.txt line 2 holds control characters \('\\x1b\]0;PWNED\\x07Shirt'\)"):
+        read_class_names(str(path))
+    path.write_bytes(b"T-shirt\rTrouser\n")  # a lone carriage return inside a line
+    with pytest.raises(UserError, match="line 1 holds control characters"):
+        read_class_names(str(path))
