@@ -166,3 +166,32 @@ def test_object_graph_walk_reaches_any_depth_and_walks_a_cycle_once(tmp_path):
     assert paths == {"model/" + "child/" * 20 + "weight": [2]}
     with pytest.raises(UserError, match=r"\(0 bottleneck blocks\)"):
         checkpoint.inspect(prefix)
+
+
+@pytest.mark.parametrize("edit, what", [
+    (lambda meta: [1, 2], "not a JSON object"),
+    (lambda meta: dict(meta, num_classes="ten"), "num_classes 'ten' is not an integer from 2 to 1,000,000"),
+    (lambda meta: dict(meta, num_classes=10 ** 9), "num_classes 1000000000 is not an integer from 2"),
+    (lambda meta: dict(meta, num_classes=True), "num_classes True is not an integer"),
+    (lambda meta: dict(meta, image_size=-1), "image_size -1 is not an integer from 8 to 8,192"),
+    (lambda meta: dict(meta, arch="../../x"), "arch '../../x' is not one of"),
+    (lambda meta: dict(meta, use_final_conv="yes"), "use_final_conv 'yes' is not true or false"),
+    (lambda meta: dict(meta, diverged="yes"), "diverged 'yes' is not a {\"step\": N"),
+    (lambda meta: dict(meta, training=[1]), "training [1] is not a JSON object"),
+    (lambda meta: dict(meta, training={"schedule": "fast"}), "training.schedule 'fast' is not a JSON object"),
+    (lambda meta: dict(meta, training={"images_per_step": 0}), "training.images_per_step 0 is not an integer"),
+    (lambda meta: dict(meta, training={"images_seen": {}}), "training.images_seen {} is not a {\"step\": N"),
+])
+def test_damaged_metadata_is_one_line_naming_the_field(tmp_path, edit, what):
+    """A hand-edited or damaged checkpoint_metadata was a traceback in every tool (a list: 'list' object has no
+    attribute 'get'; num_classes "ten": a TypeError), was blamed on a flag never given (`--num_classes must be at
+    least 2 (got -5)`), or was acted on (10**9 classes: an 8 TB classifier; `diverged: "yes"` dropped the
+    divergence warning). Each field is checked where the metadata is read."""
+    import numpy as np
+    meta = edit(dict(checkpoint.metadata("resnet50", 10, 32, False, False, {"quantize": False}), step=3))
+    prefix = str(tmp_path / "model.ckpt-3")
+    checkpoint.write(prefix, {checkpoint.GLOBAL_STEP_KEY: np.int64(3)}, meta)
+    with pytest.raises(UserError) as raised:
+        checkpoint.inspect(prefix)
+    assert str(raised.value).startswith(f"checkpoint {prefix}: damaged checkpoint_metadata (")
+    assert what in str(raised.value)

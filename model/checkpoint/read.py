@@ -342,6 +342,53 @@ def divergence_warning(record, what):
             "with a lower --lr_init or a larger --batch_size")
 
 
+def _integer(low, high):
+    return lambda value: isinstance(value, int) and not isinstance(value, bool) and low <= value <= high, \
+        "an integer from {:,} to {:,}".format(low, high)
+
+
+_SWITCH = (lambda value: isinstance(value, bool), "true or false")
+_RECORD = (lambda value: isinstance(value, dict), "a JSON object")
+# What each field of checkpoint_metadata (and of its `training` record) may hold; None (absent) is always allowed.
+# Beyond these bounds a value is damage, not a model: 10**9 classes asked Keras for an 8 TB classifier.
+_METADATA_FIELDS = {
+    "arch": (lambda value: value in ARCHITECTURES, "one of " + ", ".join(sorted(ARCHITECTURES))),
+    "num_classes": _integer(2, 1_000_000), "image_size": _integer(8, 8192),
+    "use_final_conv": _SWITCH, "input_normalized": _SWITCH, "training": _RECORD,
+    "diverged": (lambda value: isinstance(value, dict) and isinstance(value.get("step"), int)
+                 and isinstance(value.get("sign"), str), 'a {"step": N, "sign": "..."} record'),
+}
+_TRAINING_FIELDS = {
+    "quantize": _SWITCH, "symmetric": _SWITCH, "use_qdq": _SWITCH, "amp": _SWITCH,
+    "quant_delay": _integer(0, 2 ** 62), "images_per_step": _integer(1, 2 ** 40), "processes": _integer(1, 2 ** 20),
+    "train_images": _integer(0, 2 ** 50),
+    "moving_average_decay": (lambda value: isinstance(value, (int, float)) and not isinstance(value, bool)
+                             and 0 <= value < 1, "a number from 0 to 1"),
+    "schedule": _RECORD, "recipe": _RECORD, "data_stream": _RECORD,
+    "images_seen": (lambda value: isinstance(value, dict) and all(
+        isinstance(value.get(key), int) and value[key] >= 0 for key in ("step", "images")),
+        'a {"step": N, "images": N} record'),
+    "finetune_checkpoint": (lambda value: isinstance(value, str), "a path"),
+}
+
+
+def _checked_metadata(meta, path):
+    """`meta` (checkpoint_metadata, parsed) when each field it has holds what write.py writes there; else a
+    UserError naming the first that does not: a hand edit or damage, which no run can take for settings."""
+    def damaged(what):
+        return UserError(f"checkpoint {path}: damaged {METADATA_KEY} ({what}): it is no checkpoint of this port "
+                         "as written")
+    if not isinstance(meta, dict):
+        raise damaged("not a JSON object")
+    for record, fields, prefix in ((meta, _METADATA_FIELDS, ""), (meta.get("training") or {}, _TRAINING_FIELDS,
+                                                                  "training.")):
+        for name, (valid, expected) in fields.items():
+            value = record.get(name)
+            if value is not None and not valid(value):
+                raise damaged(f"{prefix}{name} {value!r:.80} is not {expected}")
+    return meta
+
+
 def inspect(path):
     """CheckpointInfo of the checkpoint at prefix `path` (see find_checkpoint)."""
     reader = open_reader(path)
@@ -360,6 +407,7 @@ def inspect(path):
             meta = json.loads(read_tensor(reader, METADATA_KEY, path).decode("utf-8"))
         except (ValueError, AttributeError) as error:
             raise UserError(f"checkpoint {path}: unreadable {METADATA_KEY} ({error})") from None
+        meta = _checked_metadata(meta, path)
         return CheckpointInfo(path, "named", step, meta.get("arch"), meta.get("num_classes"),
                               meta.get("use_final_conv"), meta.get("image_size"), meta.get("input_normalized"),
                               has_ranges, has_slots, has_averages,
