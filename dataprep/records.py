@@ -156,7 +156,7 @@ def make_example(item: ImageItem, encoded: bytes, height: int, width: int):
         "image/object/bbox/ymax": _floats([b[3] for b in boxes]),
         "image/object/bbox/label": _ints([item.label] * len(boxes)),
         "image/format": _bytes([b"JPEG"]),
-        "image/filename": _bytes([item.filename.encode("utf-8")]),
+        "image/filename": _bytes([item.filename.encode("utf-8", "surrogateescape")]),
         "image/encoded": _bytes([encoded]),
     }
     return tf.train.Example(features=tf.train.Features(feature=feature))
@@ -249,7 +249,7 @@ def fingerprint(items: Sequence[ImageItem], num_shards: int) -> str:
     for item in items:
         content = hashlib.sha256(item.data).hexdigest() if item.data is not None else ""
         digest.update(f"{item.path or item.filename}\t{item.label}\t{item.text}\t{item.bboxes}\t{content}\n"
-                      .encode("utf-8"))
+                      .encode("utf-8", "surrogateescape"))
     return digest.hexdigest()
 
 

@@ -846,3 +846,13 @@ def test_the_skipped_files_are_listed_sorted_not_shard_after_shard():
                              out=io.StringIO())
     assert text.splitlines()[1:] == ["  skipped d/a/x.jpg: r3", "  skipped d/a/y.jpg: r2", "  skipped d/b/z.jpg: r1",
                                      "  skipped d/loose.jpg: not inside a class folder"]
+
+
+def test_an_image_whose_name_is_not_utf8_is_written_with_its_name_as_stored():
+    """A file name with a byte that is not UTF-8 (Python reads it as a surrogate escape) stopped dataprep with a
+    UnicodeEncodeError in the shard fingerprint before anything was written; predict read the same file."""
+    from dataprep import records
+    item = records.ImageItem(filename="x\udcff.png", label=1, synset="cat", text="cat", path="/d/cat/x\udcff.png")
+    assert len(records.fingerprint([item], 1)) == 64
+    example = records.make_example(item, b"jpeg", 4, 4)
+    assert example.features.feature["image/filename"].bytes_list.value[0] == b"x\xff.png"
