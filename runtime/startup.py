@@ -35,20 +35,25 @@ def _cpu_replicas(environ=None):
     return replicas
 
 
-# Environment variables that change a run's arithmetic or its threads without a flag: TensorFlow's own
-# (TF_ENABLE_ONEDNN_OPTS, TF_NUM_INTRAOP_THREADS, ...), OpenMP's and oneDNN/MKL's. TF_CONFIG is recorded as the
-# engine's source instead (the rest of it is addresses).
-RECORDED_VARIABLE_PREFIXES = ("TF_", "OMP_", "KMP_", "MKL_", "ONEDNN_", "DNNL_")
-# Terraform's variables share the TF_ prefix (TF_TOKEN_* hold credentials): never recorded, nor any variable whose
-# name says it holds a secret.
-UNRECORDED_VARIABLE_PREFIXES = ("TF_CLI_", "TF_VAR_", "TF_TOKEN_", "TF_LOG", "TF_REGISTRY_", "TF_PLUGIN_",
-                                "TF_WORKSPACE", "TF_IN_AUTOMATION", "TF_INPUT", "TF_DATA_DIR", "TF_IGNORE", "TF_STATE_")
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "KEY")
+# Environment variables that change a run's arithmetic or its threads without a flag, by name: TensorFlow's
+# runtime switches, XLA's, and OpenMP's, oneDNN's and MKL's. A list of the known ones, not a prefix: other programs
+# share the TF_ prefix (Terraform and OpenTofu keep credentials and passphrases in TF_HTTP_*, TF_ENCRYPTION,
+# TF_TOKEN_*), and none of those belongs in a log. TF_CONFIG is recorded as the engine's source instead.
+RECORDED_VARIABLES = ("TF_ENABLE_ONEDNN_OPTS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS",
+                      "TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "TF_XLA_FLAGS", "XLA_FLAGS",
+                      "TF_ENABLE_AUTO_MIXED_PRECISION", "TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_ALLOCATOR",
+                      "TF_GPU_THREAD_MODE", "TF_GPU_THREAD_COUNT", "TF_CUDNN_USE_AUTOTUNE", "TF_CUDNN_USE_FRONTEND",
+                      "TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT", "TF_AUTOTUNE_THRESHOLD",
+                      "TF_ENABLE_WINOGRAD_NONFUSED", "TF_MKL_OPTIMIZE_PRIMITIVE_MEMUSE",
+                      "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", "TF_ONEDNN_USE_SYSTEM_ALLOCATOR",
+                      "TF_ONEDNN_THREADPOOL_USE_CALLER_THREAD", "TF_USE_LEGACY_KERAS", "CUDA_VISIBLE_DEVICES")
+RECORDED_VARIABLE_PREFIXES = ("OMP_", "KMP_", "MKL_", "ONEDNN_", "DNNL_")
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSPHRASE", "CREDENTIAL", "KEY")
 
 
 def _recorded_variable(name):
-    return (name.startswith(RECORDED_VARIABLE_PREFIXES) and name != "TF_CONFIG"
-            and not name.startswith(UNRECORDED_VARIABLE_PREFIXES) and not any(word in name for word in SECRET_WORDS))
+    return (name in RECORDED_VARIABLES or name.startswith(RECORDED_VARIABLE_PREFIXES)) and \
+        not any(word in name for word in SECRET_WORDS)
 
 
 def environment_parameters(engine=None, environ=None):

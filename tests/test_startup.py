@@ -176,8 +176,10 @@ def test_the_parameter_record_says_what_decides_the_arithmetic_beyond_the_flags(
     assert plain["environment"]["cpu_cores"] == number_ranges(cores)
     assert number_ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
     assert not any(name.startswith(("TF_CLI_", "TF_TOKEN_")) for name in plain["environment"]["variables"])
+    # Known switches only: Terraform's and OpenTofu's TF_ variables hold credentials and passphrases.
     assert [name for name in ("TF_ENABLE_ONEDNN_OPTS", "TF_TOKEN_app_terraform_io", "TF_CLI_CONFIG_FILE", "TF_CONFIG",
-                              "OMP_PROC_BIND", "MY_API_KEY") if startup._recorded_variable(name)] == [
-        "TF_ENABLE_ONEDNN_OPTS", "OMP_PROC_BIND"]  # Terraform's TF_ variables (credentials) are never recorded
+                              "TF_ENCRYPTION", "TF_HTTP_ADDRESS", "TF_HTTP_USERNAME", "OMP_PROC_BIND", "MY_API_KEY",
+                              "XLA_FLAGS") if startup._recorded_variable(name)] == [
+        "TF_ENABLE_ONEDNN_OPTS", "OMP_PROC_BIND", "XLA_FLAGS"]
     plain["environment"]["variables"] = one_thread["environment"]["variables"]
     assert plain == one_thread  # nothing else differs
