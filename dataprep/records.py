@@ -31,7 +31,7 @@ import sys
 from typing import Callable, Sequence
 
 from utils import pixels
-from utils.errors import UserError, first_line, on_interrupt
+from utils.errors import UserError, first_line, on_interrupt, printable
 from utils.logger import progress_enabled  # noqa: F401 - the dataprep tools' progress check
 from utils.output_paths import replaced_file
 from utils.tfrecord_framing import count_records
@@ -452,7 +452,7 @@ def summarize(split_results: dict[str, list[ShardResult]], pre_skipped: dict | N
             lines.append(f"{split}: {written} images in {len(results)} shard(s), {len(skipped)} skipped; "
                          f"{len(results) - resumed} shard(s) written now, {resumed} kept from the interrupted run")
         for name, reason in skipped:
-            lines.append(f"  skipped {name}: {reason}")
+            lines.append(f"  skipped {printable(name)}: {reason}")
     text = "\n".join(lines)
     print(text, file=out or sys.stdout)
     return text

@@ -10,7 +10,7 @@ from runtime.metrics import NON_FINITE_CAUSES
 from runtime import runner_utils
 from runtime.runner_utils import read_class_names
 from utils import data_utils, pixels
-from utils.errors import UserError, on_interrupt
+from utils.errors import UserError, on_interrupt, printable
 
 
 class PredictCounts:
@@ -33,7 +33,7 @@ def predict_files(predict_step, files, image_size, batch_size, class_names=None)
 
     def skip(path, reason):
         counts.failed += 1
-        print("SKIPPED {}: {}".format(path, reason), file=sys.stderr, flush=True)
+        print("SKIPPED {}: {}".format(printable(path), reason), file=sys.stderr, flush=True)
 
     ignored = getattr(files, "ignored", None)
     if ignored:
@@ -87,7 +87,7 @@ def format_prediction(filename, probabilities, top, class_names):
         if class_names is not None and index < len(class_names):
             name = " ({})".format(class_names[index])
         parts.append("{}{} {:.4f}".format(index, name, probabilities[index]))
-    return "{}: {}".format(filename, ", ".join(parts))
+    return "{}: {}".format(printable(filename), ", ".join(parts))
 
 
 def load_class_names(labels_file, config, warn=None):

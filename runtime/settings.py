@@ -527,7 +527,7 @@ def _note_unrecorded_training(info, note):
     and this port's before they were added): those notes cannot be said, so that is."""
     recorded = info.recorded_settings()
     missing = [what for key, what in _TRAINING_RECORDS if key not in recorded]
-    if missing:
+    if missing and info.has_optimizer_state:  # without it the resume is refused (no note before the error)
         note("Note: checkpoint {} does not record its training's {} ({}): whether this run continues them "
              "unchanged is not checked".format(info.path, ", ".join(missing[:-1]) + " or " + missing[-1]
                                                 if len(missing) > 1 else missing[0],

@@ -84,6 +84,22 @@ def test_a_plain_list_of_files_still_works(tmp_path, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_a_file_name_with_control_characters_is_printed_escaped_on_one_line(tmp_path, capsys):
+    """A newline in a file name forged a line of output (`FAKE.jpg: 0 (T-shirt) 1.0000`), an escape sequence
+    drove the terminal: both reached stdout and the SKIPPED lines raw."""
+    names = ["nl\nFAKE.jpg: 0 (T-shirt) 1.0000.jpg", "ansi\x1b]0;PWN\x07.jpg"]
+    images = photo_dir(tmp_path, names)
+    (images / "bad\x1b[31m.jpg").write_bytes(b"not an image")
+    counts = predict_files(fake_step, [str(images / name) for name in names + ["bad\x1b[31m.jpg"]], 16, 4)
+    assert (counts.predicted, counts.failed) == (2, 1)
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines[0].startswith(str(images / "nl\\nFAKE.jpg: 0 (T-shirt) 1.0000.jpg") + ": 3 ")
+    assert lines[1].startswith(str(images / "ansi\\x1b]0;PWN\\x07.jpg") + ": 3 ")
+    assert "\x1b" not in captured.out + captured.err
+    assert "SKIPPED {}: ".format(images / "bad\\x1b[31m.jpg") in captured.err
+
+
 def test_an_interrupt_says_how_many_files_were_predicted(tmp_path, capsys):
     images = photo_dir(tmp_path, ["a.jpg", "b.jpg", "c.jpg", "d.jpg", "e.jpg"])
     calls = []

@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import sys
+import unicodedata
 
 from utils import quiet
 
@@ -75,6 +76,14 @@ def doc_part(doc, part=0, separator="\n\n", rest=False):
 # What TensorFlow wraps an eager op's error message in: `{{function_node __wrapped__SaveV2_dtypes_1_device_/job:
 # localhost/replica:0/task:0/device:CPU:0}} <message> [Op:SaveV2]`. Only the message tells the user anything.
 _TF_OP_NOISE = re.compile(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]$")
+
+
+def printable(text):
+    """`text` (a file name, a name read from a file) with its control characters escaped (`\\n`, `\\x1b`): one line
+    per item, and nothing that drives the terminal (an escape sequence, a carriage return, a newline forging a
+    line of output)."""
+    return "".join(char.encode("unicode_escape").decode("ascii") if unicodedata.category(char) == "Cc" else char
+                   for char in str(text))
 
 
 def first_line(error):
