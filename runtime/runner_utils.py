@@ -51,13 +51,19 @@ def list_index_files(idx_dir, filenames):
 
 
 def check_index_matches(index_path, tfrecord_path):
-    """UserError unless the DALI index describes this TFRecord file: its last record (`<offset> <size>`) must end
-    where the file ends. An index of another dataset, or of the file before it was rewritten, fails this."""
+    """UserError unless the DALI index describes this TFRecord file: its records (`<offset> <size>` lines) must
+    follow each other from offset 0, each starting where the one before ends, and the last end where the file ends.
+    An index of another dataset, of the file before it was rewritten, or edited (DALI reads whatever it says: a
+    repeated line scored one record several times), fails this."""
     try:
         with open(index_path, encoding="ascii") as handle:
-            lines = [line.split() for line in handle if line.strip()]
-        end = int(lines[-1][0]) + int(lines[-1][1]) if lines else 0
-    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+            records = [tuple(int(field) for field in line.split()[:2]) for line in handle if line.strip()]
+        end = 0
+        for offset, size in records:
+            if offset != end or size <= 0:
+                raise ValueError("record at {} where {} was expected".format(offset, end))
+            end = offset + size
+    except (OSError, ValueError, TypeError, UnicodeDecodeError):
         end = None
     if end != os.path.getsize(tfrecord_path):
         count_records(tfrecord_path)  # a damaged shard is named as such (UserError), not blamed on its index

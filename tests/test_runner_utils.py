@@ -207,3 +207,29 @@ def test_a_labels_file_names_label_k_on_line_k_or_is_refused(tmp_path):
     path.write_bytes(b"T-shirt\rTrouser\n")  # a lone carriage return inside a line
     with pytest.raises(UserError, match="line 1 holds control characters"):
         read_class_names(str(path))
+
+
+@pytest.mark.parametrize("edit", ["repeat_first", "garbage_line", "offset_past_end"])
+def test_a_dali_index_edited_in_its_middle_is_refused(tmp_path, edit):
+    """Only the last line was checked: an index whose lines all named record 0 (DALI read it again and again)
+    changed evaluate's top-1 from 0.79 to 0.89 without a word; a line of garbage or an offset past the file's end
+    (a DALI traceback) likewise."""
+    from runtime.runner_utils import list_index_files
+    from tests._data_helpers import write_tfrecord_shards
+    from utils.tfrecord_framing import write_dali_index
+    shard = write_tfrecord_shards(str(tmp_path / "a"), "train", 1, 5, 32)[0]
+    index = str(tmp_path / "idx" / os.path.basename(shard))
+    (tmp_path / "idx").mkdir()
+    write_dali_index(shard, index)
+    assert list_index_files(str(tmp_path / "idx"), [shard]) == [index]
+    lines = open(index).read().splitlines()
+    if edit == "repeat_first":
+        lines = [lines[0]] * (len(lines) - 1) + lines[-1:]
+    elif edit == "garbage_line":
+        lines[2] = "abc def"
+    else:
+        lines[2] = "99999999999 {}".format(lines[2].split()[1])
+    with open(index, "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match=r"^DALI index .* does not describe"):
+        list_index_files(str(tmp_path / "idx"), [shard])
