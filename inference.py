@@ -339,7 +339,10 @@ def resolve_input_pixels(args, onnx_path, log, onnx_model=None):
     from model import export
     if onnx_path is None or args.model is None:
         return None, export.RAW  # a SavedModel: its serving signature takes raw pixels (export.save_saved_model)
-    pixels, known_from = export.onnx_input_pixels(onnx_model if onnx_model is not None else _load_onnx(onnx_path))
+    try:
+        pixels, known_from = export.onnx_input_pixels(onnx_model if onnx_model is not None else _load_onnx(onnx_path))
+    except UserError as error:
+        raise UserError(f"--model {args.model}: {error}") from None
     if pixels is None:
         if args.normalized_input:
             pixels = export.NORMALIZED

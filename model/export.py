@@ -562,8 +562,21 @@ def onnx_input_pixels(model_proto):
     else (None, None): nothing says, e.g. the conversion of the original's frozen graph, which expects normalised
     input."""
     recorded = _metadata(model_proto, INPUT_PIXELS)
+    normalises = _holds_channel_means(model_proto)
+    if recorded == NORMALIZED and normalises:
+        # fed normalised pixels, the graph would normalise them again: top-1 0.81 -> 0.10, without a word
+        raise UserError("its metadata says it takes normalised pixels, but its graph holds the input normalisation "
+                        "(the channel means) and so takes raw ones: the metadata was edited or is wrong; export it "
+                        "again")
     if recorded is not None:
         return recorded, "its metadata"
+    if normalises:
+        return RAW, "the normalisation's channel means in its graph"
+    return None, None
+
+
+def _holds_channel_means(model_proto):
+    """Whether an ONNX graph holds the input normalisation's channel means (a float tensor of 3 values)."""
     from onnx import numpy_helper
     import numpy as np
     from utils.image_processing import CHANNEL_MEANS
@@ -571,11 +584,8 @@ def onnx_input_pixels(model_proto):
     tensors = list(model_proto.graph.initializer) + [
         attribute.t for node in model_proto.graph.node if node.op_type == "Constant"
         for attribute in node.attribute if attribute.name == "value"]
-    for tensor in tensors:
-        if tensor.data_type == 1 and int(np.prod(tensor.dims)) == 3 and \
-                np.allclose(numpy_helper.to_array(tensor).ravel(), means, atol=1e-3):
-            return RAW, "the normalisation's channel means in its graph"
-    return None, None
+    return any(tensor.data_type == 1 and int(np.prod(tensor.dims)) == 3 and
+               np.allclose(numpy_helper.to_array(tensor).ravel(), means, atol=1e-3) for tensor in tensors)
 
 
 def _rename_io(model_proto, old_inputs, new_inputs, old_outputs, new_outputs):

@@ -258,6 +258,12 @@ def test_a_frozen_graph_and_its_onnx_say_whether_they_take_raw_or_normalised_pix
             assert lines[-1].startswith(f"Wrote binary GraphDef {output}, replacing the file there: input 'input' ")
             result = run_cli("export_onnx.py", "--input", output, "--output", onnx_path)
             assert result.stdout.startswith(f"Wrote {onnx_path}, replacing the file there (opset 17, ")
+        if not normalized:  # a record edited to say the contrary of the graph is refused, not obeyed
+            edited = onnx.ModelProto.FromString(proto.SerializeToString())
+            next(prop for prop in edited.metadata_props if prop.key == "input_pixels").value = "normalized"
+            with pytest.raises(UserError, match="^its metadata says it takes normalised pixels, but its graph holds "
+                                                "the input normalisation"):
+                export.onnx_input_pixels(edited)
         del proto.metadata_props[:]  # an ONNX model of an earlier export, or of the original's frozen graph
         assert export.onnx_input_pixels(proto) == ((None, None) if normalized else
                                                    ("raw", "the normalisation's channel means in its graph"))
