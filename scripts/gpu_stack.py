@@ -257,7 +257,7 @@ def installed(distribution):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0] or None, allow_abbrev=False)
     parser.add_argument("what", choices=("check", "report"))
     args = parser.parse_args(argv)
     facts, problems = check() if args.what == "check" else report()

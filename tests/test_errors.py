@@ -419,7 +419,7 @@ def test_a_tools_help_text_comes_from_its_docstring_and_survives_python_oo():
     assert doc_part(None) is None and doc_part(None, 2, rest=True) is None and doc_part("One.", 2) is None
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     indexing = re.compile(r"__doc__\s*\.\s*split|__doc__\s*\[")
-    sources = [os.path.join(directory, name) for top in ("", "dataprep", "model", "runtime", "utils")
+    sources = [os.path.join(directory, name) for top in ("", "dataprep", "model", "runtime", "utils", "scripts")
                for directory in [os.path.join(root, top)] for name in sorted(os.listdir(directory))
                if name.endswith(".py")]
     assert [path for path in sources if indexing.search(open(path, encoding="utf-8").read())] == []
