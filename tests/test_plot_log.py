@@ -97,6 +97,22 @@ def test_resumed_log_keeps_the_later_record_of_a_step(tmp_path):
     assert [(r["global_step"], r["cross_entropy"]) for r in rows] == [(1, 5.0), (2, 3.9), (3, 2.9), (4, 2.0)]
 
 
+def test_damaged_lines_are_left_out_and_counted(tmp_path, capsys):
+    """A line edited or damaged into another shape (a list, a step of text or of 1e999, a loss of text) was a
+    traceback (AttributeError, ValueError, OverflowError, TypeError)."""
+    log_path = tmp_path / "log.json"
+    logged = write_training_log(log_path, epochs=1, evaluate=False)
+    with open(log_path, "a") as handle:
+        handle.write('DLLL [1, 2]\n'
+                     'DLLL {"type": "LOG", "step": [0, "x"], "data": {"cross_entropy": 1}}\n'
+                     'DLLL {"type": "LOG", "step": [0, 1e999], "data": {"cross_entropy": 1}}\n'
+                     'DLLL {"type": "LOG", "step": [0, 99], "data": {"cross_entropy": "abc"}}\n'
+                     'DLLL {"type": "LOG", "step": [0, 98], "data": {"learning_rate": [1]}}\n')
+    rows = plot_log.run(str(log_path), str(tmp_path / "curves.png"))
+    assert [row["global_step"] for row in rows] == [step for (_, step), _ in logged]
+    assert "left out 3 damaged lines (not a record as main.py writes them): lines " in capsys.readouterr().out
+
+
 def test_benchmark_log_plots_total_ips(tmp_path, monkeypatch):
     from matplotlib.figure import Figure
     figures = []

@@ -143,17 +143,32 @@ def _ends_with_torn_line(path):
         return handle.read(1) != b"\n"
 
 
-def read_log(path):
-    """Parses a `DLLL` log file into a list of dicts (the inverse of the JSON backend); skips a torn last line."""
+def _well_formed(record):
+    """Whether a parsed DLLL line has the shape the JSON backend writes: an object whose `data` is an object and
+    whose `step` is PARAMETER or a list of integers (a hand edit or a damaged disk gives other things)."""
+    if not isinstance(record, dict) or not isinstance(record.get("data", {}), dict):
+        return False
+    step = record.get("step")
+    return step is None or isinstance(step, str) or (
+        isinstance(step, list) and all(isinstance(part, int) and not isinstance(part, bool) for part in step))
+
+
+def read_log(path, damaged=None):
+    """Parses a `DLLL` log file into a list of dicts (the inverse of the JSON backend); skips a torn last line and
+    any line that is not a record as the backend writes them, whose numbers are appended to `damaged` (a list)."""
     records = []
     with open(path, encoding="utf-8") as handle:
-        for line in handle:
+        for number, line in enumerate(handle, 1):
             if not line.startswith("DLLL "):
                 continue
             try:
-                records.append(json.loads(line[5:]))
+                record = json.loads(line[5:])
             except json.JSONDecodeError:
                 continue
+            if _well_formed(record):
+                records.append(record)
+            elif damaged is not None:
+                damaged.append(number)
     return records
 
 

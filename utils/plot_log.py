@@ -67,10 +67,15 @@ def load_log(path):
         raise UserError("log file {} does not exist".format(path))
     if not os.path.isfile(path):
         raise UserError("{} is not a file (pass the DLLL log, e.g. results/log.json)".format(path))
+    damaged = []
     try:
-        records = read_log(path)
+        records = read_log(path, damaged)
     except UnicodeDecodeError:
         raise UserError("{} is not a text DLLL log".format(path)) from None
+    if damaged:
+        print("Note: {} left out {} damaged line{} (not a record as main.py writes them): line{} {}".format(
+            path, len(damaged), "s" * (len(damaged) > 1), "s" * (len(damaged) > 1),
+            ", ".join(map(str, damaged[:10])) + (", ..." if len(damaged) > 10 else "")))
     logs = [r for r in records if r.get("type") == "LOG" and isinstance(r.get("data"), dict)]
     if not logs:
         if records:  # METADATA lines only: a log cut before the run's first record (its PARAMETER)
@@ -169,9 +174,12 @@ def step_table(records):
             continue
         row = {column: None for column in CSV_COLUMNS}
         row["epoch"], row["global_step"] = int(step[0]), int(step[1])
-        for key in TRAIN_KEYS + (BENCHMARK_KEY,):
-            if key in data:
-                row[key] = float(data[key])
+        try:
+            for key in TRAIN_KEYS + (BENCHMARK_KEY,):
+                if key in data:
+                    row[key] = float(data[key])
+        except (TypeError, ValueError):  # a value edited or damaged into a non-number: not a point of the curves
+            continue
         rows[(kind, row["global_step"])] = row  # later record of the same step wins (resume)
     return [rows[key] for key in sorted(rows, key=lambda k: (k[0] != "train", k[1]))]
 
