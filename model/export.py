@@ -22,7 +22,7 @@ import shutil
 import time
 import uuid
 
-from utils.errors import UserError, first_line, on_interrupt
+from utils.errors import UserError, first_line, on_interrupt, printable
 from utils.output_paths import replaced_path
 from utils.run_lock import missing_directories
 
@@ -134,10 +134,11 @@ def describe_source(source):
     names = source.get("class_names") or []
     named = " ({}{})".format(", ".join('"{}"'.format(name) for name in names[:3]), ", ..." if len(names) > 3 else "") \
         if names else ""
-    return "{}, {} classes{}, {size}x{size}, {}{}".format(
+    # a record is read from the export's own files: what it holds reaches the terminal escaped, and shortened
+    return printable("{}, {} classes{}, {size}x{size}, {}{}".format(
         source.get("arch"), source.get("num_classes"), named, origin,
         ", quantisation-aware (fake-quantised{})".format(", symmetric" if source.get("symmetric") else "")
-        if source.get("quantized") else "", size=source.get("image_size"))
+        if source.get("quantized") else "", size=source.get("image_size")))[:1000]
 
 
 def _resource_variable(variable):

@@ -195,3 +195,16 @@ def test_damaged_metadata_is_one_line_naming_the_field(tmp_path, edit, what):
         checkpoint.inspect(prefix)
     assert str(raised.value).startswith(f"checkpoint {prefix}: damaged checkpoint_metadata (")
     assert what in str(raised.value)
+
+
+def test_text_a_checkpoint_or_its_state_file_holds_is_printed_escaped(tmp_path):
+    """The divergence record's sign and a checkpoint name from the state file reached the terminal raw (an escape
+    sequence could retitle the window, clear the screen or hide the rest of the line)."""
+    warning = checkpoint.divergence_warning({"step": 3, "sign": "\x1b]0;PWN\x07\x1b[2Jred"}, "checkpoint m")
+    assert "\x1b" not in warning and "(\\x1b]0;PWN\\x07\\x1b[2Jred)" in warning
+    model = build_model("resnet50", num_classes=2, image_size=32)
+    save_named(tmp_path, model, step=7)
+    checkpoint.write_state_file(str(tmp_path), ["model.ckpt-7", "model.ckpt-9\x1b[2J"])
+    warned = []
+    assert checkpoint.latest_checkpoint(str(tmp_path), warn=warned.append).endswith("model.ckpt-7")
+    assert len(warned) == 1 and "\x1b" not in warned[0] and "model.ckpt-9\\x1b[2J" in warned[0]

@@ -291,6 +291,9 @@ def test_an_export_records_the_class_names_kept_beside_its_checkpoint(tmp_path, 
     assert source["class_names"] == names
     assert export.describe_source(source).startswith(
         f'resnet50, {NUM_CLASSES} classes ("class 0, the 0th", "class 1, the 1th", "class 2, the 2th", ...), ')
+    # An edited record's text reaches the terminal escaped (inference.py's Model line), and shortened.
+    edited = dict(source, class_names=["\x1b]0;PWN\x07X" + "y" * 2_000_000], checkpoint="\x1b[31m/x")
+    assert "\x1b" not in export.describe_source(edited) and len(export.describe_source(edited)) == 1000
     (tmp_path / "run" / "labels.txt").write_text("".join(f"{i}\n" for i in range(NUM_CLASSES + 1)))
     export_frozen_graph.export(export_args("resnet50", output, "--checkpoint", prefix), log=lambda *_: None)
     assert "class_names" not in export.graph_source(load_graph_def(output))

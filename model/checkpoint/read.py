@@ -20,7 +20,7 @@ import tensorflow as tf
 from model.layers.batch_norm import BN_MOMENTUM
 from model.resnet import ARCHITECTURES
 from utils.ema import EMA_SUFFIX
-from utils.errors import UserError, first_line, reset_with_each_command
+from utils.errors import UserError, first_line, printable, reset_with_each_command
 
 METADATA_KEY = "checkpoint_metadata"
 GLOBAL_STEP_KEY = "global_step"
@@ -172,8 +172,8 @@ def latest_checkpoint(directory, warn=print):
             for bad in skipped:
                 if os.path.abspath(bad) not in _reported:
                     _reported.add(os.path.abspath(bad))
-                    warn(f"WARNING: checkpoint {bad} {_what_is_missing(bad)}; using the newest complete one, "
-                         f"{prefix}")
+                    warn(f"WARNING: checkpoint {printable(bad)[:1000]} {_what_is_missing(bad)}; using the newest "
+                         f"complete one, {prefix}")
             return prefix
         skipped.append(prefix)
     if skipped:
@@ -337,7 +337,8 @@ def divergence_warning(record, what):
     {"step": N, "sign": what showed it}) says the training of `what` diverged; else None."""
     if not isinstance(record, dict) or "step" not in record:
         return None
-    return (f"WARNING: {what} comes from a training that diverged at step {record['step']} ({record.get('sign')}) "
+    return (f"WARNING: {what} comes from a training that diverged at step {record['step']} "
+            f"({printable(record.get('sign'))[:300]}) "
             "and had not recovered: its outputs are not to be trusted, however confident they look; train it again "
             "with a lower --lr_init or a larger --batch_size")
 
