@@ -173,9 +173,10 @@ def check_mode_arguments(config):
         require_data_dir(config.data_dir, "validation")
     if config.data_dir is not None and not os.path.isdir(config.data_dir):
         raise UserError("--data_dir {} does not exist or is not a directory".format(config.data_dir))
-    from utils.output_paths import check_output_dir, check_output_file
+    from utils.output_paths import check_output_dir, check_output_file, check_unexpanded_home
     check_output_dir("--results_dir", config.results_dir, default=RunConfig.results_dir)  # the log
     if os.path.dirname(config.log_filename):  # (an absolute path, or one into a sub-directory, goes elsewhere)
+        check_unexpanded_home("--log_filename", config.log_filename)  # joined to --results_dir it is no longer first
         check_output_file("--log_filename", config.log_path)
     if config.mode in TRAINING_MODES:
         check_output_dir("--model_dir", config.model_dir)

@@ -408,3 +408,15 @@ def test_the_accuracy_panel_shares_the_training_panels_step_axis(tmp_path):
     axis = Figure().subplots()
     plot_log._plot_accuracy(axis, finals, None, "Accuracy")
     assert axis.get_xlim() == (1099.0, 1101.0)
+
+
+def test_outputs_are_checked_before_the_plot(tmp_path, monkeypatch):
+    """`--output=~/c.png` (no expansion after '=') created ./~/c.png, and an output path going up out of a missing
+    directory was refused only after the plot was drawn."""
+    monkeypatch.chdir(tmp_path)
+    write_training_log(tmp_path / "log.json", epochs=1)
+    with pytest.raises(plot_log.UserError, match="^--output ~/c.png starts with ~, which the shell did not expand"):
+        plot_log.run("log.json", "~/c.png")
+    with pytest.raises(plot_log.UserError, match="^--csv missing/../c.csv cannot be created: it goes up out of"):
+        plot_log.run("log.json", "c.png", "missing/../c.csv")
+    assert sorted(os.listdir(tmp_path)) == ["log.json"]

@@ -1059,3 +1059,13 @@ def test_a_resume_that_changes_the_images_per_step_and_the_stream_says_each_chan
         assert lines[2:] == ([] if seed is None else [
             "Note: DALI's input cannot skip to step 3: this resume reads its data stream from the start, so it is "
             "not the exact continuation --seed gives on the TFRecord input"])
+
+
+def test_a_log_filename_with_a_tilde_the_shell_left_is_refused(tmp_path, monkeypatch):
+    """`--log_filename=~/l.json` was checked joined to --results_dir, where `~` is no longer first: the run wrote
+    <results_dir>/~/l.json without a word."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match="^--log_filename ~/l.json starts with ~, which the shell did not expand"):
+        settings.check_mode_arguments(RunConfig(mode="train", batch_size=2, data_dir=str(tmp_path),
+                                                results_dir=str(tmp_path / "r"),
+                                                log_filename="~/l.json"))

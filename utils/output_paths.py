@@ -54,7 +54,7 @@ def _check_parent_links(flag, path):
         prefix = os.path.join(prefix, part) if part else prefix
 
 
-def _check_unexpanded_home(flag, path):
+def check_unexpanded_home(flag, path):
     """UserError for a new path starting with `~`: the shell expands it only at the start of a word, not after
     `--flag=`, so `--results_dir=~/runs` would create a directory named `~` in the current one."""
     first = path.split(os.sep)[0]
@@ -66,7 +66,7 @@ def _check_unexpanded_home(flag, path):
 def _check_can_create_in(flag, path, parent):
     """UserError unless `parent` (where `path` or its first missing ancestor would be created) is a writable
     directory."""
-    _check_unexpanded_home(flag, path)
+    check_unexpanded_home(flag, path)
     _check_parent_links(flag, path)
     ancestor = _existing_ancestor(parent)
     if not os.path.isdir(ancestor):

@@ -29,7 +29,7 @@ import sys
 from runtime.settings import RECIPE_FLAGS, SCHEDULE_FLAGS, TRAINING_STATE
 from utils.errors import ArgumentParser, UserError, command, doc_part
 from utils.logger import read_log
-from utils.output_paths import replaced_file
+from utils.output_paths import check_output_file, replaced_file
 
 TRAIN_KEYS = ("imgs_per_sec", "cross_entropy", "l2_loss", "total_loss", "learning_rate")
 BENCHMARK_KEY = "total_ips"
@@ -424,6 +424,9 @@ def _why_no_steps(parameters):
 
 def run(log_path, output, csv_path=None):
     """The whole tool as a function: returns the per-step rows it plotted."""
+    for flag, path in (("--output", output), ("--csv", csv_path)):
+        if path:
+            check_output_file(flag, path)  # before the (slow) plot
     records, parameters, left_out = load_log(log_path)
     if left_out:
         print("Note: {}".format(left_out))
