@@ -169,3 +169,21 @@ def test_the_current_directory_as_a_flags_default_is_named_as_such(tmp_path, mon
         f"--results_dir . is on a read-only file system (. is the current directory, {os.getcwd()}, and the flag's "
         "default when it is not given): give --results_dir a writable directory, or run from one")
     assert error(output_paths.check_output_dir, "--model_dir", ".") == "--model_dir . is on a read-only file system"
+
+
+def test_a_replaced_link_keeps_the_link_and_a_device_is_written_directly(tmp_path):
+    """The atomic replace renamed its temporary over the path: a symbolic link became a regular file (its target
+    left as it was), and as root `--csv /dev/stdout` replaced the machine's /dev/stdout by a file."""
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "curves.csv").write_text("old")
+    (tmp_path / "link.csv").symlink_to(tmp_path / "shared" / "curves.csv")
+    with output_paths.replaced_file(str(tmp_path / "link.csv")) as handle:
+        handle.write("new")
+    assert os.path.islink(tmp_path / "link.csv") and (tmp_path / "shared" / "curves.csv").read_text() == "new"
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    with output_paths.replaced_file("/dev/fd/{}".format(write)) as handle:
+        handle.write("to a pipe")
+    os.close(write)
+    assert os.read(read, 100) == b"to a pipe"
+    os.close(read)

@@ -120,7 +120,18 @@ def replaced_path(path, temporary=None):
     no `train-*` or `*.jpg` pattern matches) and renames it over `path` when the block ends, so `path` is absent, its
     previous version or complete, never half-written. An OSError (a full disk) is one UserError, `cannot write
     <path>: <reason>`; on any exception, an interrupt included, the temporary is removed, with any file the writer
-    named after it (tf.io.write_graph's own `<temporary>.tmp<hex>`)."""
+    named after it (tf.io.write_graph's own `<temporary>.tmp<hex>`). A symbolic link's target is what is replaced
+    (the link stays), and a device or a pipe (`/dev/stdout`) is written directly."""
+    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):  # (links followed)
+        # a device or a pipe (`--csv /dev/stdout`): written as it is; replaced by a file, /dev/stdout of the whole
+        # machine became one (as root)
+        try:
+            yield path
+        except OSError as error:
+            raise UserError("cannot write {}: {}".format(path, error.strerror or first_line(error))) from None
+        return
+    if os.path.islink(path):  # the file the link names is replaced, not the link by a file
+        path, temporary = os.path.realpath(path), None
     if temporary is None:
         directory, name = os.path.split(path)
         temporary = os.path.join(directory, ".{}.tmp-{}".format(name, uuid.uuid4().hex))
