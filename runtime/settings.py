@@ -60,8 +60,9 @@ class RunSettings:
     adopted: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # {field: value} taken from a checkpoint
 
     def parameters(self):
-        """The settings the PARAMETER log line records besides the flags: what was read, and from where."""
-        record = {}
+        """The settings the PARAMETER log line records besides the flags: what was read, and from where, and the
+        directory the run's relative paths (the flags as typed) are relative to."""
+        record = {"working_directory": os.getcwd()}
         if self.checkpoint is not None:
             record["checkpoint"] = self.checkpoint.path
         if self.finetune is not None:  # the settings below then come from it

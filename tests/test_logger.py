@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from utils.logger import DLLogger, last_training_step, read_log
+from utils.logger import DLLogger, last_training_step, logged_path, read_log
 
 
 def test_json_and_stdout_formats(tmp_path, capsys):
@@ -120,3 +120,18 @@ def test_the_last_training_step_of_a_model_dir_is_read_from_its_trainings_in_the
         handle.write('DLLL [1, 2]\nDLLL {"step": [0, "x"], "data": {"cross_entropy": 1}}\n'
                      'DLLL {"step": [0, 1e999], "data": {"cross_entropy": 1}}\nDLLL {"step": [0, 9], "data": 3}\n')
     assert last_training_step(str(path), model_dir) == 5
+
+
+def test_a_relative_model_dir_is_taken_relative_to_the_working_directory_its_run_recorded(tmp_path, monkeypatch):
+    """`--model_dir m` typed in /a and resumed as `--model_dir a/m` from the parent is one model_dir; a log of
+    before the working directory was recorded reads relative paths from this process's directory."""
+    path = tmp_path / "log.json"
+    write_training_log(path, [({"mode": "train", "model_dir": "m", "working_directory": str(tmp_path / "a")},
+                               [1, 9])])
+    monkeypatch.chdir(tmp_path)
+    assert last_training_step(str(path), "a/m") == 9
+    assert last_training_step(str(path), "m") is None  # tmp_path/m is another directory
+    assert logged_path({"model_dir": "m/", "working_directory": "/x/y"}, "model_dir") == "/x/y/m"
+    assert logged_path({"model_dir": "m"}, "model_dir") == str(tmp_path / "m")
+    assert logged_path({"model_dir": "m", "working_directory": 3}, "model_dir") == str(tmp_path / "m")
+    assert logged_path({"model_dir": None}, "model_dir") is None

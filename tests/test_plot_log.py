@@ -268,6 +268,32 @@ def test_trainings_into_other_model_dirs_on_one_log_plot_the_last_and_a_resume_s
                         "file (the others: /runs/a)")
 
 
+def test_a_resume_from_another_working_directory_stays_one_training(tmp_path):
+    """`--model_dir m` trained in /runs and resumed as `--model_dir runs/m` from / are one model_dir: the relative
+    paths are read against the working directory each run recorded. The training plotted is the one logged last."""
+    log_path = tmp_path / "log.json"
+    logger = DLLogger(str(log_path), stdout=False)
+    for model_dir, cwd, steps in (("m", "/runs", range(1, 4)), ("runs/m", "/", range(4, 6)),
+                                  ("m", "/elsewhere", range(1, 3))):
+        logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "train", "model_dir": model_dir,
+                                           "working_directory": cwd})
+        for step in steps:
+            logger.log(step=(0, step), data={"cross_entropy": 1.0, "learning_rate": 0.1})
+    logger.close()
+    records, parameters, left_out = plot_log.load_log(str(log_path))
+    assert left_out == ("plotted the training into model_dir /elsewhere/m, the last of 2 trainings logged to the "
+                        "same file (the others: /runs/m)")
+    logger = DLLogger(str(log_path), stdout=False)
+    logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "train", "model_dir": "../runs/m",
+                                       "working_directory": "/elsewhere"})
+    logger.log(step=(0, 6), data={"cross_entropy": 1.0, "learning_rate": 0.1})
+    logger.close()
+    records, parameters, left_out = plot_log.load_log(str(log_path))
+    assert [row["global_step"] for row in plot_log.step_table(records)] == [1, 2, 3, 4, 5, 6]
+    assert left_out == ("plotted the training into model_dir /runs/m, the last of 2 trainings logged to the same "
+                        "file (the others: /elsewhere/m)")  # the model_dir trained last, not the one first seen last
+
+
 def test_a_log_without_steps_says_which_tool_or_mode_wrote_it(tmp_path, capsys):
     """The reason a log has nothing to plot names what wrote it: inference.py (a real run of it), an evaluation or a
     predict, or a benchmark that ran no step past its warm-up (PARAMETER records as main.py writes them)."""

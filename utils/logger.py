@@ -172,9 +172,23 @@ def read_log(path, damaged=None):
     return records
 
 
+def logged_path(parameters, name):
+    """The absolute form of the path flag `name` of a run's PARAMETER record, or None: a relative path is taken
+    relative to the record's working_directory (logs of before 2026-12-06 do not record it: then relative to this
+    process's)."""
+    path = parameters.get(name)
+    if not isinstance(path, str) or not path:
+        return None
+    base = parameters.get("working_directory")
+    if isinstance(base, str) and os.path.isabs(base):
+        return os.path.normpath(os.path.join(base, path))
+    return os.path.abspath(path)
+
+
 def last_training_step(path, model_dir):
     """The last training step the DLLL log at `path` records for trainings into `model_dir` (their PARAMETER
-    record's model_dir, or results_dir in logs of before model_dir was recorded), or None: none, or no such log."""
+    record's model_dir, or results_dir in logs of before model_dir was recorded; relative to the run's working
+    directory), or None: none, or no such log."""
     try:
         records = read_log(path)
     except (OSError, UnicodeDecodeError):
@@ -185,9 +199,8 @@ def last_training_step(path, model_dir):
             continue  # a damaged line: it only fed a Note
         step, data = record.get("step"), record["data"]
         if step == "PARAMETER":
-            where = data.get("model_dir") or data.get("results_dir")
-            ours = data.get("mode") in ("train", "train_and_evaluate") and isinstance(where, str) and \
-                os.path.abspath(where) == target
+            where = logged_path(data, "model_dir" if data.get("model_dir") else "results_dir")
+            ours = data.get("mode") in ("train", "train_and_evaluate") and where == target
             if ours:
                 last, session = session if session is not None else last, None
         elif ours and isinstance(step, list) and len(step) == 2 and "cross_entropy" in data and \

@@ -28,7 +28,7 @@ import sys
 
 from runtime.settings import RECIPE_FLAGS, SCHEDULE_FLAGS, TRAINING_STATE
 from utils.errors import ArgumentParser, UserError, command, doc_part
-from utils.logger import read_log
+from utils.logger import logged_path, read_log
 from utils.output_paths import check_output_file, replaced_file
 
 TRAIN_KEYS = ("imgs_per_sec", "cross_entropy", "l2_loss", "total_loss", "learning_rate")
@@ -118,17 +118,18 @@ def _has_steps(run):
 def _last_training(runs):
     """(the runs of the last training's model_dir, a line naming the trainings left out or None). Trainings into
     other model_dirs that shared a --results_dir (so its log) are other models: their steps would interleave with
-    this one's in one curve. A resume is the same model_dir, and stays, however its path was spelt (`m` and `m/`),
+    this one's in one curve. A resume is the same model_dir, and stays, however its path was spelt (`m` and `m/`, or
+    relative to another working directory),
     and when a run logged `model_dir` null (older versions did when --model_dir was not given: it then defaulted to
     --results_dir, so null means that run's results_dir).
     """
     def model_dir(run):
         parameters = run[0] or {}
-        path = parameters.get("model_dir") or parameters.get("results_dir")
-        return os.path.normpath(path) if isinstance(path, str) and path else path
+        return logged_path(parameters, "model_dir" if parameters.get("model_dir") else "results_dir")
 
-    trainings = list(dict.fromkeys(model_dir(run) for run in runs
-                                   if _mode(run) in ("train", "train_and_evaluate") and _has_steps(run)))
+    # In the order of their last training (model_dir a, then b, then a resumed: a is the last).
+    trainings = list(reversed(dict.fromkeys(reversed([
+        model_dir(run) for run in runs if _mode(run) in ("train", "train_and_evaluate") and _has_steps(run)]))))
     if len(trainings) <= 1:
         return runs, None
     last = trainings[-1]
