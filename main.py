@@ -56,6 +56,10 @@ def run(argv=None, runner_class=None, own_process=False):
 
     from utils import engines
     requested = engines.detect_engine()
+    # A partial launcher environment (SLURM_STEP_NUM_TASKS=2 without the rest of srun's variables) is named as such
+    # before the inference modes refuse several processes: otherwise predict blamed "several GPUs" for a stale
+    # variable. Horovod's MPI-launched case needs horovod imported (init_engine checks it), the others do not.
+    engines.check_launch_environment(requested, horovod_over_mpi=True)
     run_settings.check_single_process(config, requested.size)  # before TensorFlow is imported
 
     from runtime import startup

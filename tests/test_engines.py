@@ -26,7 +26,7 @@ def test_choosing_the_engine_imports_no_tensorflow_and_inference_refuses_several
     code = "import sys; from utils import engines; engines.detect_engine(); print('tensorflow' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           check=True).stdout.strip() == "False"
-    env = child_env(HOROVOD_SIZE="2", PYTHONPROFILEIMPORTTIME="1")
+    env = child_env(OMPI_COMM_WORLD_SIZE="2", PYTHONPROFILEIMPORTTIME="1")  # what mpirun sets: complete
     result = subprocess.run([sys.executable, "main.py", "--mode", "predict", "--to_predict", os.devnull,
                              "--batch_size", "1"],
                             cwd=ROOT, env=env, capture_output=True, text=True)
@@ -67,3 +67,22 @@ def test_a_partial_slurm_or_horovod_environment_is_one_line_naming_what_is_set_a
     with pytest.raises(UserError, match="unset OMPI_COMM_WORLD_SIZE$"):  # a Horovod without MPI needs the Gloo set
         engines.check_launch_environment(engines.detect_engine(mpi), horovod_over_mpi=False, environ=mpi)
     assert engines.detect_engine({}).describe() == "single (no launcher variable set)"
+
+
+def test_inference_under_a_partial_launcher_environment_is_refused_for_that_not_for_several_gpus(monkeypatch):
+    """`main.py --mode predict` with a stale SLURM_STEP_NUM_TASKS=2 (or HOROVOD_SIZE=2) and not the rest of what srun
+    (horovodrun) sets was refused with the original's "Only single GPU inference is implemented.", which sent the
+    user looking for GPUs; the line now names the variables set and missing, as the training modes' does."""
+    from tests._cli import main_in_process
+    for name in ("TF_CONFIG", "RN50_ENGINE") + engines.MPI_SIZE_VARIABLES + engines.SLURM_STEP_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for partial, named in (({"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "2"},
+                            "SLURM_STEP_NUM_TASKS=2 asks for the multi_worker engine over 2 processes started by srun"),
+                           ({"HOROVOD_SIZE": "2"}, "HOROVOD_SIZE=2 asks for the horovod engine over 2 processes")):
+        with monkeypatch.context() as patch:
+            for name, value in partial.items():
+                patch.setenv(name, value)
+            result = main_in_process("--mode", "predict", "--to_predict", os.devnull, "--batch_size", "1", check=False)
+        assert result.returncode == 2
+        assert result.stderr.startswith("ERROR: " + named) and "Only single GPU" not in result.stderr, result.stderr
+        assert len(result.stderr.splitlines()) == 1
