@@ -130,6 +130,33 @@ def test_sigterm_raises_terminated_is_one_line_and_status_143_then_the_handler_i
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_sighup_outside_the_training_loop_is_one_line_and_status_129_and_nohup_s_stays(capsys):
+    """A closed terminal's SIGHUP during start-up, an evaluation, predict or an export: its default action killed the
+    process at once, status 129 and no line (the training loop alone handled it). It now ends the command as SIGTERM
+    does, with the line naming SIGHUP and 129; a SIGHUP set to be ignored (`nohup`) stays ignored."""
+    previous = signal.getsignal(signal.SIGHUP)
+
+    @command
+    def main(argv=None):
+        with on_interrupt("no output written"):
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(30)  # the handler raises Terminated here, at once
+        raise AssertionError("not reached")
+
+    started = time.monotonic()
+    assert main() == 129
+    assert time.monotonic() - started < 10
+    assert capsys.readouterr().err == "INTERRUPTED: {} stopped by SIGHUP; no output written\n".format(__name__)
+    assert signal.getsignal(signal.SIGHUP) is previous
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        seen = []
+        command(lambda argv: seen.append(signal.getsignal(signal.SIGHUP)))()
+        assert seen == [signal.SIG_IGN]
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_while_tensorflow_traces_is_raised_when_the_tracing_is_over(capsys, signum):
     """TensorFlow's C++ graph building calls back into Python while it traces, and an exception raised in such a

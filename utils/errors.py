@@ -16,7 +16,7 @@ import unicodedata
 from utils import quiet
 
 # The shell's convention for a process ended by a signal: 128 + the signal number.
-INTERRUPT_STATUS = {signal.SIGINT: 128 + signal.SIGINT, signal.SIGTERM: 128 + signal.SIGTERM}
+INTERRUPT_STATUS = {signum: 128 + signum for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 DEFAULT_KEPT = "its work is not complete; run the same command again"
 
 
@@ -94,8 +94,8 @@ def first_line(error):
 
 
 class Terminated(BaseException):
-    """Raised in the main thread by SIGTERM while a `command` runs: the SIGTERM counterpart of KeyboardInterrupt
-    (a BaseException for the same reason: `except Exception` clean-up code must not swallow it)."""
+    """Raised in the main thread by SIGTERM (or SIGHUP: a closed terminal) while a `command` runs: the counterpart of
+    KeyboardInterrupt (a BaseException for the same reason: `except Exception` clean-up code must not swallow it)."""
 
     def __init__(self, signum=signal.SIGTERM):
         super().__init__(signal.Signals(signum).name)
@@ -194,10 +194,13 @@ def _on_call(frame, _event, _arg):
 
 
 def _on_signal(signum, frame):
-    """The wrapper's handler of SIGINT and SIGTERM: raises KeyboardInterrupt or Terminated, at once if the signal
-    finds the main thread in our code (`_is_ours`) and outside a tracing, else at the next line of ours run outside
-    one (a trace function, in the main thread only, until then). A second signal while one waits changes nothing."""
+    """The wrapper's handler of SIGINT, SIGTERM and SIGHUP: raises KeyboardInterrupt or Terminated, at once if the
+    signal finds the main thread in our code (`_is_ours`) and outside a tracing, else at the next line of ours run
+    outside one (a trace function, in the main thread only, until then). A second signal while one waits changes
+    nothing."""
     global _pending, _traced, _previous_trace
+    if signum == signal.SIGHUP:  # the terminal may be gone: a failed write must not stop the line's way out
+        survive_a_closed_terminal()
     if _pending is None:
         _pending = signum
     if frame is not None and _is_ours(frame) and not _tensorflow_is_tracing():
@@ -220,11 +223,13 @@ def deliver_pending_interrupt():
 
 
 def _raise_at_once(signum, _frame):
+    if signum == signal.SIGHUP:
+        survive_a_closed_terminal()
     raise _stop(signum)
 
 
 class InterruptHandlers:
-    """For the duration of a `with` block, SIGTERM raises Terminated and SIGINT KeyboardInterrupt, through
+    """For the duration of a `with` block, SIGTERM and SIGHUP raise Terminated and SIGINT KeyboardInterrupt, through
     `_on_signal` (only in our code, outside tracing) or, with `at_once`, wherever the signal finds the main thread
     (as Python's own KeyboardInterrupt does). A signal set to be ignored (e.g. by the parent process) stays
     ignored, a handler someone else installed (an outer command, a test harness) stays, and outside the main thread
@@ -236,7 +241,9 @@ class InterruptHandlers:
         self._replaced = {}
 
     def __enter__(self):
-        usual = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
+        # SIGHUP (a closed terminal, a dropped ssh session) as SIGTERM: its default killed the process with no line.
+        usual = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler,
+                 signal.SIGHUP: signal.SIG_DFL}
         handler = _raise_at_once if self.at_once else _on_signal
         try:
             self._replaced = {signum: signal.signal(signum, handler) for signum, default in usual.items()
@@ -455,11 +462,12 @@ def command(body):
     `ERROR: <message>` on stderr and exit status 2 (3 for PeerStopped), and maps a `None` return to 0. Usage errors
     of the tools' parsers (`ArgumentParser` above: one line, SystemExit 2) pass through unchanged.
 
-    Interrupts: for the duration of the call SIGTERM raises Terminated and SIGINT KeyboardInterrupt, only in this
-    repository's code and outside TensorFlow's tracing (`_on_signal`); the previous handlers are restored after.
+    Interrupts: for the duration of the call SIGTERM and SIGHUP raise Terminated and SIGINT KeyboardInterrupt, only
+    in this repository's code and outside TensorFlow's tracing (`_on_signal`); the previous handlers are restored
+    after.
     A KeyboardInterrupt or Terminated that reaches here ends the command with one line `INTERRUPTED: <tool>
     stopped by SIGINT; <what was kept, how to go on>` on stderr (see `on_interrupt`) and the shell's status for the
-    signal, 130 or 143, with no traceback. Code that handles signals itself (the training loop's StopRequest) calls
+    signal, 130, 143 or 129, with no traceback. Code that handles signals itself (the training loop's StopRequest) calls
     `deliver_pending_interrupt`, then installs its handlers and restores these.
 
     Run as a script (`python tool.py`, `python -m pkg.tool`), the tool first gets the quiet TensorFlow output of
