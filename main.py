@@ -62,11 +62,12 @@ def run(argv=None, runner_class=None, own_process=False):
     engines.check_launch_environment(requested, horovod_over_mpi=True)
     run_settings.check_single_process(config, requested.size)  # before TensorFlow is imported
 
-    from runtime import startup
-    from utils import distributed
-    engine = distributed.init_engine(requested)
-    platform, precision = startup.set_up(config, engine)
-    distribution = distributed.create(engine, platform.replica_devices)
+    with engines.wait_signals_blocked(requested):  # before TensorFlow's threads start (utils/distributed.WorkerWait)
+        from runtime import startup
+        from utils import distributed
+        engine = distributed.init_engine(requested)
+        platform, precision = startup.set_up(config, engine)
+        distribution = distributed.create(engine, platform.replica_devices)
     with contextlib.ExitStack() as stack:
         stack.enter_context(startup.process_settings_restored())
         try:

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from tests._data_helpers import write_tfrecord_shards
+from utils.errors import UserError
 from tests.test_launch import PYTHON, _env, _launch, _run
 
 pytestmark = pytest.mark.shallow
@@ -331,19 +332,26 @@ def test_a_worker_waiting_for_workers_that_never_come_says_so_and_stops_on_ctrl_
             "--iter_unit", "batch", "--num_iter", 4]
     waiting = "engine multi_worker (from TF_CONFIG): worker 0 of 2 waiting for the other workers ({}) to start; " \
         .format(peer)
-    process = Process([*args, "--results_dir", tmp_path / "interrupted"], tmp_path, "interrupted",
-                      extra_env={"TF_CONFIG": tf_config})
-    try:
-        process.wait_for(lambda: waiting in process.stdout(), timeout=300, what="the waiting line")
-        time.sleep(2)  # inside the C++ wait
-        process.signal(signal.SIGINT)
-        assert process.finish(timeout=30) == -signal.SIGKILL
-    finally:
-        process.kill()
-    assert process.stdout().strip().splitlines()[-1].startswith(waiting)
-    assert process.stderr().strip().splitlines()[-1] == (
-        "INTERRUPTED: main.py stopped by SIGINT while waiting for the other workers ({}) to start: no step had run, "
-        "nothing to keep".format(peer))
+    # SIGTERM too: TensorFlow's preemption notifier took it over during the wait, which then went on (until
+    # 2026-12-06); every thread now blocks it, and the watcher sees it pending.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        name = signal.Signals(signum).name
+        process = Process([*args, "--results_dir", tmp_path / "interrupted"], tmp_path, name,
+                          extra_env={"TF_CONFIG": tf_config})
+        try:
+            process.wait_for(lambda: waiting in process.stdout(), timeout=300, what="the waiting line")
+            time.sleep(2)  # inside the C++ wait
+            process.signal(signum)
+            started = time.monotonic()
+            assert process.finish(timeout=30) == -signal.SIGKILL
+            assert time.monotonic() - started < 5
+        finally:
+            process.kill()
+        assert process.stdout().strip().splitlines()[-1].startswith(waiting)
+        assert process.stderr().strip().splitlines()[-1] == (
+            "INTERRUPTED: main.py stopped by {} while waiting for the other workers ({}) to start: no step had run, "
+            "nothing to keep (the wait, in TensorFlow's C++, cannot be interrupted: the process was killed, status "
+            "137)".format(name, peer))
     process = Process([*args, "--results_dir", tmp_path / "late"], tmp_path, "late",
                       extra_env={"TF_CONFIG": tf_config, "RN50_WORKER_WAIT_SECONDS": "3"})
     try:
@@ -355,3 +363,38 @@ def test_a_worker_waiting_for_workers_that_never_come_says_so_and_stops_on_ctrl_
         "(RN50_WORKER_WAIT_SECONDS). If TF_CONFIG is left from another run, unset it to run as one process"
         .format(peer))
     assert not os.path.exists(tmp_path / "interrupted") and not os.path.exists(tmp_path / "late")
+
+
+def test_a_refused_horovod_rendezvous_is_one_line_not_horovod_s_abort():
+    """HOROVOD_* variables left from another job, the rendezvous server gone: hvd.init() retried for about 5 s, then
+    aborted in C++ (status 134) after the waiting line. The rendezvous is probed first, in Python."""
+    from utils.distributed import check_rendezvous
+    port = _free_port()  # nothing listens there
+    started = time.monotonic()
+    with pytest.raises(UserError, match=r"^Horovod's rendezvous 127.0.0.1:{} cannot be reached \(Connection refused\) "
+                       r"within 0.5 s: horovodrun, which serves it, is not running; .* unset HOROVOD_SIZE to run as "
+                       r"one process$".format(port)):
+        check_rendezvous("127.0.0.1", str(port), seconds=0.5)
+    assert time.monotonic() - started < 5
+    with pytest.raises(UserError, match=r"^HOROVOD_GLOO_RENDEZVOUS_PORT=http is not a port number$"):
+        check_rendezvous("127.0.0.1", "http")
+    import socket
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        check_rendezvous("127.0.0.1", str(server.getsockname()[1]), seconds=0.5)  # served: no error
+
+
+def test_worker_wait_lines_are_built_from_who_and_what_not_cut_from_one_sentence():
+    """The lines were cut from one sentence by splitting at its fifth space ("worker 0 of 2 waiting for ..."): a
+    caller naming itself in other words got a garbled line. They are now built from the parts."""
+    from utils.distributed import WorkerWait
+    from utils.engines import Engine
+    wait = WorkerWait(Engine("multi_worker", rank=0, size=2, source="TF_CONFIG"), "worker 0 of 2 (node a b)",
+                      "the other workers (h:1, h:2) to start", seconds=3, setting="RN50_WORKER_WAIT_SECONDS")
+    interrupted, late = wait._lines()
+    assert interrupted.startswith("INTERRUPTED: main.py stopped by {signal} while waiting for the other workers "
+                                  "(h:1, h:2) to start: no step had run")
+    assert late == ("ERROR: worker 0 of 2 (node a b) waited for the other workers (h:1, h:2) to start; they did not "
+                    "within 3 s (RN50_WORKER_WAIT_SECONDS). If TF_CONFIG is left from another run, unset it to run as "
+                    "one process")

@@ -27,7 +27,6 @@ tf.distribute's auto-sharding is never applied on top (``distribute_dataset``).
 import dataclasses
 import functools
 import os
-import select
 import signal
 import socket
 import threading
@@ -265,20 +264,48 @@ def init_engine(engine):
     check_launch_environment(engine, horovod_over_mpi=hvd.mpi_built())
     if engine.size > 1:
         gloo_timeout = int_env("HOROVOD_GLOO_TIMEOUT_SECONDS", default=HOROVOD_GLOO_TIMEOUT)
-        where = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR")
-        where = "at Horovod's rendezvous {}:{}".format(where, os.environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT")) \
-            if where else "through MPI"
+        host, port = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"), os.environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
+        where = "at Horovod's rendezvous {}:{}".format(host, port) if host else "through MPI"
         # Gloo aborts the process (std::terminate, status 134, no line of ours) when its wait times out: this
         # worker's own deadline comes a second before it, with a line saying what was missing.
-        with WorkerWait(engine, "process {} of {} waiting for the others {}".format(
-                int_env("HOROVOD_RANK", default=0), engine.size, where),
-                seconds=max(gloo_timeout - 1, 1) if where.startswith("at") else worker_wait_seconds(),
+        with WorkerWait(engine, "process {} of {}".format(int_env("HOROVOD_RANK", default=0), engine.size),
+                "the others {}".format(where),
+                seconds=max(gloo_timeout - 1, 1) if host else worker_wait_seconds(),
                 setting="HOROVOD_GLOO_TIMEOUT_SECONDS={}: Horovod aborts then".format(gloo_timeout)
-                if where.startswith("at") else WORKER_WAIT_ENV):
+                if host else WORKER_WAIT_ENV):
+            if host:
+                check_rendezvous(host, port)
             hvd.init()
     else:
         hvd.init()
     return dataclasses.replace(engine, rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank())
+
+
+# How long a worker tries to reach Horovod's rendezvous server before it says it is not there. horovodrun starts it
+# before any worker; Horovod's own HTTP client gives up after about 5 s of refused connections, and aborts.
+RENDEZVOUS_PROBE_SECONDS = 10
+
+
+def check_rendezvous(host, port, seconds=RENDEZVOUS_PROBE_SECONDS):
+    """A UserError unless Horovod's rendezvous server at host:port accepts a connection within `seconds`: when it
+    refuses them (no horovodrun: variables left from another job), hvd.init() tries for about 5 s, then aborts the
+    process in C++ (`HTTP GET request failed too many times`, std::terminate, status 134) after the waiting line."""
+    try:
+        port_number = int(port)
+    except (TypeError, ValueError):
+        raise UserError("HOROVOD_GLOO_RENDEZVOUS_PORT={} is not a port number".format(port)) from None
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with socket.create_connection((host, port_number), timeout=max(min(deadline - time.monotonic(), 2), 0.1)):
+                return
+        except OSError as error:
+            if time.monotonic() >= deadline:
+                raise UserError("Horovod's rendezvous {}:{} cannot be reached ({}) within {:g} s: horovodrun, which "
+                                "serves it, is not running; HOROVOD_* variables left from another job? Start the "
+                                "processes with horovodrun, or unset HOROVOD_SIZE to run as one process".format(
+                                    host, port, error.strerror or error, seconds)) from None
+        time.sleep(0.2)
 
 
 def import_horovod():
@@ -308,9 +335,9 @@ def create(engine, replica_devices=()):
         implementation=tf.distribute.experimental.CommunicationImplementation.AUTO)
     # The strategy's creation waits, in TensorFlow's C++, until every worker of the cluster has started: forever for
     # a worker that never comes (a TF_CONFIG left from another run), deaf to signals.
-    with WorkerWait(engine, "worker {} of {} waiting for the other workers ({}) to start".format(
-            engine.rank, engine.size, ", ".join(_peers(resolver))), seconds=worker_wait_seconds(),
-            setting=WORKER_WAIT_ENV):
+    with WorkerWait(engine, "worker {} of {}".format(engine.rank, engine.size),
+                    "the other workers ({}) to start".format(", ".join(_peers(resolver))),
+                    seconds=worker_wait_seconds(), setting=WORKER_WAIT_ENV):
         strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver,
                                                              communication_options=options)
     return Distribution(strategy=strategy, rank=engine.rank, size=engine.size, local_rank=engine.local_rank,
@@ -332,7 +359,9 @@ WORKER_WAIT_ENV = "RN50_WORKER_WAIT_SECONDS"
 WORKER_WAIT_SECONDS = 600
 HOROVOD_GLOO_TIMEOUT = 30  # Horovod's default HOROVOD_GLOO_TIMEOUT_SECONDS
 # The signals that end a worker waiting for the others (nothing has run yet: there is nothing to save).
-WAIT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+WAIT_SIGNALS = engines.WAIT_SIGNALS
+# How often the watcher looks at the waiting process's pending signals.
+WATCH_EVERY_SECONDS = 0.05
 
 
 def worker_wait_seconds():
@@ -346,19 +375,28 @@ def worker_wait_seconds():
     return seconds
 
 
-def _signal_noted(_signum, _frame):
-    """The Python handler of WAIT_SIGNALS during a WorkerWait: the byte the C-level handler writes to the wake-up fd
-    is what acts (the watcher process reads it)."""
-
-
-# The watcher process of a WorkerWait (argv: the waiting process's pid, the socket it inherited, the deadline in
-# seconds or 0, the line for a signal with {signal} in it, the line for the deadline). It reads the signal numbers the
-# waiting process's C-level handler writes to that socket, and its stdin, which ends when the wait does.
+# The watcher process of a WorkerWait (argv: the waiting process's pid, the deadline in seconds or 0, how often to
+# look, the line for a signal with {signal} in it, the line for the deadline). Every thread of the waiting process
+# blocks WAIT_SIGNALS, so one sent to it stays pending, listed in /proc/<pid>/status (ShdPnd: sent to the process,
+# SigPnd: to its main thread, as hex masks, bit N-1 for signal N). Its stdin ends when the wait does.
 _WATCHER = """
-import os, select, signal, socket, sys, time
-parent, fd, seconds, on_signal, on_deadline = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), *sys.argv[4:]
-signals = socket.socket(fileno=fd)
+import os, select, signal, sys, time
+parent, seconds, every, on_signal, on_deadline = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), *sys.argv[4:]
+watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 deadline = time.monotonic() + seconds if seconds else None
+def pending():
+    try:
+        with open("/proc/{}/status".format(parent)) as status:
+            fields = dict(line.split(":", 1) for line in status if ":" in line)
+    except OSError:  # no /proc: the deadline alone
+        return None
+    mask = 0
+    for name in ("ShdPnd", "SigPnd"):
+        try:
+            mask |= int(fields.get(name, "0").strip(), 16)
+        except ValueError:
+            pass
+    return next((signum for signum in watched if mask >> (signum - 1) & 1), None)
 def end(line):
     try:
         os.write(2, (line + "\\n").encode())
@@ -367,76 +405,81 @@ def end(line):
     os.kill(parent, signal.SIGKILL)
     sys.exit(0)
 while True:
-    left = None if deadline is None else max(deadline - time.monotonic(), 0)
-    ready = select.select([signals, sys.stdin], [], [], left)[0]
-    if sys.stdin in ready:
+    if sys.stdin in select.select([sys.stdin], [], [], every)[0]:
         sys.exit(0)
-    if not ready:
+    signum = pending()
+    if signum is not None:
+        end(on_signal.format(signal=signal.Signals(signum).name))
+    if deadline is not None and time.monotonic() >= deadline:
         end(on_deadline)
-    for signum in signals.recv(64):
-        if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            end(on_signal.format(signal=signal.Signals(signum).name))
 """
+
+
+def deliver_pending_wait_signals():
+    """A WAIT_SIGNALS signal that came while they were blocked before a WorkerWait (TensorFlow's import, the device
+    set-up: main.py blocks them from before it) is delivered now, to the command wrapper's handlers: it ends the
+    command with its usual line and status (130, 143, 129), as it would have without the block."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if set(signal.sigpending()) & set(WAIT_SIGNALS):
+        previous = signal.pthread_sigmask(signal.SIG_UNBLOCK, WAIT_SIGNALS)  # the handler runs here, and raises
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 class WorkerWait:
     """Around a call that waits, in C++, for the other workers (MultiWorkerMirroredStrategy's creation, hvd.init()):
-    says first, in one line, which engine was chosen from which variable and what it waits for; a SIGINT or SIGHUP
-    then ends the process at once with one line, as does the deadline, `seconds` (0: none), with an ERROR line.
+    says first, in one line, which engine was chosen from which variable and what it waits for; a SIGINT, SIGTERM or
+    SIGHUP then ends the process at once with one line, as does the deadline, `seconds` (0: none), with an ERROR line.
     Nothing has been written yet (the run's locks, log and start checkpoint come after), so nothing is left behind.
+    `who` is the waiting process ("worker 0 of 2"), `what` what it waits for ("the other workers (...) to start").
 
     How: the call holds Python's GIL while it waits, so no Python code of this process runs until it returns (never,
-    when a worker does not come): not a signal handler, not a thread. signal.set_wakeup_fd makes the C-level handler
-    write each signal's number to a socket, which a small watcher process reads; it writes the line and kills this
-    process (SIGKILL: nothing in it can act; status 137). SIGTERM is not seen: TensorFlow's own preemption notifier
-    takes it over while the strategy is created (it logs `SIGTERM caught` and goes on waiting)."""
+    when a worker does not come): not a signal handler, not a thread. And TensorFlow's preemption notifier takes
+    SIGTERM over while the strategy is created (its C++ handler notes it and the wait goes on). So every thread of
+    the process blocks WAIT_SIGNALS (main.py blocks them before TensorFlow starts its threads, which inherit the
+    mask: utils/engines.wait_signals_blocked), a signal sent to it stays pending, and a small watcher process sees it
+    there; it writes the line on the terminal's stderr (not through utils/quiet.py's filter, which could print it
+    after the shell's prompt) and then kills this process: SIGKILL, status 137, the only way to end it from outside
+    (nothing inside it can act). The worker waits for its watcher before it goes on."""
 
-    def __init__(self, engine, waiting, seconds, setting):
-        self.engine, self.waiting, self.seconds, self.setting = engine, waiting, seconds, setting
+    def __init__(self, engine, who, what, seconds, setting):
+        self.engine, self.who, self.what, self.seconds, self.setting = engine, who, what, seconds, setting
 
     def _lines(self):
-        doing = self.waiting.split(" ", 4)[-1]  # "waiting for the other workers (...) to start"
-        interrupted = "INTERRUPTED: main.py stopped by {{signal}} while {}: no step had run, nothing to keep".format(
-            doing)
+        interrupted = ("INTERRUPTED: main.py stopped by {{signal}} while waiting for {}: no step had run, nothing to "
+                       "keep (the wait, in TensorFlow's C++, cannot be interrupted: the process was killed, status "
+                       "137)".format(self.what))
         chosen_by = " ".join(name for name in engines.MPI_SIZE_VARIABLES if name in os.environ) \
             if self.engine.name == "horovod" and self.engine.source != "RN50_ENGINE" else self.engine.source
-        late = "ERROR: {}; they did not within {:g} s ({}). If {} is left from another run, unset it to run as one " \
-            "process".format(self.waiting.replace(" waiting for ", " waited for "), self.seconds, self.setting,
-                             chosen_by or "RN50_ENGINE")
+        late = "ERROR: {} waited for {}; they did not within {:g} s ({}). If {} is left from another run, unset it " \
+            "to run as one process".format(self.who, self.what, self.seconds, self.setting, chosen_by or "RN50_ENGINE")
         return interrupted, late
 
     def __enter__(self):
-        print("engine {}: {}; gives up after {} ({}); Ctrl-C stops it".format(
-            self.engine.describe(), self.waiting, "{:g} s".format(self.seconds) if self.seconds else "never",
+        deliver_pending_wait_signals()
+        print("engine {}: {} waiting for {}; gives up after {} ({}); Ctrl-C stops it".format(
+            self.engine.describe(), self.who, self.what, "{:g} s".format(self.seconds) if self.seconds else "never",
             self.setting), flush=True)
         import subprocess
         import sys
-        self._receive, self._send = socket.socketpair()
-        self._send.setblocking(False)
-        self._handlers, self._previous_fd = {}, None
-        # its own session: a Ctrl-C reaches this process, whose line the watcher then writes
-        self._watcher = subprocess.Popen(
-            [sys.executable, "-c", _WATCHER, str(os.getpid()), str(self._receive.fileno()), str(self.seconds),
-             *self._lines()], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=(self._receive.fileno(),),
-            start_new_session=True)
+        # This thread's part (the others inherited it from main.py's); already blocked there, kept after the wait.
+        self._previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, WAIT_SIGNALS)
+        # Its own session: a Ctrl-C reaches this process, whose line the watcher then writes. Its stderr is the
+        # terminal's own (sys.stderr's descriptor: utils/quiet.py sends only fd 2 through its filter).
         try:
-            self._previous_fd = signal.set_wakeup_fd(self._send.fileno(), warn_on_full_buffer=False)
-            for signum in WAIT_SIGNALS:
-                if signal.getsignal(signum) != signal.SIG_IGN:  # an ignored signal stays ignored
-                    self._handlers[signum] = signal.signal(signum, _signal_noted)
-        except ValueError:  # not the main thread: the deadline only
-            pass
+            stderr = sys.stderr.fileno()
+        except (AttributeError, ValueError, OSError):
+            stderr = None
+        self._watcher = subprocess.Popen(
+            [sys.executable, "-c", _WATCHER, str(os.getpid()), str(self.seconds), str(WATCH_EVERY_SECONDS),
+             *self._lines()], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr,
+            start_new_session=True)
         return self
 
     def __exit__(self, *exc):
-        self._watcher.stdin.close()  # the wait is over: the watcher leaves
+        self._watcher.stdin.close()  # the wait is over: the watcher leaves, and is waited for
         self._watcher.wait()
-        if self._previous_fd is not None:
-            signal.set_wakeup_fd(self._previous_fd)
-        for signum, handler in self._handlers.items():
-            signal.signal(signum, handler)
-        self._receive.close()
-        self._send.close()
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._previous_mask)
         return False
 
 

@@ -2,9 +2,11 @@
 a tool can refuse a launch it does not support before paying for TensorFlow's import (utils/distributed.py
 builds the engine's Distribution)."""
 
+import contextlib
 import dataclasses
 import json
 import os
+import signal
 
 from utils.errors import UserError
 
@@ -144,3 +146,27 @@ def number_ranges(numbers, separator=","):
         else:
             runs.append([number, number])
     return separator.join(str(first) if first == last else "{}-{}".format(first, last) for first, last in runs)
+
+
+# The signals that end a worker waiting for the others (utils/distributed.WorkerWait).
+WAIT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def wait_signals_blocked(engine):
+    """For an engine whose start waits for other processes (multi_worker, or horovod over several), WAIT_SIGNALS are
+    blocked in this thread from before TensorFlow is imported until the wait is over: the threads TensorFlow and
+    Horovod start inherit the mask, so none of them takes such a signal (TensorFlow's preemption notifier would
+    swallow a SIGTERM), and one sent during the wait stays pending for WorkerWait's watcher to see. On leaving, a
+    signal still pending is delivered to the handlers of the command wrapper (utils/errors.py) as usual. Other
+    engines, and threads other than the main one, are left alone."""
+    import threading
+    if engine.name not in ("multi_worker", "horovod") or engine.size <= 1 \
+            or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, WAIT_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
