@@ -383,6 +383,7 @@ _WATCHER = """
 import os, select, signal, sys, time
 parent, seconds, every, on_signal, on_deadline = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), *sys.argv[4:]
 watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, watched)  # inherited blocked from the waiting process: not its own
 deadline = time.monotonic() + seconds if seconds else None
 def pending():
     try:
