@@ -381,7 +381,8 @@ def worker_wait_seconds():
 # SigPnd: to its main thread, as hex masks, bit N-1 for signal N). Its stdin ends when the wait does.
 _WATCHER = """
 import os, select, signal, sys, time
-parent, seconds, every, on_signal, on_deadline = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), *sys.argv[4:]
+parent, seconds, every = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+on_signal, on_deadline = sys.argv[4:]
 watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 signal.pthread_sigmask(signal.SIG_UNBLOCK, watched)  # inherited blocked from the waiting process: not its own
 deadline = time.monotonic() + seconds if seconds else None
