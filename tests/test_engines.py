@@ -86,3 +86,32 @@ def test_inference_under_a_partial_launcher_environment_is_refused_for_that_not_
         assert result.returncode == 2
         assert result.stderr.startswith("ERROR: " + named) and "Only single GPU" not in result.stderr, result.stderr
         assert len(result.stderr.splitlines()) == 1
+
+
+def test_the_wait_signals_are_held_for_a_multi_process_start_and_delivered_as_usual_before_the_wait(capsys):
+    """main.py blocks SIGINT/SIGTERM/SIGHUP from before TensorFlow starts its threads until the wait for the other
+    workers is over (utils/distributed.WorkerWait's watcher sees them pending). One sent before the wait (during
+    TensorFlow's import) is delivered to the command wrapper as the wait starts: its usual line and status."""
+    import signal
+    import threading
+    from utils import distributed
+    from utils.errors import command
+    seen = {}
+
+    @command
+    def main(argv=None):
+        with engines.wait_signals_blocked(engines.Engine("single")):
+            seen["single"] = signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        with engines.wait_signals_blocked(engines.Engine("multi_worker", size=2)):
+            seen["held"] = set(engines.WAIT_SIGNALS) <= signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            # to this thread: in a test process other threads (TensorFlow's, started before) would take one sent to
+            # the process; in main.py they start under the block
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+            seen["pending"] = signal.SIGTERM in signal.sigpending()
+            distributed.deliver_pending_wait_signals()
+            seen["not reached"] = True
+
+    assert main() == 143
+    assert seen == {"single": False, "held": True, "pending": True}
+    assert capsys.readouterr().err.startswith("INTERRUPTED: {} stopped by SIGTERM;".format(__name__))
+    assert not set(engines.WAIT_SIGNALS) & signal.pthread_sigmask(signal.SIG_BLOCK, [])  # unblocked on leaving
