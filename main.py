@@ -134,7 +134,8 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None, eng
     startup.set_seeds(config.seed, distribution.rank)
     startup.configure_xla(config, distribution)
     startup.configure_determinism(config, logger.print)
-    runner = (runner_class or runner_module.Runner)(config, logger, distribution, platform, precision)
+    runner = (runner_class or runner_module.Runner)(config, logger, distribution, platform, precision,
+                                                    lineage=resolved.lineage)
 
     interrupted = None
     if config.mode in ("train", "train_and_evaluate", "training_benchmark"):

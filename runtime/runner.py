@@ -99,8 +99,9 @@ def _with_divergence(meta, diverged):
 class Runner:
     """The loop of every mode. `platform` and `precision` come from start-up (runtime/startup.set_up)."""
 
-    def __init__(self, config, logger, distribution, platform=Platform(), precision=Precision()):
+    def __init__(self, config, logger, distribution, platform=Platform(), precision=Precision(), lineage=None):
         self.config = config
+        self.lineage = lineage or {}  # runtime/settings.lineage: the ids its checkpoints record
         self.logger = logger
         self.distribution = distribution
         self.strategy = distribution.strategy
@@ -304,7 +305,8 @@ class Runner:
             latest, "" if latest.endswith("-{}".format(step)) else " (the save of step {} was cut short)".format(step))
 
     def _metadata_seen_from(self, step):
-        """The metadata of this run's checkpoints, with the images its training had seen at `step`, where it starts
+        """The metadata of this run's checkpoints: with the training's and this session's ids (`lineage`), the
+        images its training had seen at `step`, where it starts
         (runtime/settings.images_seen_record: from the checkpoint it resumes, 0 for a new run or a fine-tune), so
         that a later resume at another images per step can count them, and the divergence the resumed checkpoint
         records."""
@@ -313,6 +315,8 @@ class Runner:
         info = checkpoint.inspect(latest) if latest else None
         seen = settings.images_seen_record(info, step)
         meta = self.state.checkpoint_metadata
+        if self.lineage:
+            meta = dict(meta, lineage={"id": self.lineage["id"], "session": self.lineage["session"]})
         if info is not None and info.diverged:  # a resume of a diverged training stays one
             meta = dict(meta, diverged=info.diverged)
         if seen is None or "training" not in meta:

@@ -58,6 +58,7 @@ class RunSettings:
     finetune: Any = None                # CheckpointInfo of --finetune_checkpoint when this run fine-tunes from it
     data: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # {split: utils/dataset_manifest.SplitFacts}
     adopted: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # {field: value} taken from a checkpoint
+    lineage: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # a training run's lineage(), else {}
 
     def parameters(self):
         """The settings the PARAMETER log line records besides the flags: what was read, and from where, and the
@@ -69,7 +70,25 @@ class RunSettings:
             record["finetune_from"] = self.finetune.path
         if self.adopted:
             record["settings_from_checkpoint"] = sorted(self.adopted)
+        if self.lineage:
+            record["training"] = dict(self.lineage)
         return record
+
+
+def lineage(config, info, resumes):
+    """The `training` record of a run that trains into model_dir ({} for other modes): `session`, new for every
+    run; `id`, the training's: new for a new training or a fine-tune, the checkpoint's on a resume (kept through
+    resumes, and through copies, moves and links of model_dir); `resumes`, the session that wrote the checkpoint
+    it resumes (None: a new training, or a checkpoint of before 2026-12-06, which records none). The checkpoints
+    record `id` and `session` (runtime/runner.py), so the sessions of one training are found in a log whatever
+    path reached its model_dir, and a fork (a copy of model_dir resumed beside the original) is another branch
+    (utils/logger.training_sessions)."""
+    import uuid
+    if config.mode not in TRAINING_MODES:
+        return {}
+    recorded = (info.lineage or {}) if info is not None and resumes else {}
+    return {"id": recorded.get("id") or uuid.uuid4().hex, "session": uuid.uuid4().hex,
+            "resumes": recorded.get("session")}
 
 
 # The other flags of the training recipe a checkpoint records, so a resume that changes one says so.
@@ -540,7 +559,8 @@ def _note_redone_steps(config, info, note):
     """A resume whose log already holds steps past its checkpoint (a session killed between checkpoints): those
     steps are trained again, and logged twice."""
     from utils.logger import last_training_step
-    logged, step = last_training_step(config.log_path, config.model_dir), info.step or 0
+    logged = last_training_step(config.log_path, config.model_dir, session=(info.lineage or {}).get("session"))
+    step = info.step or 0
     if logged is not None and logged > step:
         note("Note: the log {} records steps up to {} of an earlier session of this training, past its "
              "last checkpoint: this run resumes from checkpoint {} at step {} and trains step{} {} again (logged "
@@ -944,4 +964,4 @@ def resolve(config, given, log=print, replicas=1, workers=1, platform=None, engi
                 notes = _note_fewer_images_than_asked(resolved, info, count, replicas)
     for line in notes:
         log(line)
-    return RunSettings(resolved, info, finetune, data, changes)
+    return RunSettings(resolved, info, finetune, data, changes, lineage(resolved, info, resumes))

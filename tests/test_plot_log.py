@@ -294,6 +294,41 @@ def test_a_resume_from_another_working_directory_stays_one_training(tmp_path):
                         "file (the others: /elsewhere/m)")  # the model_dir trained last, not the one first seen last
 
 
+def test_a_training_is_followed_by_its_sessions_through_moves_and_a_fork_is_left_out(tmp_path):
+    """A model_dir moved (or reached through a link) between sessions is one training: each session names the one
+    it resumed. A fork (a copy of the checkpoints resumed on its own, here through a link retargeted to it) logged
+    to the same file is another branch: its steps would replace the plotted training's. A session that resumed a
+    checkpoint of before sessions were recorded takes the older runs of its model_dir."""
+    log_path = tmp_path / "log.json"
+    logger = DLLogger(str(log_path), stdout=False)
+    for model_dir, session, resumed, steps, loss in (
+            ("/runs/a", "s1", None, range(1, 4), 1.0),     # a new training
+            ("/moved/a", "s2", "s1", range(4, 6), 2.0),    # resumed after `mv /runs/a /moved/a`
+            ("/link", "f1", "s1", range(4, 7), 9.0),       # a copy of /runs/a at step 3, resumed on its own
+            ("/link", "s3", "s2", range(6, 8), 3.0)):      # /link now points at /moved/a
+        logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "train", "model_dir": model_dir,
+                                           "training": {"id": "t", "session": session, "resumes": resumed}})
+        for step in steps:
+            logger.log(step=(0, step), data={"cross_entropy": loss, "learning_rate": 0.1})
+    logger.close()
+    records, parameters, left_out = plot_log.load_log(str(log_path))
+    assert [(row["global_step"], row["cross_entropy"]) for row in plot_log.step_table(records)] == [
+        (1, 1.0), (2, 1.0), (3, 1.0), (4, 2.0), (5, 2.0), (6, 3.0), (7, 3.0)]
+    assert left_out == ("plotted the training into model_dir /link, the last of 2 trainings logged to the same file "
+                        "(the others: /link (a fork of it: a copy of its checkpoints trained on its own))")
+    logger = DLLogger(str(log_path), stdout=False)
+    logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "train", "model_dir": "/old", "checkpoint": None})
+    logger.log(step=(0, 1), data={"cross_entropy": 5.0, "learning_rate": 0.1})
+    logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "train", "model_dir": "/old",
+                                       "checkpoint": "/old/model.ckpt-1", "training": {"id": "u", "session": "n1"}})
+    logger.log(step=(0, 2), data={"cross_entropy": 6.0, "learning_rate": 0.1})
+    logger.close()
+    records, parameters, left_out = plot_log.load_log(str(log_path))
+    assert [(row["global_step"], row["cross_entropy"]) for row in plot_log.step_table(records)] == [(1, 5.0), (2, 6.0)]
+    assert left_out == ("plotted the training into model_dir /old, the last of 2 trainings logged to the same file "
+                        "(the others: /link)")  # training t, its fork included, named by its last run
+
+
 def test_a_log_without_steps_says_which_tool_or_mode_wrote_it(tmp_path, capsys):
     """The reason a log has nothing to plot names what wrote it: inference.py (a real run of it), an evaluation or a
     predict, or a benchmark that ran no step past its warm-up (PARAMETER records as main.py writes them)."""

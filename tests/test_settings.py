@@ -15,7 +15,7 @@ from utils.errors import UserError
 
 
 def fake_checkpoint(directory, step=3, arch="resnet50", num_classes=10, image_size=32, use_final_conv=False,
-                    slots=True, ranges=False, averages=False, training=None):
+                    slots=True, ranges=False, averages=False, training=None, lineage=None):
     """A named-format checkpoint with the metadata and the kinds of keys a real one has, and nothing else."""
     os.makedirs(directory, exist_ok=True)
     kernel = f"{arch}/conv2d/conv2d/kernel"
@@ -27,8 +27,10 @@ def fake_checkpoint(directory, step=3, arch="resnet50", num_classes=10, image_si
     if averages:
         entries[kernel + EMA_SUFFIX] = np.zeros([1], np.float32)
     name = f"model.ckpt-{step}"
-    meta = checkpoint.metadata(arch, num_classes, image_size, use_final_conv, False, training)
-    checkpoint.write(os.path.join(str(directory), name), entries, dict(meta, step=step))
+    meta = dict(checkpoint.metadata(arch, num_classes, image_size, use_final_conv, False, training), step=step)
+    if lineage is not None:
+        meta["lineage"] = lineage
+    checkpoint.write(os.path.join(str(directory), name), entries, meta)
     checkpoint.write_state_file(str(directory), [name])
     return os.path.join(str(directory), name)
 
@@ -68,7 +70,7 @@ def test_inference_takes_the_checkpoints_model_and_says_so(tmp_path):
     assert lines == using(path, "--arch resnext101-32x4d", "--num_classes 10", "--image_size 48", "--use_final_conv")
     assert resolved.checkpoint.path == path
     assert resolved.parameters() == {"checkpoint": path, "settings_from_checkpoint": [
-        "arch", "image_size", "num_classes", "use_final_conv"]}
+        "arch", "image_size", "num_classes", "use_final_conv"], "working_directory": os.getcwd()}
 
 
 @pytest.mark.parametrize("flag,value,recorded", [("num_classes", 7, 10), ("image_size", 224, 32),
@@ -284,6 +286,34 @@ def test_a_resume_behind_its_log_says_which_steps_it_trains_again(tmp_path):
     assert resolve(tmp_path, **model)[1] == []
 
 
+def test_a_training_keeps_its_id_through_resumes_and_finds_its_sessions_in_the_log_wherever_it_was(tmp_path):
+    """Every training run gets a session id; a resume keeps the checkpoint's training id and names the session
+    that wrote it. The steps-again note follows those sessions, not the model_dir's path: a model_dir moved (or
+    copied with its log) gets the note, and another training once logged under the same path does not give a
+    false one."""
+    from tests.test_logger import write_training_log
+    model = {"mode": "train", "num_classes": 10, "image_size": 32, "results_dir": str(tmp_path)}
+    fresh = resolve(tmp_path / "new", **model)[0]
+    assert set(fresh.lineage) == {"id", "session", "resumes"} and fresh.lineage["resumes"] is None
+    assert fresh.parameters()["training"] == fresh.lineage
+    again = resolve(tmp_path / "new", **model)[0]
+    assert again.lineage["id"] != fresh.lineage["id"] and again.lineage["session"] != fresh.lineage["session"]
+    path = fake_checkpoint(tmp_path / "moved", step=3, training={"moving_average_decay": 0.0},
+                           lineage={"id": "t1", "session": "s1"})
+    write_training_log(tmp_path / "log.json", [
+        ({"mode": "train", "model_dir": "/before/the/move", "training": {"id": "t1", "session": "s1"}}, [1, 5]),
+        ({"mode": "train", "model_dir": str(tmp_path / "moved"), "training": {"id": "t0", "session": "s0"}}, [9]),
+    ])
+    resolved, lines = resolve(tmp_path / "moved", **model)
+    assert resolved.lineage["id"] == "t1" and resolved.lineage["resumes"] == "s1"
+    assert resolved.lineage["session"] not in ("s1", "s0")
+    assert lines == [
+        f"Note: the log {tmp_path}/log.json records steps up to 5 of an earlier session of this training, past its "
+        f"last checkpoint: this run resumes from checkpoint {path} at step 3 and trains steps 4-5 "
+        "again (logged twice; plot_log keeps the later)"]
+    assert resolve(tmp_path / "moved", mode="evaluate", num_classes=10, image_size=32)[0].lineage == {}
+
+
 def test_a_checkpoint_of_an_earlier_version_with_ranges_resumes_with_quantize(tmp_path):
     fake_checkpoint(tmp_path, ranges=True, training=None)  # no training record: the ranges tell
     assert resolve(tmp_path, mode="train")[0].config.quantize
@@ -489,7 +519,9 @@ def test_a_finetune_takes_the_architecture_of_its_checkpoint_and_the_classes_and
     resolved, lines = resolve(tmp_path / "qat", mode="train", finetune_checkpoint=small, quantize=True)
     assert (resolved.config.num_classes, resolved.config.image_size) == (10, 40)
     assert lines == using(small, "--num_classes 10", "--image_size 40")
-    assert resolved.parameters() == {"finetune_from": small, "settings_from_checkpoint": ["image_size", "num_classes"]}
+    assert resolved.parameters() == {"finetune_from": small, "settings_from_checkpoint": ["image_size", "num_classes"],
+                                     "working_directory": os.getcwd(), "training": resolved.lineage}
+    assert resolved.lineage["resumes"] is None  # a fine-tune is a new training
     # With EMA the averages start from the restored weights (runtime/checkpoints.restore_or_initialise), never from
     # the source's averages, and the run says so.
     averaged = fake_checkpoint(tmp_path / "averaged", num_classes=10, image_size=40, averages=True)

@@ -185,14 +185,33 @@ def logged_path(parameters, name):
     return os.path.abspath(path)
 
 
-def last_training_step(path, model_dir):
-    """The last training step the DLLL log at `path` records for trainings into `model_dir` (their PARAMETER
-    record's model_dir, or results_dir in logs of before model_dir was recorded; relative to the run's working
-    directory), or None: none, or no such log."""
+def lineage_of(parameters):
+    """(session, the session it resumed or None) of a training run's PARAMETER record (runtime/settings.lineage),
+    or (None, None): not a training, or logged before 2026-12-06."""
+    training = parameters.get("training")
+    if not isinstance(training, dict) or not isinstance(training.get("session"), str):
+        return None, None
+    resumed = training.get("resumes")
+    return training["session"], resumed if isinstance(resumed, str) else None
+
+
+def _is_training_step(step, data):
+    return isinstance(step, list) and len(step) == 2 and "cross_entropy" in data and isinstance(step[1], int)
+
+
+def last_training_step(path, model_dir, session=None):
+    """The last training step the DLLL log at `path` records for trainings into `model_dir`, or None: none, or no
+    such log. With `session` (the session that wrote the checkpoint a resume starts from, which checkpoints record
+    since 2026-12-06): the steps of that session and of the sessions that continued it, whatever path reached the
+    model_dir (moved, copied, linked); a log without that session holds none of them. Without: the steps of the
+    runs whose PARAMETER record names `model_dir` (or results_dir, in logs of before model_dir was recorded;
+    relative to the run's working directory)."""
     try:
         records = read_log(path)
     except (OSError, UnicodeDecodeError):
         return None
+    if session is not None:
+        return _last_step_of_sessions(records, session)
     target, ours, last, session = os.path.abspath(model_dir), False, None, None
     for record in records:
         if not isinstance(record, dict) or not isinstance(record.get("data"), dict):
@@ -203,12 +222,29 @@ def last_training_step(path, model_dir):
             ours = data.get("mode") in ("train", "train_and_evaluate") and where == target
             if ours:
                 last, session = session if session is not None else last, None
-        elif ours and isinstance(step, list) and len(step) == 2 and "cross_entropy" in data and \
-                isinstance(step[1], int):
+        elif ours and _is_training_step(step, data):
             session = max(step[1], session or 0)
     # The last session that logged a step: an earlier one may have gone further (a model_dir emptied and trained
     # again from step 0).
     return session if session is not None else last
+
+
+def _last_step_of_sessions(records, session):
+    """The largest training step logged by `session` or a session that continued it (resumed one of its
+    checkpoints, or one of theirs), or None."""
+    family, ours, last = {session}, False, None
+    for record in records:
+        if not isinstance(record, dict) or not isinstance(record.get("data"), dict):
+            continue
+        step, data = record.get("step"), record["data"]
+        if step == "PARAMETER":
+            this, resumed = lineage_of(data)
+            ours = this is not None and (this in family or resumed in family)
+            if ours:
+                family.add(this)
+        elif ours and _is_training_step(step, data):
+            last = max(step[1], last or 0)
+    return last
 
 
 def progress_enabled(no_progress_flag):

@@ -28,7 +28,7 @@ import sys
 
 from runtime.settings import RECIPE_FLAGS, SCHEDULE_FLAGS, TRAINING_STATE
 from utils.errors import ArgumentParser, UserError, command, doc_part
-from utils.logger import logged_path, read_log
+from utils.logger import lineage_of, logged_path, read_log
 from utils.output_paths import check_output_file, replaced_file
 
 TRAIN_KEYS = ("imgs_per_sec", "cross_entropy", "l2_loss", "total_loss", "learning_rate")
@@ -116,26 +116,77 @@ def _has_steps(run):
 
 
 def _last_training(runs):
-    """(the runs of the last training's model_dir, a line naming the trainings left out or None). Trainings into
-    other model_dirs that shared a --results_dir (so its log) are other models: their steps would interleave with
-    this one's in one curve. A resume is the same model_dir, and stays, however its path was spelt (`m` and `m/`, or
-    relative to another working directory),
-    and when a run logged `model_dir` null (older versions did when --model_dir was not given: it then defaulted to
-    --results_dir, so null means that run's results_dir).
+    """(the runs of the training logged last, a line naming the trainings left out or None). Trainings into other
+    model_dirs that shared a --results_dir (so its log) are other models: their steps would interleave with this
+    one's in one curve. A training's sessions are found by the sessions each resumed (runtime/settings.lineage),
+    whatever path reached the model_dir (moved, copied, linked); a copy resumed on its own is a fork, left out. In
+    logs of before 2026-12-06 a training is its model_dir's path, however spelt (`m` and `m/`, or relative to
+    another working directory), and a run that logged `model_dir` null (older versions did when --model_dir was not
+    given: it then defaulted to --results_dir) trained into its results_dir.
     """
-    def model_dir(run):
-        parameters = run[0] or {}
-        return logged_path(parameters, "model_dir" if parameters.get("model_dir") else "results_dir")
-
-    # In the order of their last training (model_dir a, then b, then a resumed: a is the last).
-    trainings = list(reversed(dict.fromkeys(reversed([
-        model_dir(run) for run in runs if _mode(run) in ("train", "train_and_evaluate") and _has_steps(run)]))))
-    if len(trainings) <= 1:
+    stepping = [run for run in runs if _mode(run) in TRAINING_MODES and _has_steps(run)]
+    if not stepping:
         return runs, None
-    last = trainings[-1]
-    return [run for run in runs if model_dir(run) == last], (
-        "plotted the training into model_dir {}, the last of {} trainings logged to the same file (the others: "
-        "{})".format(last, len(trainings), ", ".join(str(name) for name in trainings[:-1])))
+    last = stepping[-1]
+    if lineage_of(last[0] or {})[0] is None:  # logged before 2026-12-06: a training is its model_dir's path
+        chain = [run for run in runs if _mode(run) in TRAINING_MODES and _model_dir(run) == _model_dir(last)]
+    else:
+        chain = _sessions_continued_by(runs, last)
+    places = {_model_dir(run) for run in chain}
+    kept = [run for run in runs if any(run is member for member in chain)
+            or _mode(run) not in TRAINING_MODES and _model_dir(run) in places]
+    others = [run for run in stepping if not any(run is member for member in kept)]
+    if not others:
+        return kept, None
+    # One name per other training (its id; its path in logs of before 2026-12-06), from its last run.
+    groups = {}
+    for run in others:
+        groups.pop(_training_key(run), None)
+        groups[_training_key(run)] = run
+    where = _model_dir(last)
+    names = [_other_training(run, last, where) for run in groups.values()]
+    return kept, ("plotted the training into model_dir {}, the last of {} trainings logged to the same file (the "
+                  "others: {})".format(where, len(names) + 1, ", ".join(names)))
+
+
+def _training_key(run):
+    training = (run[0] or {}).get("training")
+    if isinstance(training, dict) and isinstance(training.get("id"), str):
+        return "id", training["id"]
+    return "path", _model_dir(run)
+
+
+def _model_dir(run):
+    parameters = run[0] or {}
+    return logged_path(parameters, "model_dir" if parameters.get("model_dir") else "results_dir")
+
+
+def _sessions_continued_by(runs, last):
+    """The training runs `last` continues: itself, the session it resumed, the one that session resumed, and so on
+    (utils/logger.lineage_of), whatever path reached their model_dir; where the first of them resumed a checkpoint
+    that records no session (written before 2026-12-06), the earlier trainings logged into its model_dir."""
+    chain, wanted = [last], lineage_of(last[0] or {})[1]
+    earlier = runs[:next(i for i, run in enumerate(runs) if run is last)]
+    for run in reversed(earlier):
+        session, resumed = lineage_of(run[0] or {})
+        if wanted is not None and session == wanted and _mode(run) in TRAINING_MODES:
+            chain.insert(0, run)
+            wanted = resumed
+    first = chain[0]
+    if wanted is None and (first[0] or {}).get("checkpoint"):
+        older = earlier[:next(i for i, run in enumerate(runs) if run is first)]
+        chain[:0] = [run for run in older if _mode(run) in TRAINING_MODES and lineage_of(run[0] or {})[0] is None
+                     and _model_dir(run) == _model_dir(first)]
+    return chain
+
+
+def _other_training(run, last, where):
+    """How the left-out line names training `run`: its model_dir, and when that is the plotted one's, how it
+    differs (a fork: a copy of the model_dir resumed on its own; or another training that path held)."""
+    name = str(_model_dir(run))
+    if _training_key(run) == _training_key(last):
+        return name + " (a fork of it: a copy of its checkpoints trained on its own)"
+    return name + (" (another training that path held)" if name == str(where) else "")
 
 
 def _select_runs(runs):

@@ -51,6 +51,8 @@ class CheckpointInfo:
     training_state: dict = dataclasses.field(default_factory=dict)
     # {"step": N, "sign": what showed it} when the training that wrote it was seen to diverge (runtime/metrics.py)
     diverged: Optional[dict] = None
+    # {"id": the training's, "session": the run's that wrote it} (runtime/settings.lineage; None before 2026-12-06)
+    lineage: Optional[dict] = None
 
     def recorded_settings(self):
         """{RunConfig field (and `images_per_step`): value} of every setting this checkpoint records (None-valued
@@ -358,6 +360,9 @@ _METADATA_FIELDS = {
     "use_final_conv": _SWITCH, "input_normalized": _SWITCH, "training": _RECORD,
     "diverged": (lambda value: isinstance(value, dict) and isinstance(value.get("step"), int)
                  and isinstance(value.get("sign"), str), 'a {"step": N, "sign": "..."} record'),
+    "lineage": (lambda value: isinstance(value, dict) and all(
+        isinstance(value.get(key), str) and 0 < len(value[key]) <= 64 for key in ("id", "session")),
+        'an {"id": "...", "session": "..."} record'),
 }
 _TRAINING_FIELDS = {
     "quantize": _SWITCH, "symmetric": _SWITCH, "use_qdq": _SWITCH, "amp": _SWITCH,
@@ -412,7 +417,7 @@ def inspect(path):
         return CheckpointInfo(path, "named", step, meta.get("arch"), meta.get("num_classes"),
                               meta.get("use_final_conv"), meta.get("image_size"), meta.get("input_normalized"),
                               has_ranges, has_slots, has_averages,
-                              dict(meta.get("training") or {}), meta.get("diverged"))
+                              dict(meta.get("training") or {}), meta.get("diverged"), meta.get("lineage"))
     arch = _tf1_arch(shapes)
     num_classes = use_final_conv = None
     if arch is not None and f"{arch}/output/dense/kernel" in shapes:
