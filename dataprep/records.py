@@ -258,10 +258,12 @@ def _manifest_path(output_dir: str, split: str) -> str:
 
 
 def _read_manifest(output_dir: str, split: str) -> dict | None:
+    """The split's manifest for --resume, its fields checked (utils/dataset_manifest); None when there is none or
+    it cannot be used (unreadable, a field of the wrong type): --resume then goes by the shards present."""
+    from utils import dataset_manifest
     try:
-        with open(_manifest_path(output_dir, split)) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        return dataset_manifest._read_manifest(_manifest_path(output_dir, split), split)
+    except UserError:
         return None
 
 

@@ -154,3 +154,84 @@ def test_version_1_manifests_are_read_and_resumed(tmp_path):
     facts = read_split(str(tmp_path), "train")
     assert (facts.complete, facts.num_classes) == (True, 12)
     assert json.loads(path.read_text())["version"] == 2
+
+
+# ---- manifests dataprep never writes: one line naming the file and the field ----------------------------------
+
+@pytest.mark.parametrize("field, value, named", [
+    ("num_shards", "2", '"num_shards" is \'2\''),
+    ("num_shards", None, '"num_shards" is null'),
+    ("num_shards", True, '"num_shards" is true'),
+    ("num_shards", 10 ** 7, '"num_shards" is 10000000'),
+    ("num_shards", 0, '"num_shards" is 0'),
+    ("num_images", "many", '"num_images" is \'many\''),
+    ("num_classes", None, '"num_classes" is null'),
+    ("num_classes", "ten", '"num_classes" is \'ten\''),
+    ("label_range", "1-10", '"label_range" is \'1-10\''),
+    ("label_range", {"low": 1}, '"label_range" is {"low": 1}'),
+    ("label_range", [5, 1], '"label_range" is [5, 1]'),
+    ("complete", "yes", '"complete" is \'yes\''),
+    ("split", "validation", '"split" is \'validation\''),
+    ("shards", [1, 2], '"shards" is [1, 2]'),
+    ("shards", {"0": [1]}, '"shards.0" is [1]'),
+    ("shards", {"0": {"written": "many", "skipped": []}}, '"shards.0.written" is \'many\''),
+    ("shards", {"0": {"written": 1, "skipped": "none"}}, '"shards.0.skipped" is \'none\''),
+    ("shards", {"9": {"written": 1, "skipped": []}}, '"shards" is \'9\''),
+    ("shards", {"0": {"written": 1, "skipped": []}, "x" * 500: {}}, '"shards" is \'xxxxxxxx'),
+])
+def test_a_manifest_field_of_the_wrong_type_or_range_is_refused_naming_the_file_and_field(
+        tmp_path, field, value, named):
+    _write(tmp_path)
+    path = tmp_path / ".dataprep-train.json"
+    manifest = json.loads(path.read_text())
+    manifest[field] = value
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(UserError) as info:
+        read_split(str(tmp_path), "train")
+    message = str(info.value)
+    assert message.startswith(f"dataset manifest {path}: field {named}") and "\n" not in message
+    assert len(message) < 400  # a long value is cut
+
+
+def test_a_huge_shard_count_is_refused_before_anything_is_sized_by_it(tmp_path, monkeypatch):
+    _write(tmp_path)
+    path = tmp_path / ".dataprep-train.json"
+    manifest = json.loads(path.read_text())
+    manifest["num_shards"] = dataset_manifest.MAX_SHARDS  # the largest accepted: nothing built per promised shard
+    manifest["num_images"] = manifest["num_shards"]
+    manifest["complete"] = False
+    path.write_text(json.dumps(manifest))
+    monkeypatch.setattr(dataset_manifest, "range", lambda *a: pytest.fail("range over the promised shards"),
+                        raising=False)
+    facts = read_split(str(tmp_path), "train")
+    assert (facts.expected_shards, facts.present_shards, facts.complete) == (dataset_manifest.MAX_SHARDS, 0, False)
+
+
+def test_counts_that_contradict_the_shards_present_are_named(tmp_path):
+    _write(tmp_path)  # 4 train shards of 8 images
+    path = tmp_path / ".dataprep-train.json"
+    manifest = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(manifest, num_images=9)))
+    with pytest.raises(UserError, match=r'records 9 images \(field "num_images"\) but its shards record 8 written '
+                                        r'or skipped \(field "shards"\)'):
+        read_split(str(tmp_path), "train")
+    path.write_text(json.dumps(dict(manifest, num_shards=3, shards={})))
+    with pytest.raises(UserError, match=r'records 3 train shards \(field "num_shards"\), but its shards are named '
+                                        r'-of-00004 \(train-00000-of-00004\): the manifest is not theirs'):
+        check_complete(read_split(str(tmp_path), "train"))
+    path.write_text(json.dumps(manifest))
+    os.remove(tmp_path / "train-00002-of-00004")
+    with pytest.raises(UserError, match=r'records 4 train shards \(field "num_shards"\) and the run as finished, but '
+                                        r'1 of them are missing \(the first train-00002-of-00004; deleted after '
+                                        r'dataprep\?\); the same dataprep command plus --resume'):
+        check_complete(read_split(str(tmp_path), "train"))
+
+
+def test_resume_goes_by_the_shards_present_when_the_manifest_has_a_field_of_the_wrong_type(tmp_path):
+    _write(tmp_path)
+    path = tmp_path / ".dataprep-train.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), shards=[1, 2])))
+    os.remove(tmp_path / "train-00001-of-00004")
+    _write(tmp_path, resume=True)
+    facts = read_split(str(tmp_path), "train")
+    assert facts.complete and facts.num_images == 8

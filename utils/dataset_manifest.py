@@ -22,7 +22,7 @@ import json
 import os
 import re
 
-from utils.errors import UserError
+from utils.errors import UserError, first_line, printable
 
 SPLITS = ("train", "validation")
 MANIFEST_VERSIONS = (1, 2)
@@ -40,6 +40,7 @@ class SplitFacts:
     num_classes, label_range: K and (1, K) of the labels 1..K dataprep wrote (None without a version 2 manifest).
     num_images: records written to the shards the manifest records (None without a manifest).
     manifest_path: the manifest read, or None.
+    recorded_finished: whether the manifest records the dataprep run as finished (None without a manifest).
     """
 
     split: str
@@ -52,6 +53,7 @@ class SplitFacts:
     label_range: tuple[int, int] | None = None
     num_images: int | None = None
     manifest_path: str | None = None
+    recorded_finished: bool | None = None  # whether the manifest records the run as finished (None: no manifest)
 
 
 def manifest_path(data_dir: str, split: str) -> str:
@@ -66,27 +68,105 @@ def list_split_files(data_dir: str, split: str) -> list[str]:
                   if os.path.isfile(path) and not path.endswith(".tmp") and ".tmp-" not in path)
 
 
-def _read_manifest(path: str) -> dict | None:
-    """The manifest at `path` (None when there is none); a UserError naming it when it cannot be used."""
+# More shards than any dataset has (ImageNet's are 1,024 and 128): a count above it is a damaged manifest, refused
+# before anything is sized by it.
+MAX_SHARDS = 1_000_000
+_REMEDY = ("re-run the dataprep command with --resume to rewrite it, or delete it to use the shards without the facts "
+           "it records")
+
+
+def _is_count(value, low=0):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _shown(value):
+    """A value read from a manifest, as an error quotes it: printable, at most 60 characters."""
+    text = printable(json.dumps(value) if not isinstance(value, str) else repr(value))
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _read_manifest(path: str, split: str | None = None) -> dict | None:
+    """The manifest at `path` (None when there is none), each field it has checked for its type and range (and its
+    `split`, when given, for being that split); a UserError naming the file and the field when it cannot be used."""
     if not os.path.exists(path):
         return None
-    remedy = ("re-run the dataprep command with --resume to rewrite it, or delete it to use the shards without "
-              "the facts it records")
     try:
         with open(path, encoding="utf-8") as f:
             manifest = json.load(f)
-    except (OSError, ValueError) as error:
-        raise UserError(f"cannot read dataset manifest {path} ({error}); {remedy}") from None
-    if not isinstance(manifest, dict) or manifest.get("version") not in MANIFEST_VERSIONS:
+    except (OSError, ValueError, RecursionError) as error:
+        raise UserError(f"cannot read dataset manifest {printable(path)} ({first_line(error)}); {_REMEDY}") from None
+    if not isinstance(manifest, dict) or not _is_count(manifest.get("version")) or \
+            manifest.get("version") not in MANIFEST_VERSIONS:
         version = manifest.get("version") if isinstance(manifest, dict) else None
-        raise UserError(f"dataset manifest {path} has an unknown format (version {version!r}; this code reads "
-                        f"{', '.join(str(v) for v in MANIFEST_VERSIONS)}); {remedy}")
-    try:
-        int(manifest["num_shards"])
-        dict(manifest.get("shards", {}))
-    except (KeyError, TypeError, ValueError):
-        raise UserError(f"dataset manifest {path} lacks its shard count; {remedy}") from None
+        raise UserError(f"dataset manifest {printable(path)} has an unknown format (version {_shown(version)}; this "
+                        f"code reads {', '.join(str(v) for v in MANIFEST_VERSIONS)}); {_REMEDY}")
+    check_manifest_fields(manifest, path, split)
     return manifest
+
+
+def check_manifest_fields(manifest: dict, path: str, split: str | None = None) -> None:
+    """A UserError naming `path` and the first field of `manifest` whose type or value dataprep never writes."""
+    def bad(field, value, wanted):
+        return UserError(f"dataset manifest {printable(path)}: field \"{field}\" is {_shown(value)}, not {wanted}; "
+                         f"{_REMEDY}")
+
+    if "num_shards" not in manifest:
+        raise UserError(f"dataset manifest {printable(path)} lacks its shard count (field \"num_shards\"); {_REMEDY}")
+    num_shards = manifest["num_shards"]
+    if not _is_count(num_shards, 1) or num_shards > MAX_SHARDS:
+        raise bad("num_shards", num_shards, f"a shard count (an integer 1..{MAX_SHARDS:,})")
+    if "split" in manifest and (not isinstance(manifest["split"], str) or split is not None and
+                                manifest["split"] != split):
+        raise bad("split", manifest["split"], repr(split) if split else "a split name")
+    if "num_images" in manifest and not _is_count(manifest["num_images"]):
+        raise bad("num_images", manifest["num_images"], "an image count (an integer >= 0)")
+    if "num_images" in manifest and manifest["num_images"] < num_shards:
+        raise UserError(f"dataset manifest {printable(path)} records {num_shards:,} shards (field \"num_shards\") "
+                        f"for {manifest['num_images']:,} images (field \"num_images\"): dataprep never writes an "
+                        f"empty shard; {_REMEDY}")
+    if "fingerprint" in manifest and not isinstance(manifest["fingerprint"], str):
+        raise bad("fingerprint", manifest["fingerprint"], "a string")
+    if "complete" in manifest and not isinstance(manifest["complete"], bool):
+        raise bad("complete", manifest["complete"], "true or false")
+    if "num_classes" in manifest and not _is_count(manifest["num_classes"], 1):
+        raise bad("num_classes", manifest["num_classes"], "a class count (an integer >= 1)")
+    if "label_range" in manifest:
+        labels = manifest["label_range"]
+        if not (isinstance(labels, list) and len(labels) == 2 and all(_is_count(v) for v in labels)
+                and labels[0] <= labels[1]):
+            raise bad("label_range", labels, "[lowest, highest] label")
+    shards = manifest.get("shards", {})
+    if not isinstance(shards, dict):
+        raise bad("shards", shards, "an object of shard index: {written, skipped}")
+    for key, info in shards.items():
+        if not (key.isdigit() and key.isascii() and int(key) < num_shards):
+            raise bad("shards", key, f"a shard index 0..{num_shards - 1:,} (as its key)")
+        if not isinstance(info, dict):
+            raise bad(f"shards.{key}", info, "an object {written, skipped}")
+        if not _is_count(info.get("written")):
+            raise bad(f"shards.{key}.written", info.get("written"), "a record count (an integer >= 0)")
+        skipped = info.get("skipped", [])
+        if not (isinstance(skipped, list) and all(isinstance(s, list) and len(s) == 2 and
+                                                  all(isinstance(t, str) for t in s) for s in skipped)):
+            raise bad(f"shards.{key}.skipped", skipped, "a list of [file, reason]")
+    if manifest.get("complete") is True and "num_images" in manifest and len(shards) == num_shards:
+        accounted = sum(info["written"] + len(info.get("skipped", [])) for info in shards.values())
+        if accounted != manifest["num_images"]:
+            raise UserError(f"dataset manifest {printable(path)} records {manifest['num_images']:,} images (field "
+                            f"\"num_images\") but its shards record {accounted:,} written or skipped (field "
+                            f"\"shards\"); {_REMEDY}")
+
+
+def _promised_present(files, split, count):
+    """The indices of the files named exactly `<split>-IIIII-of-<count>` (the names dataprep gives), below count."""
+    found = set()
+    for path in files:
+        match = _SHARD_NAME.match(os.path.basename(path))
+        if match is not None and match["split"] == split and int(match["count"]) == count:
+            index = int(match["index"])
+            if index < count and os.path.basename(path) == f"{split}-{index:05d}-of-{count:05d}":
+                found.add(index)
+    return found
 
 
 def _shards_by_name(files, split):
@@ -110,26 +190,23 @@ def read_split(data_dir: str, split: str) -> SplitFacts:
         raise UserError(f"data dir {data_dir} does not exist or is not a directory")
     files = tuple(list_split_files(data_dir, split))
     path = manifest_path(data_dir, split)
-    manifest = _read_manifest(path)
-    names = {os.path.basename(f) for f in files}
+    manifest = _read_manifest(path, split)
     if manifest is not None:
-        expected = int(manifest["num_shards"])
-        shard_names = [f"{split}-{i:05d}-of-{expected:05d}" for i in range(expected)]
-        present = sum(1 for name in shard_names if name in names)
-        recorded = {str(k) for k in manifest.get("shards", {})}
+        expected = manifest["num_shards"]
+        # The promised shards present, from the names present (not from the promise: its size is the manifest's).
+        present = len(_promised_present(files, split, expected))
+        shards = manifest.get("shards", {})
         if manifest["version"] >= 2:
             finished = manifest.get("complete") is True
         else:  # version 1 recorded each shard as it was written, but not the end of the run
-            finished = all(str(i) in recorded for i in range(expected))
-        num_classes = manifest.get("num_classes")
+            finished = len(shards) == expected  # keys are distinct indices below the count (checked)
         label_range = manifest.get("label_range")
-        written = [info.get("written") for info in manifest.get("shards", {}).values() if isinstance(info, dict)]
         return SplitFacts(
             split=split, data_dir=data_dir, files=files, expected_shards=expected, present_shards=present,
-            complete=finished and present == expected,
-            num_classes=int(num_classes) if num_classes is not None else None,
-            label_range=(int(label_range[0]), int(label_range[1])) if label_range is not None else None,
-            num_images=sum(int(w) for w in written if w is not None) if written else None,
+            complete=finished and present == expected, recorded_finished=finished,
+            num_classes=manifest.get("num_classes"),
+            label_range=tuple(label_range) if label_range is not None else None,
+            num_images=sum(info["written"] for info in shards.values()) if shards else None,
             manifest_path=path)
     by_name = _shards_by_name(files, split)
     counts = {count for _, count in by_name} if by_name else set()
@@ -150,6 +227,23 @@ def check_complete(facts: SplitFacts) -> None:
         raise UserError(f"no {facts.split}-* files in data dir {facts.data_dir} (TFRecord shards named "
                         f"{facts.split}-00000-of-NNNNN expected; see `python -m dataprep.build_tfrecords`)")
     resume = "finish it with the same dataprep command plus --resume"
+    if facts.manifest_path is not None and facts.present_shards < facts.expected_shards:
+        # The manifest's count against the shards present: say which of them contradicts the other.
+        where = f"{printable(facts.manifest_path)} records {facts.expected_shards:,} {facts.split} shards (field " \
+                '"num_shards")'
+        by_name = _shards_by_name(facts.files, facts.split) or []
+        others = sorted({count for _, count in by_name if count != facts.expected_shards})
+        if others and facts.present_shards == 0:
+            raise UserError(f"dataset {printable(facts.data_dir)}: {where}, but its shards are named -of-"
+                            f"{others[0]:05d} ({printable(os.path.basename(facts.files[0]))}): the manifest is not "
+                            "theirs; re-run the dataprep command with --overwrite, or delete the manifest")
+        if facts.recorded_finished:
+            present = _promised_present(facts.files, facts.split, facts.expected_shards)
+            missing = next(i for i in range(facts.expected_shards) if i not in present)
+            raise UserError(f"dataset {printable(facts.data_dir)}: {where} and the run as finished, but "
+                            f"{facts.expected_shards - facts.present_shards:,} of them are missing (the first "
+                            f"{facts.split}-{missing:05d}-of-{facts.expected_shards:05d}; deleted after dataprep?); "
+                            "the same dataprep command plus --resume writes them again")
     if facts.expected_shards is not None and facts.present_shards < facts.expected_shards:
         raise UserError(f"dataset {facts.data_dir} is incomplete: {facts.present_shards} of {facts.expected_shards} "
                         f"{facts.split} shards (dataprep was interrupted?); {resume}")
