@@ -95,6 +95,43 @@ def test_a_directory_whose_checkpoints_are_all_damaged_or_missing_is_refused(tra
     assert checkpoint.latest_checkpoint(str(empty)) is None  # no checkpoint at all: a new run's directory
 
 
+
+def test_a_state_file_naming_another_directorys_checkpoints_reads_only_the_model_dirs_own(trained_model, tmp_path):
+    """A model_dir copied with its state file (absolute paths, written by TensorFlow or another tool) named the
+    original's checkpoints, and the newest of them was loaded from there without a word (2026-12-06)."""
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    writer, _, _ = save_named(original, trained_model, step=1)
+    writer.save(2)
+    copy.mkdir()
+    for path in original.glob("model.ckpt-1.*"):
+        (copy / path.name).write_bytes(path.read_bytes())
+    checkpoint.write_state_file(str(copy), [str(original / "model.ckpt-1"), str(original / "model.ckpt-2")])
+    warned = []
+    assert checkpoint.latest_checkpoint(str(copy), warn=warned.append) == str(copy / "model.ckpt-1")
+    assert warned == [
+        f"Note: the `checkpoint` state file of {copy} names 2 checkpoint(s) in another directory, {original}; "
+        f"checkpoints are read only from the model_dir, so each is looked for in {copy} by its name",
+        f"WARNING: checkpoint {copy}/model.ckpt-2 is missing (the `checkpoint` state file names it, but none of its "
+        f"files is there); using the newest complete one, {copy}/model.ckpt-1"]
+    checkpoint.write_state_file(str(copy), [str(copy / "model.ckpt-1")])  # its own directory: no note
+    warned.clear()
+    assert checkpoint.latest_checkpoint(str(tmp_path / "." / "copy"), warn=warned.append).endswith("model.ckpt-1")
+    assert warned == []
+
+
+def test_a_huge_name_in_the_state_file_is_cut_in_what_is_said(trained_model, tmp_path):
+    huge = "model.ckpt-9" + "x" * 100_000 + "\x1b[2J"
+    checkpoint.write_state_file(str(tmp_path), [huge])
+    with pytest.raises(UserError) as raised:
+        checkpoint.latest_checkpoint(str(tmp_path))
+    assert len(str(raised.value)) < 600 and "xxx..." in str(raised.value) and "\x1b" not in str(raised.value)
+    save_named(tmp_path, trained_model, step=1)
+    checkpoint.write_state_file(str(tmp_path), ["model.ckpt-1", huge])
+    warned = []
+    assert checkpoint.latest_checkpoint(str(tmp_path), warn=warned.append).endswith("model.ckpt-1")
+    assert len(warned) == 1 and len(warned[0]) < 600 and "xxx... is missing" in warned[0]
+
+
 # ---------------------------------------------------------------- the object format
 
 @pytest.mark.parametrize("num_classes, use_final_conv, input_normalized", [(2, False, False), (10, True, True)])

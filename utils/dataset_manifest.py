@@ -81,8 +81,7 @@ def _is_count(value, low=0):
 
 def _shown(value):
     """A value read from a manifest, as an error quotes it: printable, at most 60 characters."""
-    text = printable(json.dumps(value) if not isinstance(value, str) else repr(value))
-    return text if len(text) <= 60 else text[:57] + "..."
+    return printable(json.dumps(value) if not isinstance(value, str) else repr(value), 60)
 
 
 def _read_manifest(path: str, split: str | None = None) -> dict | None:

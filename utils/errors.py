@@ -78,12 +78,20 @@ def doc_part(doc, part=0, separator="\n\n", rest=False):
 _TF_OP_NOISE = re.compile(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]$")
 
 
-def printable(text):
+def printable(text, limit=None):
     """`text` (a file name, a name read from a file) with its control characters escaped (`\\n`, `\\x1b`): one line
     per item, and nothing that drives the terminal (an escape sequence, a carriage return, a newline forging a
-    line of output)."""
-    return "".join(char.encode("unicode_escape").decode("ascii") if unicodedata.category(char) == "Cc" else char
-                   for char in str(text))
+    line of output). With `limit`, text read from a file that may hold anything is cut to that many characters,
+    ending in `...` when cut (a 200 KB name is not echoed in full)."""
+    text = str(text)
+    cut = limit is not None and len(text) > limit
+    if cut:
+        text = text[:limit]  # before escaping: escaping a huge text first would cost its size again
+    shown = "".join(char.encode("unicode_escape").decode("ascii") if unicodedata.category(char) == "Cc" else char
+                    for char in text)
+    if limit is not None and len(shown) > limit:
+        cut = True
+    return shown[:max(limit - 3, 0)] + "..." if cut else shown
 
 
 def first_line(error):

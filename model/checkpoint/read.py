@@ -123,18 +123,27 @@ def _step_of(prefix):
     return int(match.group(1)) if match else -1
 
 
-def candidates(directory):
+# How much of a name read from a `checkpoint` state file a message quotes: the file may hold anything.
+SHOWN = 200
+
+
+def candidates(directory, notes=None):
     """Checkpoint prefixes of `directory`, newest first: the `checkpoint` state file's list, then any other
-    `*.index` on disk. Paths recorded on another machine are looked up by basename here."""
+    `*.index` on disk. Only `directory`'s own files are candidates: a path the state file records in another
+    directory (a model_dir copied or moved, the state file of another run, another machine) is looked up by its
+    basename in `directory`, and appended to `notes` (when given)."""
     listed = []
     try:
         state = tf.compat.v1.train.get_checkpoint_state(directory)
     except (tf.errors.OpError, ValueError):  # an unparsable state file: fall back to the files
         state = None
     if state is not None:
+        here = os.path.realpath(directory)
         for path in reversed(list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]):
             local = os.path.join(directory, os.path.basename(path))
-            listed.append(path if os.path.exists(path + ".index") else local)
+            listed.append(local)
+            if notes is not None and os.path.realpath(os.path.dirname(path)) != here:
+                notes.append(path)
     on_disk = sorted((path[:-len(".index")] for path in glob.glob(os.path.join(glob.escape(directory), "*.index"))),
                      key=lambda prefix: (_step_of(prefix), os.path.getmtime(prefix + ".index")), reverse=True)
     seen = set()
@@ -168,19 +177,29 @@ def latest_checkpoint(directory, warn=print):
     continue, and no other mode would find anything to load."""
     if not directory or not os.path.isdir(directory):
         return None
-    skipped = []
-    for prefix in candidates(directory):
+    skipped, notes = [], []
+    ordered = candidates(directory, notes)
+    if notes and ("elsewhere", os.path.abspath(directory)) not in _reported:
+        _reported.add(("elsewhere", os.path.abspath(directory)))
+        others = sorted({os.path.dirname(path) for path in notes})
+        warn(f"Note: the `checkpoint` state file of {printable(directory, SHOWN)} names {len(notes)} checkpoint(s) in "
+             f"another directory, {printable(others[0], SHOWN)}" + (f" (and {len(others) - 1} more)" if len(others) > 1
+                                                                    else "")
+             + f"; checkpoints are read only from the model_dir, so each is looked for in {printable(directory, SHOWN)} "
+             "by its name")
+    for prefix in ordered:
         if is_complete(prefix):
             for bad in skipped:
                 if os.path.abspath(bad) not in _reported:
                     _reported.add(os.path.abspath(bad))
-                    warn(f"WARNING: checkpoint {printable(bad)[:1000]} {_what_is_missing(bad)}; using the newest "
-                         f"complete one, {prefix}")
+                    warn(f"WARNING: checkpoint {printable(bad, SHOWN)} {_what_is_missing(bad)}; using the newest "
+                         f"complete one, {printable(prefix, SHOWN)}")
             return prefix
         skipped.append(prefix)
     if skipped:
         older = len(skipped) - 1
-        raise UserError(f"{directory} has no complete checkpoint: {skipped[0]} {_what_is_missing(skipped[0])}"
+        raise UserError(f"{printable(directory, SHOWN)} has no complete checkpoint: {printable(skipped[0], SHOWN)} "
+                        f"{_what_is_missing(skipped[0])}"
                         + (f", as are the {older} older one(s) it names" if older else "")
                         + "; restore the files, or move the checkpoint files and the `checkpoint` state file away to "
                         "start afresh")
