@@ -36,7 +36,7 @@ import numpy as np
 
 from model.arch_names import ARCH_NAMES
 from utils import defaults, quiet
-from utils.errors import ArgumentParser, UserError, command, doc_part
+from utils.errors import ArgumentParser, UserError, command, doc_part, printable
 from utils.output_paths import check_output_file
 
 BACKENDS = ("tf", "onnxruntime", "tensorrt")
@@ -308,7 +308,7 @@ def describe_given_model(args, saved_model_dir, onnx_model, log):
     from model import checkpoint, export
     if args.model is None:
         return
-    source = export.onnx_source(onnx_model) if onnx_model is not None else \
+    source = export.onnx_source(onnx_model, f"--model {printable(args.model, 300)}") if onnx_model is not None else \
         export.read_source(saved_model_dir) if saved_model_dir is not None else None
     if source is not None:
         log(f"Model: {args.model}: {export.describe_source(source)}")

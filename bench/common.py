@@ -178,7 +178,7 @@ class FrozenGraph:
         inputs, outputs = export.graph_def_io(graph_def)
         if len(inputs) != 1 or len(outputs) != 1:
             raise UserError(f"{path}: expected one placeholder and one output, got {inputs} -> {outputs}")
-        self.source = export.graph_source(graph_def) or {}
+        self.source = export.graph_source(graph_def, path) or {}
         placeholder = next(node for node in graph_def.node if node.name == inputs[0])
         shape = [dim.size for dim in placeholder.attr["shape"].shape.dim]
         self.layout, side = onnx_input_layout(shape)

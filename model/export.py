@@ -99,13 +99,50 @@ def _remove_empty(created):
 
 def read_source(saved_model_dir):
     """The `source` a SavedModel was written with (save_saved_model), or None (an export of an earlier version, or
-    not ours)."""
+    not ours); a UserError naming the file and the field when it holds what no export writes."""
+    path = os.path.join(saved_model_dir, SOURCE_FILE)
     try:
-        with open(os.path.join(saved_model_dir, SOURCE_FILE), encoding="utf-8") as handle:
-            source = json.load(handle)
-    except (OSError, ValueError):
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
         return None
-    return source if isinstance(source, dict) else None
+    except (OSError, ValueError) as error:  # (a directory, unreadable, not UTF-8)
+        raise UserError(f"cannot read the export record {printable(path, 300)} ({first_line(error)})") from None
+    return checked_source(text, f"export record {printable(path, 300)}")
+
+
+def _source_fields():
+    """What each field of an export record may hold (source_record writes them); None (absent) is always allowed.
+    The checks of a checkpoint's metadata where the two share a field."""
+    from model.checkpoint.read import _METADATA_FIELDS, _SWITCH, _integer
+    return {"arch": _METADATA_FIELDS["arch"], "num_classes": _METADATA_FIELDS["num_classes"],
+            "image_size": _METADATA_FIELDS["image_size"], "diverged": _METADATA_FIELDS["diverged"],
+            "checkpoint": (lambda value: isinstance(value, str), "a path"), "step": _integer(0, 2 ** 62),
+            "weights": (lambda value: value in ("fresh", "raw", "ema"), '"fresh", "raw" or "ema"'),
+            "class_names": (lambda value: isinstance(value, list) and all(isinstance(name, str) for name in value),
+                            "a list of class names"),
+            "quantized": _SWITCH, "symmetric": _SWITCH}
+
+
+def checked_source(text, where):
+    """The export record `text` (JSON; None or "" when there is none) parsed: a dict whose fields each hold what
+    source_record writes there, else a UserError naming `where` and the first field that does not (its value
+    quoted printable and cut short). A record is text anyone can edit beside the model, or damage."""
+    if not text:
+        return None
+    def damaged(what):
+        return UserError(f"{where}: {what}: it is no export record of this port as written; export the model again")
+    try:
+        source = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise damaged(f"not JSON ({first_line(error)[:100]})") from None
+    if not isinstance(source, dict):
+        raise damaged("not a JSON object")
+    for name, (valid, expected) in _source_fields().items():
+        value = source.get(name)
+        if value is not None and not valid(value):
+            raise damaged(f'field "{name}" is {printable(json.dumps(value), 80)}, not {expected}')
+    return source
 
 
 def source_record(arch, num_classes, info, ema, class_names=None, **extra):
@@ -235,14 +272,10 @@ def graph_input_pixels(graph_def):
     return _marker(graph_def, INPUT_PIXELS)
 
 
-def graph_source(graph_def):
+def graph_source(graph_def, where="the frozen graph"):
     """What a frozen graph of ours records it is (`source`, as a SavedModel's source.json), or None (graphs written
-    before 2026-12-05, the original's)."""
-    try:
-        source = json.loads(_marker(graph_def, SOURCE_NODE) or "null")
-    except ValueError:
-        return None
-    return source if isinstance(source, dict) else None
+    before 2026-12-05, the original's); a UserError naming `where` (its file) and the field of a damaged record."""
+    return checked_source(_marker(graph_def, SOURCE_NODE), f"the export record of {where} (its {SOURCE_NODE} node)")
 
 
 def probabilities_function(model, arch, image_size, input_format="NHWC", batch_size=None):
@@ -453,7 +486,7 @@ def frozen_graph_to_onnx(graph_def_path, output_path, opset=DEFAULT_OPSET):
     pixels = graph_input_pixels(graph_def)
     if pixels is not None:
         _set_metadata(model_proto, INPUT_PIXELS, pixels)
-    source = graph_source(graph_def)
+    source = graph_source(graph_def, printable(graph_def_path, 300))
     if source is not None:
         _set_metadata(model_proto, SOURCE_KEY, json.dumps(source, sort_keys=True))
     _save_onnx(model_proto, output_path)
@@ -547,14 +580,11 @@ def _set_metadata(model_proto, key, value):
     entry.value = value
 
 
-def onnx_source(model_proto):
+def onnx_source(model_proto, where="the ONNX model"):
     """The `source` of the SavedModel or frozen graph an ONNX model was converted from (metadata `source`), or
-    None."""
-    try:
-        source = json.loads(_metadata(model_proto, SOURCE_KEY) or "null")
-    except ValueError:
-        return None
-    return source if isinstance(source, dict) else None
+    None; a UserError naming `where` (its file) and the field of a damaged record."""
+    return checked_source(_metadata(model_proto, SOURCE_KEY), f"the export record of {where} (its metadata "
+                                                              f"\"{SOURCE_KEY}\")")
 
 
 def onnx_input_pixels(model_proto):

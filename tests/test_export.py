@@ -1,4 +1,6 @@
 """export_frozen_graph.py, export_onnx.py and model/export.py: frozen graphs and ONNX models equal the Keras model."""
+import argparse
+import json
 import os
 import re
 
@@ -651,3 +653,51 @@ def test_ema_weights_asked_of_a_checkpoint_without_them_are_refused_before_any_o
     assert result.stderr == (f"ERROR: checkpoint {prefix} has no EMA weights (train with --moving_average_decay to "
                              "get them), so --use_ema_weights cannot be used with it\n")
     assert not (tmp_path / "ema.pb").exists()
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("num_classes", "ten", 'field "num_classes" is "ten", not an integer from 2 to 1,000,000'),
+    ("step", [7], 'field "step" is [7], not an integer from 0 to'),
+    ("class_names", {"a": 1}, 'field "class_names" is {"a": 1}, not a list of class names'),
+    ("checkpoint", ["x"], 'field "checkpoint" is ["x"], not a path'),
+    ("weights", "best", 'field "weights" is "best", not "fresh", "raw" or "ema"'),
+    ("diverged", "yes", 'field "diverged" is "yes", not a {"step": N, "sign": "..."} record'),
+    ("quantized", "no", 'field "quantized" is "no", not true or false'),
+    ("image_size", "\x1b[2J" + "9" * 500, 'field "image_size" is "\\u001b[2J999'),
+])
+def test_an_export_record_with_a_field_of_the_wrong_type_is_refused_naming_the_file_and_field(
+        tmp_path, field, value, expected):
+    """Until 2026-12-06 such a record was printed (escaped) as if it were true, or a class_names object stopped
+    inference.py with a TypeError traceback. Each of the three places a record is kept is read through the check."""
+    import onnx
+    from inference import describe_given_model
+    good = export.source_record("resnet50", 10, None, False, ["a"] * 10, quantized=False, symmetric=False)
+    assert export.checked_source(json.dumps(good), "r") == good
+    record = json.dumps(dict(good, **{field: value}))
+    saved = tmp_path / "saved"
+    (saved / os.path.dirname(export.SOURCE_FILE)).mkdir(parents=True)
+    (saved / export.SOURCE_FILE).write_text(record)
+    with pytest.raises(UserError) as raised:
+        export.read_source(str(saved))
+    assert str(raised.value).startswith(f"export record {saved / export.SOURCE_FILE}: {expected}")
+    assert "\n" not in str(raised.value) and "\x1b" not in str(raised.value) and len(str(raised.value)) < 400
+    args = argparse.Namespace(model=str(saved), data_dir=None)
+    with pytest.raises(UserError, match="export record"):
+        describe_given_model(args, str(saved), None, log=lambda *_: None)
+    graph_def = tf.compat.v1.GraphDef()
+    export._add_marker(graph_def, export.SOURCE_NODE, record)
+    with pytest.raises(UserError) as raised:
+        export.graph_source(graph_def, "g.pb")
+    assert str(raised.value).startswith(f"the export record of g.pb (its export_source node): {expected}")
+    proto = onnx.ModelProto()
+    export._set_metadata(proto, export.SOURCE_KEY, record)
+    with pytest.raises(UserError) as raised:
+        export.onnx_source(proto, "--model m.onnx")
+    assert str(raised.value).startswith(f'the export record of --model m.onnx (its metadata "source"): {expected}')
+
+
+def test_an_export_record_that_is_no_json_object_is_refused_and_none_is_none(tmp_path):
+    for text in ("{broken", "[1, 2]", '"x"'):
+        with pytest.raises(UserError, match=r"^r: (not JSON|not a JSON object)"):
+            export.checked_source(text, "r")
+    assert export.checked_source(None, "r") is None and export.read_source(str(tmp_path)) is None
