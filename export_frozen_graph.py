@@ -24,7 +24,7 @@ from model.arch_names import ARCH_NAMES
 from runtime.config import given_options
 from runtime.settings import classifier_form_note, reconcile
 from utils import defaults, quiet
-from utils.errors import ArgumentParser, command, doc_part
+from utils.errors import ArgumentParser, command, doc_part, on_interrupt, printable
 from utils.output_paths import check_output_file
 
 FORMATS = ("NCHW", "NHWC")
@@ -112,7 +112,8 @@ def resolve_settings(args, info, log=print):
     return args
 
 
-def export(args, log=print):
+def export(args, log=print, written=None):
+    """Builds, restores, freezes and writes the graph (`written`, a list, gets --output_file once it is on disk)."""
     from model import checkpoint, export as model_export
     from runtime import checkpoints, runner_utils
     from utils import devices
@@ -153,6 +154,8 @@ def export(args, log=print):
                                           source)
     replaced = os.path.exists(args.output_file)  # rewritten as the original did, and said
     model_export.write_graph_def(graph_def, args.output_file, args.write_text_graphdef)
+    if written is not None:
+        written.append(args.output_file)
     shape = [args.batch_size or -1] + ([3, args.image_size, args.image_size] if args.input_format == "NCHW"
                                        else [args.image_size, args.image_size, 3])
     log(f"Wrote {'text' if args.write_text_graphdef else 'binary'} GraphDef {args.output_file}"
@@ -171,7 +174,19 @@ def export(args, log=print):
 
 @command
 def main(argv=None):
-    export(parse_args(argv))
+    args = parse_args(argv)
+    written = []
+    # A stop, and stdout's failure at one of the lines (`| head -1`), say whether the graph was written: a closed
+    # pipe otherwise ends a tool silently, status 141, and here that stop comes before the graph is.
+    with on_interrupt(lambda: kept_line(args.output_file, written), closed_stdout=True):
+        export(args, written=written)
+
+
+def kept_line(output_file, written):
+    """What an export stopped by a signal or a closed stdout has left."""
+    if written:
+        return f"the graph was written to {printable(output_file)}; only the lines after it are lost"
+    return f"no graph was written to {printable(output_file)}; run the same command again"
 
 
 if __name__ == "__main__":

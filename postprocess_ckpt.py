@@ -24,7 +24,7 @@ import shutil
 import sys
 
 from utils import quiet
-from utils.errors import ArgumentParser, UserError, command, doc_part, first_line
+from utils.errors import ArgumentParser, UserError, command, doc_part, first_line, on_interrupt, printable
 from utils.output_paths import check_output_dir
 
 
@@ -159,11 +159,20 @@ def convert(args):
 
 @command
 def main(argv=None):
-    written, labels = convert(parse_args(argv))
-    print(f"Wrote {written}")
-    if labels:
-        print(f"Copied the class names to {labels}")
-    print("Rewriting checkpoint completed")
+    args = parse_args(argv)
+    done = []
+    # A stop, and stdout's failure at one of the lines (`| head -1`), say whether the checkpoint was written (a stop
+    # inside convert removes what it created): a closed pipe otherwise ends a tool silently, status 141.
+    with on_interrupt(lambda: (f"the checkpoint was written to {printable(args.output)}; only the lines after it "
+                               "are lost") if done else
+                      f"no checkpoint was written to --output {printable(args.output)}; run the same command again",
+                      closed_stdout=True):
+        written, labels = convert(args)
+        done.append(written)
+        print(f"Wrote {written}")
+        if labels:
+            print(f"Copied the class names to {labels}")
+        print("Rewriting checkpoint completed")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import sys
 
 from dataprep import records
 from dataprep.process_bounding_boxes import process_bounding_boxes, read_bounding_box_csv, read_synsets
-from utils.errors import ArgumentParser, UserError, command, doc_part
+from utils.errors import ArgumentParser, UserError, command, doc_part, on_interrupt
 from utils.output_paths import check_output_dir
 
 SHUFFLE_SEED = 12345  # the original's random.seed(12345) before sharding
@@ -435,7 +435,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 @command
 def main(argv=None):
-    build(parse_args(argv))
+    args = parse_args(argv)
+    # A stop, and stdout's failure at one of the prints (`| head -1`), leave the complete shards: said, as
+    # dataprep.fashion_mnist says it (a closed pipe otherwise ends a tool silently, status 141).
+    with on_interrupt(records.INTERRUPTED_KEPT, closed_stdout=True):
+        build(args)
 
 
 if __name__ == "__main__":

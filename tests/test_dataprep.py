@@ -644,6 +644,22 @@ def test_fashion_mnist_with_its_stdout_closed_midway_says_its_shards_are_kept_fo
                                                                                                  "validation")
 
 
+
+def test_build_tfrecords_with_its_stdout_closed_midway_says_its_shards_are_kept_for_resume(tree, tmp_path,
+                                                                                          monkeypatch, capsys):
+    """`| head -1`: the train split is written, the pipe closes at the validation split's line: the same account as
+    fashion_mnist's (until 2026-12-06: status 141 and nothing said, the dataset half-written)."""
+    from utils.errors import GuardedStdout
+    root, _ = tree
+    monkeypatch.setattr(sys, "stdout", GuardedStdout(_ReaderGone()))
+    assert build(["--train_directory", f"{root}/train", "--validation_directory", f"{root}/val",
+                  "--output_directory", str(tmp_path / "out")]) == 141
+    assert capsys.readouterr().err == ("INTERRUPTED: dataprep.build_tfrecords stopped by SIGPIPE; complete shards are "
+                                       "kept; run the same command with --resume to finish\n")
+    out = str(tmp_path / "out")
+    assert records.existing_split_files(out, "train") and not records.existing_split_files(out, "validation")
+
+
 def test_fashion_mnist_converter(tmp_path):
     out = tmp_path / "fm"
     assert fashion_mnist.main(["--out", str(out), "--train_count", "50", "--val_count", "20", "--image_size", "36",

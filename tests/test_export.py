@@ -701,3 +701,37 @@ def test_an_export_record_that_is_no_json_object_is_refused_and_none_is_none(tmp
         with pytest.raises(UserError, match=r"^r: (not JSON|not a JSON object)"):
             export.checked_source(text, "r")
     assert export.checked_source(None, "r") is None and export.read_source(str(tmp_path)) is None
+
+
+def test_a_closed_stdout_says_no_graph_was_written(tmp_path, monkeypatch, capsys):
+    """`export_frozen_graph.py ... | head -1` stopped with status 141, nothing said and no graph written (until
+    2026-12-06); the INTERRUPTED line now says so. Once the graph is on disk, the line says it is there."""
+    import sys
+    from utils.errors import GuardedStdout
+
+    class ReaderGone:
+        def __init__(self):
+            self.lines = 0
+
+        def write(self, text):
+            if self.lines:
+                raise BrokenPipeError(32, "Broken pipe")
+            self.lines += text.count("\n")
+            return len(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(export_frozen_graph, "export", lambda args, written: (print("a line"), print("another")))
+    monkeypatch.setattr(sys, "stdout", GuardedStdout(ReaderGone()))
+    output = tmp_path / "g.pb"
+    argv = ["--model_name", "resnet50", "--output_file", str(output)]
+    assert export_frozen_graph.main(argv) == 141
+    assert capsys.readouterr().err == (f"INTERRUPTED: export_frozen_graph stopped by SIGPIPE; no graph was written to "
+                                       f"{output}; run the same command again\n")
+    monkeypatch.setattr(export_frozen_graph, "export",
+                        lambda args, written: (print("a line"), written.append(args.output_file), print("another")))
+    monkeypatch.setattr(sys, "stdout", GuardedStdout(ReaderGone()))
+    assert export_frozen_graph.main(argv) == 141
+    assert capsys.readouterr().err == (f"INTERRUPTED: export_frozen_graph stopped by SIGPIPE; the graph was written to "
+                                       f"{output}; only the lines after it are lost\n")

@@ -208,3 +208,38 @@ def test_help_says_where_the_output_goes_by_default():
     text = " ".join(run("--help").stdout.split())  # (wrapped at the terminal's width)
     assert ("--output OUTPUT output directory (must not exist; default: output_dir in the current directory, as the "
             "original)") in text
+
+
+class _ReaderGoneAfter:
+    """stdout behind `| head -n`: `lines` lines pass, then the pipe is closed."""
+
+    def __init__(self, lines):
+        self.left = lines
+
+    def write(self, text):
+        if self.left <= 0:
+            raise BrokenPipeError(32, "Broken pipe")
+        self.left -= text.count("\n")
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("lines, written", [(1, False), (3, True)])
+def test_a_closed_stdout_says_whether_the_checkpoint_was_written(tmp_path, monkeypatch, capsys, lines, written):
+    """`| head -1` ended the tool with status 141 and nothing said, its output removed (until 2026-12-06): now the
+    INTERRUPTED line says so; a pipe closed after the checkpoint is written says it is there."""
+    import postprocess_ckpt
+    import sys
+    from utils.errors import GuardedStdout
+    small_named_checkpoint(tmp_path / "in")
+    monkeypatch.setattr(sys, "stdout", GuardedStdout(_ReaderGoneAfter(lines)))
+    output = tmp_path / "out"
+    assert postprocess_ckpt.main(["--input", str(tmp_path / "in"), "--output", str(output)]) == 141
+    kept = (f"the checkpoint was written to {output}; only the lines after it are lost" if written else
+            f"no checkpoint was written to --output {output}; run the same command again")
+    assert capsys.readouterr().err == f"INTERRUPTED: postprocess_ckpt stopped by SIGPIPE; {kept}\n"
+    assert output.exists() == written
+    if written:
+        assert checkpoint.latest_checkpoint(str(output)).endswith("model.ckpt-3")
