@@ -221,9 +221,9 @@ def test_counts_that_contradict_the_shards_present_are_named(tmp_path):
         check_complete(read_split(str(tmp_path), "train"))
     path.write_text(json.dumps(manifest))
     os.remove(tmp_path / "train-00002-of-00004")
-    with pytest.raises(UserError, match=r'records 4 train shards \(field "num_shards"\) and the run as finished, but '
-                                        r'1 of them are missing \(the first train-00002-of-00004; deleted after '
-                                        r'dataprep\?\); the same dataprep command plus --resume'):
+    with pytest.raises(UserError, match=r'is incomplete: 3 of 4 train shards \(though .*\.dataprep-train\.json records '
+                                        r'the run as finished; the first missing is train-00002-of-00004: deleted '
+                                        r'after dataprep\?\); the same dataprep command plus --resume'):
         check_complete(read_split(str(tmp_path), "train"))
 
 

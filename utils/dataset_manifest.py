@@ -239,10 +239,11 @@ def check_complete(facts: SplitFacts) -> None:
         if facts.recorded_finished:
             present = _promised_present(facts.files, facts.split, facts.expected_shards)
             missing = next(i for i in range(facts.expected_shards) if i not in present)
-            raise UserError(f"dataset {printable(facts.data_dir)}: {where} and the run as finished, but "
-                            f"{facts.expected_shards - facts.present_shards:,} of them are missing (the first "
-                            f"{facts.split}-{missing:05d}-of-{facts.expected_shards:05d}; deleted after dataprep?); "
-                            "the same dataprep command plus --resume writes them again")
+            raise UserError(f"dataset {printable(facts.data_dir)} is incomplete: {facts.present_shards:,} of "
+                            f"{facts.expected_shards:,} {facts.split} shards (though {printable(facts.manifest_path)} "
+                            f"records the run as finished; the first missing is {facts.split}-{missing:05d}-of-"
+                            f"{facts.expected_shards:05d}: deleted after dataprep?); the same dataprep command plus "
+                            "--resume writes them again")
     if facts.expected_shards is not None and facts.present_shards < facts.expected_shards:
         raise UserError(f"dataset {facts.data_dir} is incomplete: {facts.present_shards} of {facts.expected_shards} "
                         f"{facts.split} shards (dataprep was interrupted?); {resume}")
