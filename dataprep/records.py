@@ -31,7 +31,7 @@ import sys
 from typing import Callable, Sequence
 
 from utils import pixels
-from utils.errors import UserError, first_line, on_interrupt, printable
+from utils.errors import UserError, first_line, on_interrupt, open_files_line, printable
 from utils.logger import progress_enabled  # noqa: F401 - the dataprep tools' progress check
 from utils.output_paths import replaced_file
 from utils.tfrecord_framing import count_records
@@ -39,6 +39,7 @@ from utils.tfrecord_framing import count_records
 TMP_PREFIX = ".tmp."
 # What an interrupted dataprep run keeps and how to go on (the line of utils.errors.command).
 INTERRUPTED_KEPT = "complete shards are kept; run the same command with --resume to finish"
+RESUME = "run the same command with --resume (the complete shards are kept)"
 JPEG_QUALITY_CONVERTED = 100  # quality used by the original when re-encoding PNG/CMYK sources
 # Full-resolution chroma (4:4:4) for converted images, so their colours stay as predict reads the source (a PNG
 # is fed to the model as it is); PIL's default 4:2:0, as the original's encode_jpeg, blurs colour edges.
@@ -171,6 +172,8 @@ def encode_item(item: ImageItem) -> bytes:
             with open(item.path, "rb") as f:
                 data = f.read()
         except OSError as exc:
+            if open_files_line(exc):  # the process's fault, not the file's: not a skipped image
+                raise
             raise UnreadableImage(f"cannot read file ({exc.strerror or exc})") from None
     encoded, height, width, _ = to_rgb_jpeg(data)
     # deterministic: map keys sorted, so a shard is byte-identical whichever process (hash seed) writes it
@@ -204,6 +207,8 @@ def write_shard(output_dir: str, split: str, shard_index: int, num_shards: int, 
             os.remove(tmp_path)
         except OSError:
             pass
+        if open_files_line(error):
+            raise UserError(f"cannot write {final_path}: {open_files_line(error, RESUME)}") from None
         if isinstance(error, (OSError, tf.errors.OpError)):  # a full disk, a directory removed meanwhile
             raise UserError(f"cannot write {final_path}: {first_line(error)}; the complete shards are kept: run the "
                             "same command with --resume once it can be written") from None
@@ -369,12 +374,23 @@ def write_split(items: Sequence[ImageItem], output_dir: str, split: str, num_sha
     return sorted(results, key=lambda r: r.shard_index)
 
 
+def _no_workers(error, num_workers):
+    """The UserError of a worker pool that could not be started: out of file descriptors (each worker takes a few:
+    its pipes) or another OSError (no memory for a process)."""
+    reason = open_files_line(error, RESUME, " or pass fewer --num_workers") or \
+        f"{first_line(error)}; pass fewer --num_workers, then {RESUME}"
+    return UserError(f"cannot start {num_workers} worker processes: {reason}")
+
+
 def _run_pool(output_dir, split, num_shards, items, ranges, todo, num_workers, bar, record):
     """Writes the shards of `todo` in `num_workers` spawned processes. An interrupt or error in the parent
     terminates the pool (the `with` block); its workers ignore SIGINT and leave no temporary shard that the next
     run would not remove."""
     ctx = multiprocessing.get_context("spawn")
-    progress_queue = ctx.Queue()
+    try:
+        progress_queue = ctx.Queue()
+    except OSError as error:
+        raise _no_workers(error, num_workers) from None
     tasks = [(output_dir, split, i, num_shards, list(items[ranges[i][0]:ranges[i][1]])) for i in todo]
     # SIGINT is ignored while the workers start: an ignored signal stays ignored across exec, so a Ctrl-C during a
     # worker's start-up (before its initializer runs) cannot reach it either. (A blocked mask would not do:
@@ -385,6 +401,8 @@ def _run_pool(output_dir, split, num_shards, items, ranges, todo, num_workers, b
         previous = None
     try:
         pool = ctx.Pool(num_workers, initializer=_init_worker, initargs=(progress_queue,))
+    except OSError as error:  # (the workers started are stopped by the pool)
+        raise _no_workers(error, num_workers) from None
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)

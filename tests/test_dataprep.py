@@ -872,3 +872,41 @@ def test_an_image_whose_name_is_not_utf8_is_written_with_its_name_as_stored():
     assert len(records.fingerprint([item], 1)) == 64
     example = records.make_example(item, b"jpeg", 4, 4)
     assert example.features.feature["image/filename"].bytes_list.value[0] == b"x\xff.png"
+
+
+
+def test_too_many_open_files_stops_dataprep_in_one_line_and_skips_no_image(tree, tmp_path, monkeypatch):
+    """`ulimit -n 20`: the worker pool could not start (a traceback), and an image that could not be opened for
+    want of a descriptor would have been skipped as unreadable, leaving the dataset short of it, silently."""
+    root, _ = tree
+    argv = ["--train_directory", f"{root}/train", "--validation_directory", f"{root}/val"]
+
+    class NoPool:
+        def __init__(self, context):
+            self.context = context
+
+        def Queue(self):
+            return self.context.Queue()
+
+        def Pool(self, *args, **kwargs):
+            raise OSError(errno.EMFILE, "Too many open files")
+
+    real = records.multiprocessing.get_context
+    monkeypatch.setattr(records.multiprocessing, "get_context", lambda method: NoPool(real(method)))
+    with pytest.raises(UserError, match=r"^cannot start 2 worker processes: too many open files: this process "
+                                        r"reached its limit \(ulimit -n is \d+\): raise it \(e.g. ulimit -n 4096\) or "
+                                        r"pass fewer --num_workers, then run the same command with --resume \(the "
+                                        r"complete shards are kept\)$"):
+        build_tfrecords.build(build_tfrecords.parse_args(argv + ["--output_directory", str(tmp_path / "pool"),
+                                                                 "--num_workers", "2", "--no_progress"]))
+    monkeypatch.undo()
+
+    def no_descriptor(path, *args, **kwargs):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(records, "open", no_descriptor, raising=False)
+    with pytest.raises(UserError, match=r"^cannot write .*/train-00000-of-00002: too many open files: .* then run the "
+                                        r"same command with --resume"):
+        build_tfrecords.build(build_tfrecords.parse_args(argv + ["--output_directory", str(tmp_path / "one"),
+                                                                 "--train_shards", "2", "--num_workers", "1", "--no_progress"]))
+    assert not records.existing_split_files(str(tmp_path / "one"), "train")

@@ -484,3 +484,28 @@ def test_keras_set_to_another_backend_is_one_line_saying_so_when_a_tool_imports_
     (tmp_path / "keras.json").write_text('{"backend": "torch"}')
     with pytest.raises(UserError, match=r"keras\.json names the Keras backend torch: these tools need"):
         check_keras_backend({"KERAS_HOME": str(tmp_path)})
+
+
+def test_too_many_open_files_anywhere_is_one_line_naming_the_limit(capsys):
+    """`ulimit -n 20`: an OSError EMFILE (ENFILE) reaching a tool's wrapper was a traceback; no file is at fault."""
+    import resource
+    from utils.errors import open_files_line
+
+    @command
+    def tool(argv):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    assert tool([]) == 2
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert capsys.readouterr().err == (f"ERROR: too many open files: this process reached its limit (ulimit -n is "
+                                       f"{limit}): raise it (e.g. ulimit -n 4096), then run the same command again\n")
+    assert open_files_line(OSError(errno.ENFILE, "x"), "go on", " or fewer").startswith(
+        "too many open files in the system (ENFILE): close other programs' files or fewer, then go on")
+    assert open_files_line(OSError(errno.ENOENT, "x")) is None and open_files_line(ValueError()) is None
+
+    @command
+    def other(argv):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    with pytest.raises(PermissionError):  # any other OSError is not this one: a bug stays a traceback
+        other([])

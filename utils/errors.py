@@ -4,6 +4,7 @@ every command-line tool's `main` goes through so they all fail, and stop on a si
 import argparse
 import atexit
 import contextlib
+import errno
 import functools
 import gc
 import json
@@ -99,6 +100,23 @@ def first_line(error):
     function-node and op tags are left out."""
     line = (str(error).strip().splitlines() or [""])[0]
     return _TF_OP_NOISE.sub("", line).strip()[:300] or type(error).__name__
+
+
+def open_files_line(error, then="run the same command again", alternative=""):
+    """The sentence for an OSError of too many open files (EMFILE: this process's limit, `ulimit -n`; ENFILE: the
+    system's), ending in how to go on (`then`; `alternative`: a fix besides raising the limit), or None for any
+    other error: no file is at fault, and the same command succeeds once the limit is raised."""
+    if not isinstance(error, OSError) or error.errno not in (errno.EMFILE, errno.ENFILE):
+        return None
+    if error.errno == errno.ENFILE:
+        return f"too many open files in the system (ENFILE): close other programs' files{alternative}, then {then}"
+    try:
+        import resource
+        limit = " is {}".format(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    except (ImportError, OSError, ValueError):
+        limit = ""
+    return f"too many open files: this process reached its limit (ulimit -n{limit}): raise it (e.g. ulimit -n " \
+           f"4096){alternative}, then {then}"
 
 
 class Terminated(BaseException):
@@ -527,6 +545,12 @@ def _run_command(body, argv):
         except UserError as error:
             _say(f"ERROR: {error}")
             return error.status
+        except OSError as error:
+            line = open_files_line(error)  # out of file descriptors wherever it happens: no traceback
+            if line is None:
+                raise
+            _say(f"ERROR: {line}")
+            return UserError.status
         except ModuleNotFoundError as error:
             if (error.name or "").split(".")[0] in OWN_PACKAGES:
                 raise  # one of ours: a bug, or a tool run from outside the repository
