@@ -509,3 +509,49 @@ def test_too_many_open_files_anywhere_is_one_line_naming_the_limit(capsys):
 
     with pytest.raises(PermissionError):  # any other OSError is not this one: a bug stays a traceback
         other([])
+
+
+def test_memory_running_short_is_one_line_and_other_onednn_failures_are_not_taken_for_it(monkeypatch, capsys):
+    """`ulimit -v 3400000` then a training: oneDNN's dnnl_out_of_memory (status 1) surfaced as a traceback of an
+    AbortedError, "could not create a primitive". Status 3 (unimplemented, e.g. bfloat16 on a CPU without it) is
+    not memory: it stays what it was."""
+    import resource
+    import tensorflow as tf
+    from utils.errors import memory_line
+
+    def onednn(status):
+        return tf.errors.AbortedError(None, None, (
+            "Graph execution error:\n\nDetected at node a/b/FusedBatchNormV3 defined at:\n<stack traces unavailable>\n"
+            f"Operation received an exception:Status: {status}, message: could not create a primitive, in file "
+            "tensorflow/core/kernels/mkl/mkl_fused_batch_norm_op.cc:1188\n\t [[{{node a/b/FusedBatchNormV3}}]]"))
+
+    real = resource.getrlimit
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (3_400_000 * 1024, resource.RLIM_INFINITY)
+                        if which == resource.RLIMIT_AS else real(which))
+
+    @command
+    def training(argv):
+        raise onednn(1)
+
+    assert training([]) == 2
+    assert capsys.readouterr().err == (
+        "ERROR: out of memory (oneDNN, in a/b/FusedBatchNormV3) under this process's limit on its address space "
+        "(ulimit -v is 3400000 KB): raise the limit, or use less (a smaller --batch_size), then run the same command "
+        "again\n")
+    assert memory_line(onednn(3)) is None and memory_line(ValueError("Status: 1, message: x")) is None
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert memory_line(MemoryError()) == ("out of memory: free memory, or use less (a smaller --batch_size), then run "
+                                          "the same command again")
+
+    @command
+    def unimplemented(argv):
+        raise onednn(3)
+
+    with pytest.raises(tf.errors.AbortedError):
+        unimplemented([])
+
+    @command
+    def missing(argv):
+        import no_such_module_here  # noqa: F401
+
+    assert missing([]) == 2 and "Python module 'no_such_module_here' is not installed" in capsys.readouterr().err

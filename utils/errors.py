@@ -119,6 +119,36 @@ def open_files_line(error, then="run the same command again", alternative=""):
            f"4096){alternative}, then {then}"
 
 
+# How TensorFlow's oneDNN kernels report a oneDNN error: `Status: <dnnl_status_t>, message: <what>`. Status 1 is
+# dnnl_out_of_memory (oneDNN's dnnl_types.h), whatever the message says ("could not create a primitive").
+_ONEDNN_OUT_OF_MEMORY = re.compile(r"Status: 1, message: ")
+_TF_NODE = re.compile(r"\{\{node ([^}]+)\}\}")
+
+
+def memory_line(error):
+    """The sentence for an error that is memory running short, or None: Python's MemoryError, or a TensorFlow op
+    whose oneDNN kernel reported dnnl_out_of_memory (under `ulimit -v`, "could not create a primitive"). Other
+    oneDNN failures (an unimplemented primitive: another status) are not this one."""
+    if isinstance(error, MemoryError):
+        where = ""
+    elif _ONEDNN_OUT_OF_MEMORY.search(str(error)) and type(error).__module__.startswith("tensorflow"):
+        node = _TF_NODE.search(str(error))
+        where = " (oneDNN, in {})".format(printable(node.group(1), 200) if node else "an op")
+    else:
+        return None
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        soft = None
+    limit = "" if soft in (None, getattr(resource, "RLIM_INFINITY", -1)) else \
+        " under this process's limit on its address space (ulimit -v is {} KB)".format(soft // 1024)
+    return ("out of memory{}{}: raise the limit, or use less (a smaller --batch_size), then run the same command "
+            "again".format(where, limit) if limit else
+            "out of memory{}: free memory, or use less (a smaller --batch_size), then run the same command "
+            "again".format(where))
+
+
 class Terminated(BaseException):
     """Raised in the main thread by SIGTERM (or SIGHUP: a closed terminal) while a `command` runs: the counterpart of
     KeyboardInterrupt (a BaseException for the same reason: `except Exception` clean-up code must not swallow it)."""
@@ -555,6 +585,12 @@ def _run_command(body, argv):
             if (error.name or "").split(".")[0] in OWN_PACKAGES:
                 raise  # one of ours: a bug, or a tool run from outside the repository
             _say(f"ERROR: {missing_module_line(error.name)}")
+            return UserError.status
+        except Exception as error:  # noqa: BLE001 - only memory running short is turned into a line
+            line = memory_line(error)
+            if line is None:
+                raise
+            _say(f"ERROR: {line}")
             return UserError.status
         except STOPPING as stop:
             handlers.restore()  # a second signal from here on ends the process the default way
