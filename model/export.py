@@ -446,6 +446,7 @@ def saved_model_to_onnx(saved_model_dir, output_path, opset=DEFAULT_OPSET):
     import tf2onnx
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
     _, signature = load_serving_signature(saved_model_dir)
+    source = read_source(saved_model_dir)  # a damaged record is refused before the (slow) conversion
     frozen = convert_variables_to_constants_v2(signature)
     input_names = [tensor.name for tensor in frozen.inputs]
     output_names = [tensor.name for tensor in frozen.outputs]
@@ -459,7 +460,6 @@ def saved_model_to_onnx(saved_model_dir, output_path, opset=DEFAULT_OPSET):
     _rename_io(model_proto, input_names, ["input"], output_names,
                [by_tensor.get(name, name.split(":")[0]) for name in output_names])
     _set_metadata(model_proto, INPUT_PIXELS, RAW)  # a serving signature takes raw pixels (save_saved_model)
-    source = read_source(saved_model_dir)
     if source is not None:
         _set_metadata(model_proto, SOURCE_KEY, json.dumps(source, sort_keys=True))
     _save_onnx(model_proto, output_path)
@@ -473,6 +473,7 @@ def frozen_graph_to_onnx(graph_def_path, output_path, opset=DEFAULT_OPSET):
     if len(inputs) != 1 or len(outputs) != 1:
         raise UserError(f"{graph_def_path}: expected one placeholder and one output, got {inputs} -> {outputs}")
     input_names, output_names = [inputs[0] + ":0"], [outputs[0] + ":0"]
+    source = graph_source(graph_def, printable(graph_def_path, 300))  # refused before the (slow) conversion
     try:
         with _tf2onnx_conversion():
             model_proto, _ = tf2onnx.convert.from_graph_def(fuse_grouped_convs(graph_def)[0], input_names=input_names,
@@ -486,7 +487,6 @@ def frozen_graph_to_onnx(graph_def_path, output_path, opset=DEFAULT_OPSET):
     pixels = graph_input_pixels(graph_def)
     if pixels is not None:
         _set_metadata(model_proto, INPUT_PIXELS, pixels)
-    source = graph_source(graph_def, printable(graph_def_path, 300))
     if source is not None:
         _set_metadata(model_proto, SOURCE_KEY, json.dumps(source, sort_keys=True))
     _save_onnx(model_proto, output_path)
