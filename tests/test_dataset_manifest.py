@@ -177,6 +177,7 @@ def test_version_1_manifests_are_read_and_resumed(tmp_path):
     ("shards", {"0": {"written": "many", "skipped": []}}, '"shards.0.written" is \'many\''),
     ("shards", {"0": {"written": 1, "skipped": "none"}}, '"shards.0.skipped" is \'none\''),
     ("shards", {"9": {"written": 1, "skipped": []}}, '"shards" is \'9\''),
+    ("shards", {"00": {"written": 1, "skipped": []}}, '"shards" is \'00\''),  # one index, two keys
     ("shards", {"0": {"written": 1, "skipped": []}, "x" * 500: {}}, '"shards" is \'xxxxxxxx'),
 ])
 def test_a_manifest_field_of_the_wrong_type_or_range_is_refused_naming_the_file_and_field(

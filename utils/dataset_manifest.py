@@ -138,7 +138,7 @@ def check_manifest_fields(manifest: dict, path: str, split: str | None = None) -
     if not isinstance(shards, dict):
         raise bad("shards", shards, "an object of shard index: {written, skipped}")
     for key, info in shards.items():
-        if not (key.isdigit() and key.isascii() and int(key) < num_shards):
+        if not (key.isdigit() and key.isascii() and key == str(int(key)) and int(key) < num_shards):
             raise bad("shards", key, f"a shard index 0..{num_shards - 1:,} (as its key)")
         if not isinstance(info, dict):
             raise bad(f"shards.{key}", info, "an object {written, skipped}")
