@@ -182,11 +182,11 @@ def latest_checkpoint(directory, warn=print):
     if notes and ("elsewhere", os.path.abspath(directory)) not in _reported:
         _reported.add(("elsewhere", os.path.abspath(directory)))
         others = sorted({os.path.dirname(path) for path in notes})
-        warn(f"Note: the `checkpoint` state file of {printable(directory, SHOWN)} names {len(notes)} checkpoint(s) in "
-             f"another directory, {printable(others[0], SHOWN)}" + (f" (and {len(others) - 1} more)" if len(others) > 1
-                                                                    else "")
-             + f"; checkpoints are read only from the model_dir, so each is looked for in {printable(directory, SHOWN)} "
-             "by its name")
+        more = f" (and {len(others) - 1} more)" if len(others) > 1 else ""
+        here = printable(directory, SHOWN)
+        warn(f"Note: the `checkpoint` state file of {here} names {len(notes)} checkpoint(s) in another directory, "
+             f"{printable(others[0], SHOWN)}{more}; checkpoints are read only from the model_dir, so each is looked for "
+             f"in {here} by its name")
     for prefix in ordered:
         if is_complete(prefix):
             for bad in skipped:
