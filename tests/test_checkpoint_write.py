@@ -144,3 +144,26 @@ def test_a_first_save_that_fails_says_no_earlier_checkpoint_exists(tmp_path, mon
         writer.save(0)
     assert str(error.value).endswith("No space left on device); no earlier checkpoint exists")
     assert os.listdir(tmp_path) == [] and writer.latest_checkpoint is None
+
+
+def test_a_model_dir_moved_while_the_run_goes_is_said_and_not_created_again(tmp_path):
+    """`mv model_dir elsewhere` during a training: a save recreated the old path and wrote the next checkpoint
+    there, splitting the training's checkpoints between two directories. The writer knows its directory by
+    identity; a directory that did not exist yet is created by the first save."""
+    from utils.errors import UserError
+    directory = tmp_path / "m"
+    writer = checkpoint.CheckpointWriter(str(directory), {"x": tf.Variable([1.0, 2.0])}, {})
+    writer.save(0)
+    writer.save(2)
+    os.rename(directory, tmp_path / "moved")
+    for replaced in (False, True):
+        if replaced:
+            directory.mkdir()  # another directory at the old path
+        with pytest.raises(UserError) as error:
+            writer.save(4)
+        assert str(error.value) == (
+            f"cannot write checkpoint {directory}/model.ckpt-...: model_dir {directory} is "
+            f"{'another directory' if replaced else 'gone'} now: it was moved, renamed or deleted while the run was "
+            "going, with its checkpoints; resume with --model_dir where it went")
+    assert sorted(os.listdir(directory)) == []
+    assert checkpoint.latest_checkpoint(str(tmp_path / "moved")) == str(tmp_path / "moved" / "model.ckpt-2")

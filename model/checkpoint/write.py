@@ -105,6 +105,15 @@ def remove_save_debris(directory):
         shutil.rmtree(debris, ignore_errors=True)
 
 
+def _identity(directory):
+    """(device, inode) of `directory`, or None when it does not exist."""
+    try:
+        status = os.stat(directory)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
 class CheckpointWriter:
     """Saves the training state as `<model_dir>/model.ckpt-<step>` and keeps the `checkpoint` state file: the
     newest `max_to_keep`, plus one every `keep_every_hours` (tf.train.CheckpointManager's rule)."""
@@ -117,6 +126,7 @@ class CheckpointWriter:
         self.keep_every_seconds = keep_every_hours * 3600.0
         self._kept = []            # [(basename, timestamp)], oldest first
         self._last_preserved = time.time()
+        self._identity = _identity(directory)  # the directory it writes into, once it exists
         state = tf.compat.v1.train.get_checkpoint_state(directory) if os.path.isdir(directory) else None
         if state is not None:
             stamps = list(state.all_model_checkpoint_timestamps) or [time.time()] * len(
@@ -132,8 +142,10 @@ class CheckpointWriter:
         name = f"{CHECKPOINT_PREFIX}-{step}"
         prefix = os.path.join(self.directory, name)
         listed_before = any(kept == name for kept, _ in self._kept)
+        self._check_still_there()
         try:
             os.makedirs(self.directory, exist_ok=True)
+            self._identity = self._identity or _identity(self.directory)
             write(prefix, self.entries, dict(self.meta, step=int(step)))
         except (OSError, tf.errors.OpError, UserError) as error:
             shutil.rmtree(prefix + "_temp", ignore_errors=True)
@@ -182,7 +194,22 @@ class CheckpointWriter:
             return None
         return os.path.basename(state.model_checkpoint_path) if state is not None else None
 
+    def _check_still_there(self):
+        """UserError when the directory this writer wrote into is gone or is another one (moved, renamed or deleted
+        while the run was going): a save would create a new directory at the old path, and the training's
+        checkpoints would be split between the two."""
+        if self._identity is not None and _identity(self.directory) != self._identity:
+            raise UserError(f"cannot write checkpoint {os.path.join(self.directory, CHECKPOINT_PREFIX)}-...: "
+                            f"{self._gone_phrase()}")
+
+    def _gone_phrase(self):
+        return (f"model_dir {self.directory} is {'another directory' if os.path.isdir(self.directory) else 'gone'} "
+                "now: it was moved, renamed or deleted while the run was going, with its checkpoints; resume with "
+                "--model_dir where it went")
+
     def _kept_phrase(self):
+        if self._identity is not None and _identity(self.directory) != self._identity:
+            return self._gone_phrase()
         latest = self.latest_checkpoint
         return (f"the last complete checkpoint is kept: {latest}" if latest else
                 "no earlier checkpoint exists")
