@@ -135,3 +135,21 @@ def test_a_relative_model_dir_is_taken_relative_to_the_working_directory_its_run
     assert logged_path({"model_dir": "m"}, "model_dir") == str(tmp_path / "m")
     assert logged_path({"model_dir": "m", "working_directory": 3}, "model_dir") == str(tmp_path / "m")
     assert logged_path({"model_dir": None}, "model_dir") is None
+
+
+def test_the_last_training_step_counts_the_end_of_epoch_record_past_the_last_displayed_step(tmp_path):
+    """A session that displayed steps 1, 4 and 7 (--display_every 3) and ended its epoch at step 8 (the (epoch,)
+    record's global_step) trained up to step 8: a resume from checkpoint 6 trains 7-8 again, not 7 alone. The end
+    record (step [], throughput) states no step; another model_dir's end of epoch does not count."""
+    path, model_dir = tmp_path / "log.json", str(tmp_path / "m")
+    logger = DLLogger(str(path), stdout=False)
+    logger.log(step="PARAMETER", data={"mode": "train", "model_dir": model_dir})
+    for step in (1, 4, 7):
+        logger.log(step=(0, step), data={"cross_entropy": 2.0, "learning_rate": 0.1})
+    logger.log(step=(0,), data={"cross_entropy": 2.0, "global_step": 8})
+    logger.log(step=(), data={"train_throughput": 9.0, "train_throughput_total": 8.0})
+    logger.log(step="PARAMETER", data={"mode": "train", "model_dir": str(tmp_path / "other")})
+    logger.log(step=(0, 1), data={"cross_entropy": 2.0, "learning_rate": 0.1})
+    logger.log(step=(0,), data={"cross_entropy": 2.0, "global_step": 40})
+    logger.close()
+    assert last_training_step(str(path), model_dir) == 8

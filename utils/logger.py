@@ -195,17 +195,25 @@ def lineage_of(parameters):
     return training["session"], resumed if isinstance(resumed, str) else None
 
 
-def _is_training_step(step, data):
-    return isinstance(step, list) and len(step) == 2 and "cross_entropy" in data and isinstance(step[1], int)
+def _trained_step(step, data):
+    """The training step a record states, or None: a step record's (epoch, step) with its losses, or an end-of-epoch
+    record's (epoch,) with the global_step that ended the epoch (which the step records, every --display_every
+    steps, may not show)."""
+    if isinstance(step, list) and len(step) == 2 and "cross_entropy" in data and isinstance(step[1], int):
+        return step[1]
+    if isinstance(step, list) and len(step) == 1 and isinstance(data.get("global_step"), int) and \
+            not isinstance(data["global_step"], bool):
+        return data["global_step"]
+    return None
 
 
 def last_training_step(path, model_dir, session=None):
-    """The last training step the DLLL log at `path` records for trainings into `model_dir`, or None: none, or no
-    such log. With `session` (the session that wrote the checkpoint a resume starts from, which checkpoints record
-    since 2026-12-06): the steps of that session and of the sessions that continued it, whatever path reached the
-    model_dir (moved, copied, linked); a log without that session holds none of them. Without: the steps of the
-    runs whose PARAMETER record names `model_dir` (or results_dir, in logs of before model_dir was recorded;
-    relative to the run's working directory)."""
+    """The last training step the DLLL log at `path` records for trainings into `model_dir` (the largest any record
+    of a session states: _trained_step), or None: none, or no such log. With `session` (the session that wrote the
+    checkpoint a resume starts from, which checkpoints record since 2026-12-06): the steps of that session and of
+    the sessions that continued it, whatever path reached the model_dir (moved, copied, linked); a log without that
+    session holds none of them. Without: the steps of the runs whose PARAMETER record names `model_dir` (or
+    results_dir, in logs of before model_dir was recorded; relative to the run's working directory)."""
     try:
         records = read_log(path)
     except (OSError, UnicodeDecodeError):
@@ -222,8 +230,8 @@ def last_training_step(path, model_dir, session=None):
             ours = data.get("mode") in ("train", "train_and_evaluate") and where == target
             if ours:
                 last, session = session if session is not None else last, None
-        elif ours and _is_training_step(step, data):
-            session = max(step[1], session or 0)
+        elif ours and _trained_step(step, data) is not None:
+            session = max(_trained_step(step, data), session or 0)
     # The last session that logged a step: an earlier one may have gone further (a model_dir emptied and trained
     # again from step 0).
     return session if session is not None else last
@@ -242,8 +250,8 @@ def _last_step_of_sessions(records, session):
             ours = this is not None and (this in family or resumed in family)
             if ours:
                 family.add(this)
-        elif ours and _is_training_step(step, data):
-            last = max(step[1], last or 0)
+        elif ours and _trained_step(step, data) is not None:
+            last = max(_trained_step(step, data), last or 0)
     return last
 
 
