@@ -72,6 +72,10 @@ class RunSettings:
             record["settings_from_checkpoint"] = sorted(self.adopted)
         if self.lineage:
             record["training"] = dict(self.lineage)
+        if self.data.get("train") is not None and self.data["train"].files:
+            # The digest a checkpoint records of the train files (training_state): utils/plot_log tells a moved
+            # copy of the same data from other data by it.
+            record["train_files"] = files_fingerprint(self.data["train"].files)
         return record
 
 

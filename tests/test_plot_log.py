@@ -374,13 +374,15 @@ def test_a_resume_is_marked_and_one_at_another_batch_size_is_said(tmp_path, caps
     logger.log(step=(), data={"top1_accuracy": 0.5})
     logger.close()
     records, parameters, _ = plot_log.load_log(str(log_path))
-    assert plot_log.resumes(records) == [(9, {}), (13, {"batch_size": (32, 16), "lr_init": (0.05, 0.1)})]
+    assert plot_log.resumes(records) == [(9, {}), (13, {"batch_size": (32, 16), "lr_init": (0.05, 0.1),
+                                                        "images_per_step": (32, 16)})]
     assert plot_log._title("log.json", parameters, plot_log.resumes(records)) == (
         "log.json  (arch resnet50, mode train, batch_size 32->16)")
     assert plot_log.main([str(log_path), "-o", str(tmp_path / "c.png")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Note: the training resumed at step 13 with batch_size 16 (was 32), lr_init 0.1 (was "
-                          "0.05): its curves mean another run from there")
+                          "0.05): its curves mean another run from there (a global step of another batch size is "
+                          "another number of images)\n")
     assert "step 9" not in out
     assert png_size(tmp_path / "c.png")[0] > 0
     # One training, no resume: nothing marked, nothing said.
@@ -444,6 +446,51 @@ def test_a_resume_notes_every_setting_runtime_settings_notes(tmp_path, capsys):
     assert capsys.readouterr().out.startswith(
         "Note: the training resumed at step 7 with seed 1 (was None), lr_init 0.1 (was 0.01), cosine_lr False (was "
         "True), momentum 0.875 (was 0.9): its curves mean another run from there")
+
+
+def _resumed_log(path, sessions):
+    """A log of one model_dir's training sessions [(PARAMETER data, steps logged)]."""
+    logger = DLLogger(str(path), stdout=False)
+    for extra, steps in sessions:
+        logger.log(step="PARAMETER", data={"mode": "train", "model_dir": "/runs/a", "batch_size": 32, **extra})
+        for step in steps:
+            logger.log(step=(0, step), data={"cross_entropy": 1.0, "learning_rate": 0.01})
+    logger.close()
+    return plot_log.load_log(str(path))[0]
+
+
+def test_a_resume_compares_data_dir_as_the_directory_it_names_and_its_train_files(tmp_path, capsys):
+    """`--data_dir data` typed in /w and resumed as `--data_dir w/data` from / is the same data_dir; one at another
+    path whose train files have the digest of the ones before (a moved copy) is the same data; the same path holding
+    other train files is not. The note's word on the images of a global step comes only with another batch size."""
+    typed = [({"data_dir": "data", "working_directory": "/w"}, (1, 7)),
+             ({"data_dir": "w/data", "working_directory": "/", "num_iter": 10}, (7, 9))]
+    assert plot_log.resumes(_resumed_log(tmp_path / "a.json", typed)) == [(7, {"num_iter": (None, 10)})]
+    assert plot_log.main([str(tmp_path / "a.json"), "-o", str(tmp_path / "a.png")]) == 0
+    assert capsys.readouterr().out.startswith("Note: the training resumed at step 7 with num_iter 10 (was None): its "
+                                              "curves mean another run from there\n")
+    moved = [({"data_dir": "/data", "train_files": "ab12"}, (1, 7)),
+             ({"data_dir": "/copy/data", "train_files": "ab12"}, (7, 9))]
+    assert plot_log.resumes(_resumed_log(tmp_path / "b.json", moved)) == [(7, {})]
+    other = [({"data_dir": "/data", "train_files": "ab12"}, (1, 7)),
+             ({"data_dir": "/other", "train_files": "cd34"}, (7, 9)),
+             ({"data_dir": "/other/", "train_files": "ef56"}, (9, 11))]
+    assert plot_log.resumes(_resumed_log(tmp_path / "c.json", other)) == [
+        (7, {"data_dir": ("/data", "/other")}), (9, {"train_files": ("cd34", "ef56")})]
+    # Without the digest (logs of before 2026-12-06) another path is another data_dir.
+    unknown = [({"data_dir": "/data"}, (1, 7)), ({"data_dir": "/copy/data"}, (7, 9))]
+    assert plot_log.resumes(_resumed_log(tmp_path / "d.json", unknown)) == [
+        (7, {"data_dir": ("/data", "/copy/data")})]
+    # Half the batch on twice the replicas: the same images per step, so no word on the images of a step.
+    replicas = [({"batch_size": 32, "replicas": 1}, (1, 7)), ({"batch_size": 16, "replicas": 2}, (7, 9))]
+    points = plot_log.resumes(_resumed_log(tmp_path / "e.json", replicas))
+    assert points == [(7, {"batch_size": (32, 16), "replicas": (1, 2)})]
+    assert plot_log.describe_resumes(points) == ("the training resumed at step 7 with batch_size 16 (was 32), replicas "
+                                                 "2 (was 1): its curves mean another run from there")
+    accumulated = [({"grad_accum_steps": 1}, (1, 7)), ({"grad_accum_steps": 2}, (7, 9))]
+    assert plot_log.describe_resumes(plot_log.resumes(_resumed_log(tmp_path / "f.json", accumulated))) == (
+        "the training resumed at step 7 with grad_accum_steps 2 (was 1): its curves mean another run from there (a "
+        "global step of another batch size is another number of images)")
 
 
 def test_epoch_boundaries_are_drawn_where_the_log_says_the_epoch_ended(tmp_path):

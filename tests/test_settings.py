@@ -585,6 +585,11 @@ def test_a_resume_on_other_train_files_of_the_same_size_says_so_and_a_moved_copy
     assert resolve(tmp_path / "run", data_dir=str(other), **flags)[1] == [
         f"Note: the train-* files of --data_dir {other} are not the ones checkpoint {path} was trained on (other "
         "names or sizes, 6 records as before): this run goes on on other data"]
+    # The PARAMETER record holds the same digest, for utils/plot_log to tell the two apart in a log.
+    recorded = {name: resolve(tmp_path / "run", data_dir=str(tmp_path / name), **flags)[0].parameters()
+                .get("train_files") for name in ("data", "moved", "other")}
+    assert recorded["data"] == recorded["moved"] == settings.files_fingerprint(
+        [str(name) for name in data.glob("train-*")]) != recorded["other"]
 
 
 def test_a_resume_with_other_schedule_flags_says_what_the_learning_rate_becomes(tmp_path):

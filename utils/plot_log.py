@@ -249,22 +249,64 @@ def resumes(records):
         elif (pending is not None and isinstance(step, list) and len(step) == 2 and BENCHMARK_KEY not in data
               and any(key in data for key in TRAIN_KEYS)):
             if previous is not None:
-                changes = {key: (previous.get(key), pending.get(key)) for key in RESUME_KEYS
-                           if previous.get(key) != pending.get(key)}
-                points.append((int(step[1]), changes))
+                points.append((int(step[1]), _resume_changes(previous, pending)))
             previous, pending = pending, None
     return points
 
 
+# The settings whose product is the images of one step (runtime/settings.images_per_step), and the path flags among
+# RESUME_KEYS, compared as the directories they name (relative to each run's working_directory), not as typed.
+IMAGES_PER_STEP_KEYS = ("batch_size", "replicas", "grad_accum_steps")
+PATH_KEYS = ("data_dir",)
+IMAGES_PER_STEP = "images_per_step"  # resumes' entry for a change of the images of one step (not a setting)
+
+
+def _images_per_step(parameters):
+    """The images of one step a PARAMETER record's settings give, or None when it does not say its batch size."""
+    batch_size = parameters.get("batch_size")
+    if not isinstance(batch_size, int):
+        return None
+    return batch_size * (parameters.get("replicas") or 1) * (parameters.get("grad_accum_steps") or 1)
+
+
+def _resume_changes(previous, pending):
+    """{setting: (before, after)} of the RESUME_KEYS a resume's PARAMETER record (`pending`) changed against the
+    previous training's. A path flag is changed when the directories differ, not its spelling (`data` typed in /w,
+    `w/data` from /); and a data_dir at another path whose train files are the ones before (the `train_files`
+    fingerprint both records hold, since 2026-12-06) is a moved copy of the same data, not a change, while the same
+    data_dir holding other train files is (`train_files`). IMAGES_PER_STEP when the images of one step changed."""
+    changes = {}
+    for key in RESUME_KEYS:
+        before, after = previous.get(key), pending.get(key)
+        if key in PATH_KEYS:
+            same_files = previous.get("train_files") is not None and \
+                previous.get("train_files") == pending.get("train_files")
+            if logged_path(previous, key) == logged_path(pending, key) or (key == "data_dir" and same_files):
+                continue
+        elif before == after:
+            continue
+        changes[key] = (before, after)
+    if "data_dir" not in changes and None not in (previous.get("train_files"), pending.get("train_files")) and \
+            previous["train_files"] != pending["train_files"]:
+        changes["train_files"] = (previous["train_files"], pending["train_files"])
+    images = _images_per_step(previous), _images_per_step(pending)
+    if None in images and any(key in changes for key in IMAGES_PER_STEP_KEYS) or images[0] != images[1]:
+        changes[IMAGES_PER_STEP] = images
+    return changes
+
+
 def describe_resumes(points):
-    """One line for the resumes that changed a setting, or None."""
+    """One line for the resumes that changed a setting, or None. The images of a global step are said to differ
+    only where a resume changed them."""
     changed = ["at step {} with {}".format(step, ", ".join(
-        "{} {} (was {})".format(key, after, before) for key, (before, after) in changes.items()))
+        "{} {} (was {})".format(key, after, before) for key, (before, after) in changes.items()
+        if key != IMAGES_PER_STEP))
         for step, changes in points if changes]
     if not changed:
         return None
-    return "the training resumed {}: its curves mean another run from there (a global step of another batch " \
-           "size is another number of images)".format("; ".join(changed))
+    return "the training resumed {}: its curves mean another run from there{}".format(
+        "; ".join(changed), " (a global step of another batch size is another number of images)"
+        if any(IMAGES_PER_STEP in changes for _, changes in points) else "")
 
 
 def epoch_ends(records):
