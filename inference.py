@@ -161,6 +161,20 @@ class TFRunner:
         return self.signature(input=images)["probabilities"].numpy()
 
 
+def run_devices(args, runner):
+    """The devices `runner` computes on, for the PARAMETER record's environment: ONNX Runtime's first provider, the
+    TensorRT engine's GPU, or TensorFlow's (its first visible GPU, else the CPU)."""
+    providers = getattr(runner, "providers", None)
+    if providers:
+        return ["{} ({})".format("CPU" if providers[0] == "CPUExecutionProvider" else "GPU:0", providers[0])]
+    if args.backend == "tensorrt":
+        return ["GPU:0 (TensorRT)"]
+    import tensorflow as tf
+    from utils.devices import gpu_description
+    gpus = tf.config.get_visible_devices("GPU")
+    return [gpu_description(gpus[0])] if gpus else ["CPU"]
+
+
 def cuda_device_count():
     """GPUs the CUDA 12 runtime can use; 0 when it cannot load or start (no GPU, no driver for CUDA 12)."""
     import ctypes
@@ -623,8 +637,9 @@ def run(args):
             # The settings the run uses: the input size and class count of the model that was loaded, where the
             # flags left them to it (--image-size unset, --num-classes only applies to --architecture).
             flags = {name: value for name, value in vars(args).items() if name != "given"}
+            from runtime import startup
             logger.log(step="PARAMETER", data=flags | {"num_classes": num_classes, "input_pixels": input_pixels} |
-                       frozen_weights)
+                       frozen_weights | startup.environment_parameters(devices=run_devices(args, runner)))
             if frozen_weights:
                 logger.print(devices.FROZEN_WEIGHTS_NOTE)
             where = f" on {runner.providers[0]}" if getattr(runner, "providers", None) else ""

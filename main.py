@@ -34,6 +34,11 @@ RUNTIME_ENVIRONMENT = {
 FIXED_WEIGHT_MODES = ("predict", "inference_benchmark")
 
 
+# Said at start-up when no --cpu was given and the process sees no GPU (its PARAMETER record's environment.devices
+# says the same): before, such a run went on on the CPU without a word.
+NO_GPU_LINE = "No GPU visible: running on the CPU (--cpu says it is meant; docs/GPU.md to use a GPU)"
+
+
 def _unsaid(_line):
     """The settings' log of a worker other than rank 0 (rank 0 says the same lines)."""
 
@@ -128,7 +133,10 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None, eng
     logger.log(step="PARAMETER", data={key: getattr(config, key) for key in ORIGINAL_FLAG_DESTS}
                | config.additions() | {"precision": precision.describe()} | config.extensions_in_use()
                | resolved.parameters()
-               | distribution.parameters() | frozen_weights | startup.environment_parameters(engine))
+               | distribution.parameters() | frozen_weights
+               | startup.environment_parameters(engine, devices=platform.describe_devices()))
+    if not config.cpu and not platform.gpu:
+        logger.print(NO_GPU_LINE)
     if frozen_weights:
         logger.print(devices.FROZEN_WEIGHTS_NOTE)
     startup.set_seeds(config.seed, distribution.rank)

@@ -56,12 +56,16 @@ def _recorded_variable(name):
         not any(word in name for word in SECRET_WORDS)
 
 
-def environment_parameters(engine=None, environ=None):
-    """The PARAMETER record's `environment`: what decides a run's arithmetic beyond its flags. The same seeded run
-    gave other losses from step 1 under OMP_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1 taskset -c 0, or under
-    TF_ENABLE_ONEDNN_OPTS=0, with an identical record: the CPU cores the process may use, TensorFlow's intra-/inter-op
-    thread counts (`auto (N cores)` when TensorFlow chooses), the variables above that are set, and the engine with
-    the variable it was chosen from."""
+def environment_parameters(engine=None, environ=None, devices=None):
+    """The PARAMETER record's `environment`: what decides a run's arithmetic beyond its flags, and where it ran. The
+    same seeded run gave other losses from step 1 under OMP_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1 taskset -c 0, or
+    under TF_ENABLE_ONEDNN_OPTS=0, with an identical record: the CPU cores the process may use, TensorFlow's
+    intra-/inter-op thread counts (`auto (N cores)` when TensorFlow chooses), the variables above that are set, and
+    the engine with the variable it was chosen from. Then the `devices` it computes on (Platform.describe_devices:
+    a run without --cpu on a machine without a GPU said `cpu : False` and nothing else), the host, the TensorFlow and
+    Keras versions and the code's version (code_version)."""
+    import socket
+
     import tensorflow as tf
     from utils.engines import Engine, number_ranges
     environ = os.environ if environ is None else environ
@@ -76,7 +80,79 @@ def environment_parameters(engine=None, environ=None):
         "intra_op_threads": threads(tf.config.threading.get_intra_op_parallelism_threads()),
         "inter_op_threads": threads(tf.config.threading.get_inter_op_parallelism_threads()),
         "variables": {name: environ[name] for name in sorted(environ) if _recorded_variable(name)},
+        **({"devices": list(devices)} if devices is not None else {}),
+        "host": socket.gethostname(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "code_version": code_version(),
     }}
+
+
+# The repository this code is a checkout of (runtime/ is one level below its root).
+CODE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOT_A_CHECKOUT = "unknown (not a git checkout)"
+
+
+def code_version(root=CODE_ROOT, git="git"):
+    """The git commit of the code at `root`, `<commit> (modified)` when tracked files differ from it, or why it is
+    unknown; never an error. Asked of `git` (which also sees the changes) where it runs; else read from .git (the
+    commit alone: whether files changed cannot be told without git)."""
+    import shutil
+    import subprocess
+    if not os.path.exists(os.path.join(root, ".git")):
+        return NOT_A_CHECKOUT
+
+    def ask(*args):
+        try:
+            # (--no-optional-locks: status leaves the index alone, so a git command of the user's never finds it
+            # locked by a starting run)
+            result = subprocess.run([git, "--no-optional-locks", "-C", root, *args], capture_output=True,
+                                    text=True, timeout=10, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return result.stdout.strip() if result.returncode == 0 else None
+
+    commit = ask("rev-parse", "--verify", "HEAD") if shutil.which(git) else None
+    if commit:
+        changed = ask("status", "--porcelain", "--untracked-files=no")
+        return commit + (" (modified)" if changed else "" if changed is not None else " (changes not checked)")
+    commit = _head_commit(os.path.join(root, ".git"))
+    return "{} (changes not checked: read from .git)".format(commit) if commit else "unknown (.git unreadable)"
+
+
+def _head_commit(git_dir):
+    """The commit HEAD names in the .git directory `git_dir` (or a .git file's `gitdir:`), or None."""
+    import re
+    try:
+        if os.path.isfile(git_dir):
+            with open(git_dir, encoding="utf-8") as handle:
+                line = handle.read().strip()
+            if not line.startswith("gitdir:"):
+                return None
+            git_dir = os.path.join(os.path.dirname(git_dir), line[len("gitdir:"):].strip())
+        with open(os.path.join(git_dir, "HEAD"), encoding="utf-8") as handle:
+            head = handle.read().strip()
+        if not head.startswith("ref:"):
+            return head if re.fullmatch("[0-9a-f]{40}([0-9a-f]{24})?", head) else None
+        ref = head[len("ref:"):].strip()
+        # A worktree's branches live in the common directory (`commondir`).
+        common = git_dir
+        if os.path.isfile(os.path.join(git_dir, "commondir")):
+            with open(os.path.join(git_dir, "commondir"), encoding="utf-8") as handle:
+                common = os.path.join(git_dir, handle.read().strip())
+        for directory in (git_dir, common):
+            path = os.path.join(directory, *ref.split("/"))
+            if os.path.isfile(path):
+                with open(path, encoding="utf-8") as handle:
+                    return handle.read().strip() or None
+        with open(os.path.join(common, "packed-refs"), encoding="utf-8") as handle:
+            for line in handle:
+                parts = line.split()
+                if len(parts) == 2 and parts[1] == ref:
+                    return parts[0]
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
 
 
 def configure_xla(config, distribution):

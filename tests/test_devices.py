@@ -113,3 +113,25 @@ def test_a_mode_that_changes_or_swaps_weights_refuses_the_frozen_weights_setting
     assert result.stderr.strip() == ("ERROR: TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 makes oneDNN keep the first weights "
                                      f"each conv sees; --mode {mode} changes or swaps weights and would compute "
                                      "with stale ones: unset it")
+
+
+def test_the_devices_a_process_computes_on_are_named_for_its_log(four_fake_gpus, monkeypatch):
+    """setup_devices names the GPUs it chose (index as --gpu_id counts them, and TensorFlow's model name where it
+    gives one) for the PARAMETER record's environment.devices; no GPU is "CPU", RN50_CPU_REPLICAS's logical CPUs are
+    each named."""
+    from utils.devices import setup_devices
+    from utils.distributed import Engine
+    names = {"2": "NVIDIA A100-SXM4-80GB"}
+    monkeypatch.setattr(tf.config.experimental, "get_device_details",
+                        lambda device: {"device_name": names[device.name[-1]]} if device.name[-1] in names else {})
+    assert setup_devices(gpu_id=2).describe_devices() == ["GPU:2 NVIDIA A100-SXM4-80GB"]
+    assert setup_devices(engine=Engine("mirrored")).describe_devices() == [
+        "GPU:0", "GPU:1", "GPU:2 NVIDIA A100-SXM4-80GB", "GPU:3"]
+
+    def undescribed(device):
+        raise ValueError("no details")
+    monkeypatch.setattr(tf.config.experimental, "get_device_details", undescribed)
+    assert setup_devices(gpu_id=1).describe_devices() == ["GPU:1"]
+    assert CPU.describe_devices() == ["CPU"]
+    assert Platform(replica_devices=("/cpu:0", "/cpu:1")).describe_devices() == ["CPU:0", "CPU:1"]
+    assert Platform(gpu=True).describe_devices() == ["GPU"]

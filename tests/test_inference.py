@@ -110,6 +110,10 @@ def test_tf_backend_on_tfrecords(saved_model, tmp_path):
     final = final_record(log)
     assert 0.0 <= final["accuracy"] <= 1.0
     assert final["throughput"] > 0 and final["latency_p99"] >= final["latency_avg"] * 0 > -1
+    # The PARAMETER record says where it ran and with what, as main.py's does.
+    environment = parameter_record(log)["environment"]
+    assert environment["devices"] == ["CPU"]
+    assert {"host", "tensorflow", "keras", "code_version"} <= set(environment)
 
 
 def test_run_as_a_script_the_tf_backend_fixes_the_weights_and_scores_what_in_process_scores(saved_model, tmp_path):
@@ -141,6 +145,7 @@ def test_onnxruntime_backend_random_inputs_with_periodic_logs(saved_model, tmp_p
     assert [r["step"] for r in records if r["type"] == "LOG" and r["step"] not in ([], "PARAMETER")] == [[0, 100]]
     final = final_record(log)
     assert "accuracy" not in final and final["throughput"] > 0
+    assert parameter_record(log)["environment"]["devices"] == ["CPU (CPUExecutionProvider)"]
     assert set(final) >= {"latency_avg", "latency_p90", "latency_p95", "latency_p99"}
 
 
@@ -535,3 +540,16 @@ def test_a_given_model_is_described_by_what_its_export_recorded(tmp_path):
     assert [line for line in result.stdout.splitlines() if line.startswith("Model:")] == [
         f"Model: {saved}: it records no architecture or checkpoint (an export, or a frozen graph's conversion, of a "
         "version before 2026-12-05, or not ours); its input size and classes are read from its graph"]
+
+
+def test_the_devices_of_each_backend_are_named_for_the_log():
+    """inference.run_devices: ONNX Runtime's first provider (the CUDA one is GPU:0), TensorRT's GPU, TensorFlow's
+    first visible GPU or the CPU."""
+    import types
+    import inference
+    args = types.SimpleNamespace(backend="onnxruntime")
+    assert inference.run_devices(args, types.SimpleNamespace(providers=["CUDAExecutionProvider",
+                                                                        "CPUExecutionProvider"])) == [
+        "GPU:0 (CUDAExecutionProvider)"]
+    assert inference.run_devices(types.SimpleNamespace(backend="tensorrt"), object()) == ["GPU:0 (TensorRT)"]
+    assert inference.run_devices(types.SimpleNamespace(backend="tf"), object()) == ["CPU"]  # no GPU here

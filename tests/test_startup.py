@@ -1,8 +1,14 @@
 """runtime/startup.py: what a run decides before any model exists (RN50_CPU_REPLICAS, the per-rank seeds, XLA, the
 QAT settings) and the model those decisions give (its conv kernels per purpose, its input size and classes)."""
 
+import os
 import random
+import shutil
+import socket
+import subprocess
 import types
+
+import keras
 
 import numpy as np
 import pytest
@@ -158,16 +164,28 @@ def test_the_parameter_record_says_what_decides_the_arithmetic_beyond_the_flags(
     from tests._reliability_helpers import SMALL
     from utils.logger import read_log
 
+    main_output = {}
+
     def parameters(name, **variables):
         for key, value in variables.items():
             monkeypatch.setenv(key, value)
-        main_in_process("--mode", "training_benchmark", "--batch_size", "2", "--num_iter", "1", "--iter_unit", "batch",
-                        "--warmup_steps", "0", "--results_dir", str(tmp_path / name), *SMALL)
+        main_output[name] = main_in_process(
+            "--mode", "training_benchmark", "--batch_size", "2", "--num_iter", "1", "--iter_unit", "batch",
+            "--warmup_steps", "0", "--results_dir", str(tmp_path / name), *SMALL, *["--cpu"] * (name == "cpu")).stdout
         record = next(r for r in read_log(str(tmp_path / name / "log.json")) if r.get("step") == "PARAMETER")["data"]
         return {key: value for key, value in record.items() if key not in ("results_dir", "model_dir")}
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     plain, one_thread = parameters("plain"), parameters("one_thread", OMP_NUM_THREADS="1")
+    # Where it ran: no --cpu and no GPU is the CPU, in the record and in a line at start-up (not with --cpu).
+    from main import NO_GPU_LINE
+    assert plain["environment"]["devices"] == ["CPU"] and plain["cpu"] is False
+    assert NO_GPU_LINE in main_output["plain"].splitlines()
+    parameters("cpu")
+    assert NO_GPU_LINE not in main_output["cpu"]
+    assert (plain["environment"]["host"], plain["environment"]["tensorflow"], plain["environment"]["keras"]) == (
+        socket.gethostname(), tf.__version__, keras.__version__)
+    assert plain["environment"]["code_version"] == startup.code_version()
     assert plain != one_thread
     assert "OMP_NUM_THREADS" not in plain["environment"]["variables"]
     assert one_thread["environment"]["variables"]["OMP_NUM_THREADS"] == "1"
@@ -183,3 +201,66 @@ def test_the_parameter_record_says_what_decides_the_arithmetic_beyond_the_flags(
         "TF_ENABLE_ONEDNN_OPTS", "OMP_PROC_BIND", "XLA_FLAGS"]
     plain["environment"]["variables"] = one_thread["environment"]["variables"]
     assert plain == one_thread  # nothing else differs
+
+
+def _fake_git_dir(root, head, refs=None, packed=None):
+    """A .git directory by hand (no git needed): HEAD, loose refs {name: commit}, packed-refs lines."""
+    git = root / ".git"
+    (git / "refs" / "heads").mkdir(parents=True)
+    (git / "HEAD").write_text(head + "\n")
+    for name, commit in (refs or {}).items():
+        (git / name).write_text(commit + "\n")
+    if packed is not None:
+        (git / "packed-refs").write_text(packed)
+    return git
+
+
+def test_the_code_version_is_the_checkouts_commit_or_says_why_it_is_unknown(tmp_path):
+    """environment.code_version: git's commit (and `(modified)` when tracked files differ from it) where git runs;
+    the commit read from .git without git (a loose ref, packed-refs, a detached HEAD, a worktree's .git file); a
+    directory that is no checkout, or a damaged .git, says so and never stops the run."""
+    commit, other = "a" * 40, "b" * 40
+    assert startup.code_version(str(tmp_path)) == startup.NOT_A_CHECKOUT == "unknown (not a git checkout)"
+    no_git = str(tmp_path / "no-such-git")
+    loose = tmp_path / "loose"
+    _fake_git_dir(loose, "ref: refs/heads/main", {"refs/heads/main": commit})
+    assert startup.code_version(str(loose), git=no_git) == commit + " (changes not checked: read from .git)"
+    packed = tmp_path / "packed"
+    _fake_git_dir(packed, "ref: refs/heads/main", packed="# pack-refs with: peeled\n{} refs/heads/dev\n{} "
+                  "refs/heads/main\n".format(other, commit))
+    assert startup.code_version(str(packed), git=no_git).startswith(commit + " ")
+    detached = tmp_path / "detached"
+    _fake_git_dir(detached, other)
+    assert startup.code_version(str(detached), git=no_git).startswith(other + " ")
+    worktree = tmp_path / "worktree"
+    worktree.mkdir()
+    (worktree / ".git").write_text("gitdir: ../loose/.git\n")
+    assert startup.code_version(str(worktree), git=no_git).startswith(commit + " ")
+    damaged = tmp_path / "damaged"
+    _fake_git_dir(damaged, "ref: refs/heads/gone")
+    assert startup.code_version(str(damaged), git=no_git) == "unknown (.git unreadable)"
+    if shutil.which("git") is None:
+        return
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "file.py").write_text("x = 1\n")
+    environ = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+               "GIT_COMMITTER_EMAIL": "t@t", "PATH": os.environ.get("PATH", "")}
+    for command in (["init", "-q"], ["add", "file.py"], ["commit", "-q", "-m", "one"]):
+        subprocess.run(["git", "-C", str(repo), *command], check=True, env=environ)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    assert startup.code_version(str(repo)) == head
+    (repo / "untracked.txt").write_text("")
+    assert startup.code_version(str(repo)) == head  # an untracked file is no change of the code
+    (repo / "file.py").write_text("x = 2\n")
+    assert startup.code_version(str(repo)) == head + " (modified)"
+
+
+def test_the_environment_names_the_devices_host_and_versions():
+    environment = startup.environment_parameters(devices=["GPU:0 NVIDIA A100-SXM4-80GB"])["environment"]
+    assert environment["devices"] == ["GPU:0 NVIDIA A100-SXM4-80GB"]
+    assert (environment["host"], environment["tensorflow"], environment["keras"]) == (
+        socket.gethostname(), tf.__version__, keras.__version__)
+    assert environment["code_version"] == startup.code_version()
+    assert "devices" not in startup.environment_parameters()["environment"]  # a caller that does not know them

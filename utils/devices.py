@@ -16,9 +16,20 @@ NCHW_NEEDS_GPU = ("--data_format NCHW needs a GPU (TensorFlow's CPU convolution 
 @dataclasses.dataclass(frozen=True)
 class Platform:
     """What the process runs on. `gpu`: a GPU is visible to it (after `setup_devices`). `replica_devices`: the
-    devices a MirroredStrategy in this process mirrors over (empty: its default, every visible GPU)."""
+    devices a MirroredStrategy in this process mirrors over (empty: its default, every visible GPU). `devices`: what
+    setup_devices chose, named for the log (`describe_devices`)."""
     gpu: bool = False
     replica_devices: tuple = ()
+    devices: tuple = dataclasses.field(default=(), compare=False)
+
+    def describe_devices(self):
+        """The devices this process computes on, for the PARAMETER record: ["CPU"], ["CPU:0", "CPU:1"]
+        (RN50_CPU_REPLICAS), ["GPU:0 NVIDIA A100-SXM4-80GB"], ..."""
+        if self.devices:
+            return list(self.devices)
+        if self.gpu:
+            return ["GPU"]
+        return [device.lstrip("/").upper() for device in self.replica_devices] or ["CPU"]
 
     @property
     def amp_policy(self):
@@ -127,7 +138,19 @@ def _setup_devices(*, cpu=False, gpu_id=0, engine=None, dali_memory_fraction=Non
             limit_gpu_memory(selected, dali_memory_fraction)
         else:
             tf.config.experimental.set_memory_growth(selected, True)
-    return Platform(gpu=True)
+    return Platform(gpu=True, devices=tuple(gpu_description(selected) for selected in selected_gpus))
+
+
+def gpu_description(device):
+    """"GPU:<index> <model name>" of a physical GPU device (its index among the GPUs visible to the process, as
+    --gpu_id counts them), without the name when TensorFlow cannot say it."""
+    import tensorflow as tf
+    label = "GPU:{}".format(device.name.rsplit(":", 1)[-1])
+    try:
+        name = tf.config.experimental.get_device_details(device).get("device_name")
+    except Exception:  # noqa: BLE001 - a device TensorFlow cannot describe: named by its index alone
+        name = None
+    return "{} {}".format(label, name) if name else label
 
 
 def gpu_total_memory_mb(index):
