@@ -104,11 +104,13 @@ def read_all_tensors(path):
 def _comparable_metadata(path, tensors):
     """The metadata record of checkpoint `path` with its `images_seen` record (the images seen at the first step of
     the run that wrote it: another step after a resume) replaced by the images seen by the checkpoint's step,
-    which an exact resume leaves as they were."""
+    which an exact resume leaves as they were, and without its `lineage` (the ids of the training and of the
+    session that wrote it: new in every run)."""
     import json
     from model import checkpoint
     from runtime import settings
     meta = json.loads(tensors.pop(checkpoint.METADATA_KEY).decode("utf-8"))
+    meta.pop("lineage", None)
     if "images_seen" in meta.get("training", {}):
         meta["training"]["images_seen"] = settings.images_seen(checkpoint.inspect(path))
     return meta
