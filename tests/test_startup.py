@@ -155,6 +155,7 @@ def test_a_seed_makes_ops_deterministic_except_where_xla_compiles_a_training_ste
         tf_config.set_optimizer_experimental_options({"arithmetic_optimization": True})
 
 
+@pytest.mark.shallow  # the record is the subject, not the depth: two one-block-per-stage runs
 def test_the_parameter_record_says_what_decides_the_arithmetic_beyond_the_flags(tmp_path, monkeypatch):
     """Two runs that differ only in an environment variable that changes their losses (OMP_NUM_THREADS here; likewise
     TF_ENABLE_ONEDNN_OPTS, TF_NUM_INTRAOP_THREADS, the CPU affinity) logged identical PARAMETER records: the record's
