@@ -469,6 +469,7 @@ def test_mixed_precision_grouped_se_block():
     assert {w.dtype for w in block.weights} == {"float32"}
 
 
+@pytest.mark.shallow  # the input normalisation is the subject, not the depth
 def test_on_raw_pixels_normalises_for_a_model_built_for_dalis_normalised_input():
     """A model built with input_normalized=True (--dali) has no normalisation layer; predict and the SavedModel feed
     raw pixels, so they normalise first: the same probabilities as the model that normalises itself, with the same
