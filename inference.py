@@ -316,16 +316,28 @@ class TensorRTRunner:
         return self.output
 
 
-def describe_given_model(args, saved_model_dir, onnx_model, log):
+def describe_given_model(args, saved_model_dir, onnx_model, log, image_size=None, num_classes=None):
     """One line saying what --model is, from what its export recorded (model/export.read_source; an ONNX model
-    converted from a SavedModel carries it), when it recorded it."""
+    converted from a SavedModel carries it), when it recorded it and the record agrees with the model's graph (its
+    input size `image_size`, its `num_classes` outputs: export.agreeing_source). Returns (the record, or None; the
+    line)."""
     from model import checkpoint, export
     if args.model is None:
-        return
-    source = export.onnx_source(onnx_model, f"--model {printable(args.model, 300)}") if onnx_model is not None else \
-        export.read_source(saved_model_dir) if saved_model_dir is not None else None
+        return None, None
+    if onnx_model is not None:
+        recorded = export.onnx_source(onnx_model, f"--model {printable(args.model, 300)}")
+        source = export.agreeing_source(recorded, f"--model {args.model}'s metadata `{export.SOURCE_KEY}`",
+                                        image_size, num_classes, warn=log)
+    elif saved_model_dir is not None:
+        recorded = export.read_source(saved_model_dir)
+        source = export.agreeing_source(recorded, os.path.join(saved_model_dir, export.SOURCE_FILE), image_size,
+                                        num_classes, warn=log)
+    else:
+        recorded = source = None
+    line = None
     if source is not None:
-        log(f"Model: {args.model}: {export.describe_source(source)}")
+        line = f"Model: {args.model}: {export.describe_source(source)}"
+        log(line)
         unsettled = checkpoint.unsettled_statistics(source.get("step"), f"--model {args.model}") \
             if args.data_dir and source.get("checkpoint") else None
         if unsettled:  # an accuracy is measured
@@ -342,9 +354,25 @@ def describe_given_model(args, saved_model_dir, onnx_model, log):
                 log(f"WARNING: {labels} names other classes than --model {args.model} records ({difference}): "
                     f"{runner_utils.OTHER_CLASSES_SCORED}")
     elif onnx_model is not None or saved_model_dir is not None:
-        log(f"Model: {args.model}: it records no architecture or checkpoint (an export, or a frozen graph's "
-            "conversion, of a version before 2026-12-05, or not ours); its input size and classes are read from its "
-            "graph")
+        graph = "{}x{} input, {} classes".format(image_size or "?", image_size or "?", num_classes or "?")
+        line = (f"Model: {args.model}: its record is refused (above): its architecture and checkpoint are unknown; "
+                f"its input size and classes are read from its graph ({graph})" if recorded is not None else
+                f"Model: {args.model}: it records no architecture or checkpoint (an export, or a frozen graph's "
+                "conversion, of a version before 2026-12-05, or not ours); its input size and classes are read from "
+                f"its graph ({graph})")
+        log(line)
+    return source, line
+
+
+def recorded_fields(source):
+    """The facts of a model's record for the PARAMETER log (its strings escaped, as printed): the class names as
+    their count (all of them, 1001 for ImageNet, would swamp the line); None without a record."""
+    from utils.errors import printable
+    if source is None:
+        return None
+    fields = {key: printable(value)[:1000] if isinstance(value, str) else value
+              for key, value in sorted(source.items()) if key != "class_names"}
+    return fields | {"class_names": len(source.get("class_names") or [])}
 
 
 def resolve_input_pixels(args, onnx_path, log, onnx_model=None):
@@ -628,7 +656,8 @@ def run(args):
             if args.data_dir and not data_checked:
                 check_dataset(args, num_classes)
             onnx_model = _load_onnx(onnx_path) if onnx_path is not None and args.model is not None else None
-            describe_given_model(args, saved_model_dir, onnx_model, logger.print)
+            source, described = describe_given_model(args, saved_model_dir, onnx_model, logger.print,
+                                                     getattr(runner, "input_size", None), num_classes)
             normalize, input_pixels = resolve_input_pixels(args, onnx_path, logger.print, onnx_model)
             del onnx_model
             data, steps, records = batches(args, num_classes, logger.print)
@@ -637,9 +666,16 @@ def run(args):
             # The settings the run uses: the input size and class count of the model that was loaded, where the
             # flags left them to it (--image-size unset, --num-classes only applies to --architecture).
             flags = {name: value for name, value in vars(args).items() if name != "given"}
+            # What was loaded, for a log read later or elsewhere: the model's absolute path, the directory the
+            # run's relative paths are relative to, and what the model is (its record when it agrees with its
+            # graph: architecture, checkpoint, step, class names, input size; the line printed above).
             from runtime import startup
-            logger.log(step="PARAMETER", data=flags | {"num_classes": num_classes, "input_pixels": input_pixels} |
-                       frozen_weights | startup.environment_parameters(devices=run_devices(args, runner)))
+            loaded = {"working_directory": os.getcwd(),
+                      "model_path": os.path.abspath(args.model) if args.model else None,
+                      "model_description": described, "model_source": recorded_fields(source)}
+            logger.log(step="PARAMETER", data=flags | loaded | {"num_classes": num_classes,
+                                                                "input_pixels": input_pixels} | frozen_weights
+                       | startup.environment_parameters(devices=run_devices(args, runner)))
             if frozen_weights:
                 logger.print(devices.FROZEN_WEIGHTS_NOTE)
             where = f" on {runner.providers[0]}" if getattr(runner, "providers", None) else ""

@@ -178,13 +178,16 @@ class FrozenGraph:
         inputs, outputs = export.graph_def_io(graph_def)
         if len(inputs) != 1 or len(outputs) != 1:
             raise UserError(f"{path}: expected one placeholder and one output, got {inputs} -> {outputs}")
-        self.source = export.graph_source(graph_def, path) or {}
+        recorded = export.graph_source(graph_def, path)
+        self.source = recorded or {}
         placeholder = next(node for node in graph_def.node if node.name == inputs[0])
         shape = [dim.size for dim in placeholder.attr["shape"].shape.dim]
         self.layout, side = onnx_input_layout(shape)
         if self.layout is None:
             raise UserError(f"{path}: its input {shape} is not an image batch with 3 channels first or last")
-        self.image_size = self.source.get("image_size") or side
+        if side is not None:  # the graph's own size first; a record that contradicts it is refused below
+            self.source = export.agreeing_source(recorded, f"{path}'s node {export.SOURCE_NODE}", side) or {}
+        self.image_size = side or self.source.get("image_size")
         if not self.image_size:
             raise UserError(f"{path}: its input {shape} has no fixed size and the graph records none")
         self.input_pixels = export.graph_input_pixels(graph_def)
@@ -200,7 +203,11 @@ class FrozenGraph:
             lambda x: tf.graph_util.import_graph_def(graph_def, input_map={inputs[0] + ":0": x},
                                                      return_elements=[outputs[0] + ":0"])[0],
             [tf.TensorSpec(spec, tf.float32)])
-        self.num_classes = self.source.get("num_classes") or self.function.outputs[0].shape[-1]
+        outputs = self.function.outputs[0].shape[-1]
+        if self.source and outputs is not None:
+            self.source = export.agreeing_source(self.source, f"{path}'s node {export.SOURCE_NODE}", None,
+                                                outputs) or {}
+        self.num_classes = outputs or self.source.get("num_classes")
 
     def prepare(self, images):
         """Raw 0..255 NHWC images (the eval pipeline's) -> the graph's input: normalised if it takes normalised

@@ -161,6 +161,33 @@ def source_record(arch, num_classes, info, ema, class_names=None, **extra):
     return dict(record, **extra)
 
 
+def agreeing_source(source, where, image_size=None, num_classes=None, warn=print,
+                   ignored="the model is described from its graph alone"):
+    """`source` (an export's record, read from `where`: a SavedModel's source.json, a frozen graph's SOURCE_NODE, an
+    ONNX model's metadata) when it agrees with the graph it describes: its image_size and num_classes with the
+    graph's input size `image_size` and output count `num_classes` (None where the graph does not say), its
+    class_names as many as the outputs. A record that contradicts its graph is another model's (copied or swapped
+    beside it): all it says (architecture, checkpoint, step, class names) would be false of this model, so it is
+    refused whole, with one WARNING line through `warn` naming `where` and the fields, and None is returned: the
+    caller goes on with what the graph says (its input size and classes), which is enough to serve it."""
+    if source is None:
+        return None
+    contradictions = [f"{field} {source[field]!r} (the graph's: {actual})"
+                      for field, actual in (("image_size", image_size), ("num_classes", num_classes))
+                      if actual is not None and source.get(field) is not None and source[field] != actual]
+    names = source.get("class_names")
+    outputs = num_classes if num_classes is not None else source.get("num_classes")
+    if names is not None and (not isinstance(names, list) or (outputs is not None and len(names) != outputs)):
+        contradictions.append("class_names ({} names for {} outputs)".format(
+            len(names) if isinstance(names, list) else "not a list of", outputs))
+    if not contradictions:
+        return source
+    warn(printable("WARNING: {} is not this model's record: its {} contradict{} the model's graph; it is ignored "
+                   "(another model's, copied beside it?): {}".format(
+                       where, ", ".join(contradictions), "" if len(contradictions) > 1 else "s", ignored))[:1000])
+    return None
+
+
 def describe_source(source):
     """"resnet50, 10 classes ("T-shirt/top", "Trouser", "Pullover", ...), 40x40, the EMA weights of checkpoint <path>
     (step 1124)": a model's `source` in words (the first class names when it records them)."""
@@ -442,7 +469,7 @@ def fuse_grouped_convs(graph_def):
     return result, len(replaced)  # (the splits and per-group convs left unused are pruned by tf2onnx)
 
 
-def saved_model_to_onnx(saved_model_dir, output_path, opset=DEFAULT_OPSET):
+def saved_model_to_onnx(saved_model_dir, output_path, opset=DEFAULT_OPSET, warn=print):
     import tf2onnx
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
     _, signature = load_serving_signature(saved_model_dir)
@@ -460,13 +487,15 @@ def saved_model_to_onnx(saved_model_dir, output_path, opset=DEFAULT_OPSET):
     _rename_io(model_proto, input_names, ["input"], output_names,
                [by_tensor.get(name, name.split(":")[0]) for name in output_names])
     _set_metadata(model_proto, INPUT_PIXELS, RAW)  # a serving signature takes raw pixels (save_saved_model)
+    source = agreeing_source(source, os.path.join(saved_model_dir, SOURCE_FILE),
+                             *onnx_image_size_and_classes(model_proto), warn=warn, ignored=NOT_CARRIED)
     if source is not None:
         _set_metadata(model_proto, SOURCE_KEY, json.dumps(source, sort_keys=True))
     _save_onnx(model_proto, output_path)
     return model_proto
 
 
-def frozen_graph_to_onnx(graph_def_path, output_path, opset=DEFAULT_OPSET):
+def frozen_graph_to_onnx(graph_def_path, output_path, opset=DEFAULT_OPSET, warn=print):
     import tf2onnx
     graph_def = load_graph_def(graph_def_path)
     inputs, outputs = graph_def_io(graph_def)
@@ -487,19 +516,25 @@ def frozen_graph_to_onnx(graph_def_path, output_path, opset=DEFAULT_OPSET):
     pixels = graph_input_pixels(graph_def)
     if pixels is not None:
         _set_metadata(model_proto, INPUT_PIXELS, pixels)
+    source = agreeing_source(source, f"{graph_def_path}'s node {SOURCE_NODE}",
+                             *onnx_image_size_and_classes(model_proto), warn=warn, ignored=NOT_CARRIED)
     if source is not None:
         _set_metadata(model_proto, SOURCE_KEY, json.dumps(source, sort_keys=True))
     _save_onnx(model_proto, output_path)
     return model_proto
 
 
-def to_onnx(input_path, output_path, opset=DEFAULT_OPSET):
-    """A SavedModel directory or a frozen GraphDef file -> ONNX model written to `output_path`; returns it."""
+NOT_CARRIED = "it is not carried into the ONNX model's metadata, which records no architecture or checkpoint"
+
+
+def to_onnx(input_path, output_path, opset=DEFAULT_OPSET, warn=print):
+    """A SavedModel directory or a frozen GraphDef file -> ONNX model written to `output_path`; returns it. Its
+    record (`source`) is carried into the metadata when it agrees with the graph (agreeing_source; else `warn`)."""
     if not os.path.exists(input_path):
         raise checkpoint_prefix_hint("--input", input_path) or UserError(f"--input {input_path} does not exist")
     if os.path.isdir(input_path):
-        return saved_model_to_onnx(input_path, output_path, opset)
-    return frozen_graph_to_onnx(input_path, output_path, opset)
+        return saved_model_to_onnx(input_path, output_path, opset, warn)
+    return frozen_graph_to_onnx(input_path, output_path, opset, warn)
 
 
 @contextlib.contextmanager
@@ -578,6 +613,25 @@ def _set_metadata(model_proto, key, value):
     entry = next((prop for prop in model_proto.metadata_props if prop.key == key), None) or \
         model_proto.metadata_props.add(key=key)
     entry.value = value
+
+
+def onnx_image_size_and_classes(model_proto):
+    """(input side, number of classes) of an ONNX image classifier from its graph's shapes: the side of a square
+    NHWC or NCHW input, the last dimension of output `probabilities` (else of its only output); None where a shape
+    does not say."""
+    def dims(value):
+        return [dim.dim_value if dim.HasField("dim_value") else None for dim in value.type.tensor_type.shape.dim]
+    side = None
+    if len(model_proto.graph.input) >= 1:
+        shape = dims(model_proto.graph.input[0])
+        if len(shape) == 4:
+            side = shape[1] if shape[3] == 3 and shape[1] == shape[2] else \
+                shape[2] if shape[1] == 3 and shape[2] == shape[3] else None
+    outputs = [value for value in model_proto.graph.output if value.name == "probabilities"]
+    if not outputs and len(model_proto.graph.output) == 1:
+        outputs = list(model_proto.graph.output)
+    shape = dims(outputs[0]) if outputs else []
+    return side, (shape[-1] if len(shape) == 2 else None)
 
 
 def onnx_source(model_proto, where="the ONNX model"):

@@ -539,7 +539,73 @@ def test_a_given_model_is_described_by_what_its_export_recorded(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert [line for line in result.stdout.splitlines() if line.startswith("Model:")] == [
         f"Model: {saved}: it records no architecture or checkpoint (an export, or a frozen graph's conversion, of a "
-        "version before 2026-12-05, or not ours); its input size and classes are read from its graph"]
+        "version before 2026-12-05, or not ours); its input size and classes are read from its graph (32x32 input, "
+        "11 classes)"]
+
+
+def test_a_record_that_contradicts_its_models_graph_is_refused_by_inference_and_its_onnx_conversion(tmp_path):
+    """Another model's source.json beside a SavedModel (40 px, 1001 classes, 4 steps, for a 32 px 11-class graph):
+    its checkpoint, step and class names are not this model's. inference.py says so in one WARNING naming the file
+    and the fields, describes the model from its graph (no false few-steps warning) and logs no record;
+    export_onnx.py does not carry it into the ONNX metadata."""
+    from model import export, resnet
+    model = resnet.build_model("resnet50", num_classes=11, image_size=32, purpose="inference")
+    saved = export.save_saved_model(model, 32, str(tmp_path / "export"))
+    record = os.path.join(saved, export.SOURCE_FILE)
+    os.makedirs(os.path.dirname(record))
+    with open(record, "w", encoding="utf-8") as handle:
+        json.dump({"arch": "resnet50", "num_classes": 1001, "image_size": 40, "checkpoint": "/o/model.ckpt-4",
+                   "step": 4, "weights": "raw", "class_names": ["a", "b"]}, handle)
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "validation", 1, 4, num_classes=11, image_size=32)
+    log_path = str(tmp_path / "log.json")
+    result = run("--model", saved, "--data-dir", str(data), "--batch-size", "2", "--warmup-steps", "0",
+                 "--log-path", log_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert f"WARNING: {record} is not this model's record: its image_size 40 (the graph's: 32), num_classes 1001 " \
+           "(the graph's: 11), class_names (2 names for 11 outputs) contradict the model's graph; it is ignored " \
+           "(another model's, copied beside it?): the model is described from its graph alone" in lines
+    assert [line for line in lines if line.startswith("Model:")] == [
+        f"Model: {saved}: its record is refused (above): its architecture and checkpoint are unknown; its input size "
+        "and classes are read from its graph (32x32 input, 11 classes)"]
+    assert "model.ckpt-4" not in result.stdout and "trained 4 step" not in result.stdout
+    parameters = parameter_record(log_path)
+    assert parameters["model_source"] is None and parameters["model_path"] == os.path.abspath(saved)
+    onnx_path = str(tmp_path / "m.onnx")
+    converted = tool_in_process("export_onnx", "--input", saved, "--output", onnx_path, check=False)
+    assert converted.returncode == 0, converted.stderr[-2000:]
+    assert converted.stdout.splitlines()[0] == (
+        f"WARNING: {record} is not this model's record: its image_size 40 (the graph's: 32), num_classes 1001 "
+        "(the graph's: 11), class_names (2 names for 11 outputs) contradict the model's graph; it is ignored "
+        "(another model's, copied beside it?): it is not carried into the ONNX model's metadata, which records no "
+        "architecture or checkpoint")
+    import onnx
+    assert export.onnx_source(onnx.load(onnx_path)) is None
+
+
+def test_the_parameter_record_says_what_model_was_loaded_from_where(saved_model, tmp_path, monkeypatch):
+    """The PARAMETER record holds the model's absolute path, the working directory --model was relative to, the
+    Model line and the fields of the export's record (its class names as their count)."""
+    import shutil
+    from model import export
+    saved_model = shutil.copytree(saved_model, str(tmp_path / "models" / "sm"))
+    os.makedirs(os.path.join(saved_model, os.path.dirname(export.SOURCE_FILE)), exist_ok=True)
+    with open(os.path.join(saved_model, export.SOURCE_FILE), "w", encoding="utf-8") as handle:
+        json.dump({"arch": "resnet50", "num_classes": 11, "image_size": 32, "checkpoint": "/r/model.ckpt-900",
+                   "step": 900, "weights": "ema", "class_names": [str(i) for i in range(11)]}, handle)
+    monkeypatch.chdir(os.path.dirname(saved_model))
+    log_path = str(tmp_path / "log.json")
+    result = run("--model", os.path.basename(saved_model), "--num-iter", "1", "--log-path", log_path, *SMALL[4:])
+    assert result.returncode == 0, result.stderr[-2000:]
+    parameters = parameter_record(log_path)
+    assert parameters["model"] == os.path.basename(saved_model)
+    assert parameters["model_path"] == saved_model and parameters["working_directory"] == os.getcwd()
+    assert parameters["model_description"].startswith(f"Model: {os.path.basename(saved_model)}: resnet50, 11 classes")
+    assert parameters["model_source"] == {"arch": "resnet50", "num_classes": 11, "image_size": 32,
+                                          "checkpoint": "/r/model.ckpt-900", "step": 900, "weights": "ema",
+                                          "class_names": 11}
+
 
 
 def test_the_devices_of_each_backend_are_named_for_the_log():
