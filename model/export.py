@@ -151,7 +151,10 @@ def source_record(arch, num_classes, info, ema, class_names=None, **extra):
     weights came from and which weights (`ema`: its EMA ones), the divergence its training was seen in, the
     `class_names` of its outputs when known (output k is class_names[k]), plus `extra` facts (a frozen graph's
     quantisation)."""
-    record = {"arch": arch, "num_classes": num_classes, "checkpoint": info.path if info is not None else None,
+    # the checkpoint's absolute path: the record is read from anywhere (inference.py in another directory), where a
+    # path as typed would name another checkpoint, or none
+    record = {"arch": arch, "num_classes": num_classes,
+              "checkpoint": os.path.abspath(info.path) if info is not None else None,
               "step": info.step if info is not None else None,
               "weights": "fresh" if info is None else "ema" if ema else "raw"}
     if info is not None and info.diverged:

@@ -301,6 +301,19 @@ def test_an_export_records_the_class_names_kept_beside_its_checkpoint(tmp_path, 
     assert "class_names" not in export.graph_source(load_graph_def(output))
 
 
+def test_an_export_records_its_checkpoint_by_its_absolute_path(tmp_path, monkeypatch):
+    """A checkpoint given relative to the working directory is recorded absolute: the record is read from anywhere
+    (inference.py in another directory), where the path as typed would name another checkpoint, or none."""
+    narrow_resnet50(monkeypatch)
+    model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE, seed=4)
+    prefix = save_checkpoint(model, tmp_path / "run")
+    monkeypatch.chdir(tmp_path)
+    export_frozen_graph.export(export_args("resnet50", tmp_path / "g.pb", "--checkpoint",
+                                           os.path.relpath(prefix, tmp_path)), log=lambda *_: None)
+    assert export.graph_source(load_graph_def(tmp_path / "g.pb"))["checkpoint"] == str(tmp_path / "run" /
+                                                                                       "model.ckpt-7")
+
+
 def test_saved_model_to_onnx(tmp_path, monkeypatch):
     """A model built for inference (as main.py's SavedModel export builds it) converts: its convs are plain Conv2D
     ops (model/kernels.py)."""
