@@ -90,10 +90,11 @@ def format_prediction(filename, probabilities, top, class_names):
     return "{}: {}".format(printable(filename), ", ".join(parts))
 
 
-def load_class_names(labels_file, config, warn=None):
+def load_class_names(labels_file, config, warn=None, say=print):
     """Class names from --labels_file, else labels.txt in model_dir (written there by training) or data_dir; None
     when there is none (classes are shown by number). A file that names other classes than the labels.txt beside
-    the checkpoints (the classes it was trained on) is warned about, as evaluate and inference.py do."""
+    the checkpoints (the classes it was trained on) is warned about, as evaluate and inference.py do. One line
+    through `say` tells where the names came from (`Class names: 10 from <file>`), or that there are none."""
     beside_checkpoints = os.path.join(config.model_dir, "labels.txt")
     candidates = [labels_file] if labels_file else [
         beside_checkpoints, os.path.join(config.data_dir, "labels.txt") if config.data_dir else None]
@@ -101,6 +102,7 @@ def load_class_names(labels_file, config, warn=None):
         names = read_class_names(path)
         if names is not None:
             _check_class_names(path, names, config.num_classes, warn)
+            say(printable(class_names_line(path, names, labels_file, beside_checkpoints)))
             if os.path.abspath(path) != os.path.abspath(beside_checkpoints):
                 other = runner_utils.other_class_names(path, beside_checkpoints)
                 if other:
@@ -110,7 +112,22 @@ def load_class_names(labels_file, config, warn=None):
     if labels_file:
         raise UserError("--labels_file {} {}".format(labels_file, "names no class (it is empty)" if os.path.isfile(
             labels_file) else "does not exist"))
+    say(printable("Class names: none (no labels.txt in model_dir {}{}, no --labels_file): the classes are shown by "
+                  "their output index".format(os.path.abspath(config.model_dir), " nor in --data_dir {}".format(
+                      os.path.abspath(config.data_dir)) if config.data_dir else "")))
     return None
+
+
+def class_names_line(path, names, labels_file, beside_checkpoints):
+    """"Class names: 10 from <absolute file>", and when they come from --data_dir's labels.txt (model_dir has none:
+    a checkpoint copied without it), that it is --data_dir's, whose dataset need not be the checkpoint's."""
+    where = os.path.abspath(path)
+    if labels_file:
+        return "Class names: {} from --labels_file {}".format(len(names), where)
+    if os.path.abspath(path) == os.path.abspath(beside_checkpoints):
+        return "Class names: {} from {} (kept beside the checkpoints)".format(len(names), where)
+    return ("Class names: {} from --data_dir's {}, not from model_dir, which has no labels.txt: they name the outputs "
+            "only if --data_dir is the dataset the checkpoint was trained on".format(len(names), where))
 
 
 def _check_class_names(path, names, num_classes, warn=None):

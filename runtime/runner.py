@@ -634,7 +634,7 @@ class Runner:
         if os.path.isfile(to_predict):
             predict.check_image(files[0], config.image_size)
         self.restore_for_inference(required=True, ema=config.use_ema_weights)
-        class_names = predict.load_class_names(labels_file, config)
+        class_names = predict.load_class_names(labels_file, config, say=self.logger.print)
         model, _ = self.inference_model()
         predict_step = train_step.make_predict_step(model, config.image_size, jit_compile=config.xla)
         return predict.predict_files(predict_step, files, config.image_size, config.batch_size, class_names)

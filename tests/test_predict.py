@@ -220,3 +220,28 @@ def test_a_photo_whose_exif_orientation_asks_a_turn_is_noted_as_seen_as_stored(t
         "Note: {} carries EXIF orientation 6, turned 90 degrees clockwise: viewers show it so, but the model saw its "
         "pixels as stored, as every image in training (TensorFlow's decoder ignores the tag, as the original's "
         "did)".format(images / "c_turned.jpg")]
+
+
+def test_predict_says_where_its_class_names_came_from_or_that_there_are_none(tmp_path):
+    """One line: the file the names came from (absolute), and when it is --data_dir's labels.txt (a checkpoint
+    copied without its own), that it is not model_dir's; with no file, that the classes are shown by index."""
+    model_dir, data_dir = tmp_path / "model", tmp_path / "data"
+    model_dir.mkdir()
+    data_dir.mkdir()
+    config = RunConfig(model_dir=str(model_dir), data_dir=str(data_dir), num_classes=3)
+    said = []
+    assert load_class_names(None, config, say=said.append) is None
+    assert said == [f"Class names: none (no labels.txt in model_dir {model_dir} nor in --data_dir {data_dir}, no "
+                    "--labels_file): the classes are shown by their output index"]
+    (data_dir / "labels.txt").write_text("bag\ncoat\nshirt\n")
+    said.clear()
+    load_class_names(None, config, say=said.append)
+    assert said == [f"Class names: 3 from --data_dir's {data_dir / 'labels.txt'}, not from model_dir, which has no "
+                    "labels.txt: they name the outputs only if --data_dir is the dataset the checkpoint was trained on"]
+    (model_dir / "labels.txt").write_text("bag\ncoat\nshirt\n")
+    said.clear()
+    load_class_names(None, config, say=said.append)
+    assert said == [f"Class names: 3 from {model_dir / 'labels.txt'} (kept beside the checkpoints)"]
+    said.clear()
+    load_class_names(os.path.relpath(data_dir / "labels.txt"), config, say=said.append)
+    assert said == [f"Class names: 3 from --labels_file {data_dir / 'labels.txt'}"]
