@@ -172,6 +172,9 @@ def main(argv=None):
         print(f"Wrote {written}")
         if labels:
             print(f"Copied the class names to {labels}")
+        else:
+            print("No class names to copy (no labels.txt beside the input checkpoint): predict on the output shows "
+                  "class indices, unless given --labels_file or a --data_dir with a labels.txt")
         print("Rewriting checkpoint completed")
 
 

@@ -536,6 +536,8 @@ class Runner:
             if class_names:
                 log.print("It records the class names of {} (output k is line k + 1) in assets.extra/source.json"
                           .format(os.path.join(config.model_dir, "labels.txt")))
+            else:
+                log.print(runner_utils.no_class_names_line(config.model_dir, config.num_classes))
             if info is None:  # a benchmark without a checkpoint: said, so the export is not taken for a model
                 log.print("Note: SavedModel {} holds freshly initialised weights: model_dir {} has no "
                           "checkpoint".format(self.exported_path, config.model_dir))

@@ -8,7 +8,7 @@ import os
 import unicodedata
 from typing import Callable, Sequence
 
-from utils.errors import UserError
+from utils.errors import UserError, printable
 from utils.tfrecord_framing import count_records  # the one record counter (framing walk, no decoding)
 
 PREDICT_EXTENSIONS = (".jpg", ".jpeg", ".png")
@@ -156,6 +156,17 @@ def class_names_for_export(directory, num_classes):
     has outputs (another dataset's file)."""
     names = read_class_names(os.path.join(directory, "labels.txt")) if directory else None
     return names if names and len(names) <= num_classes else None
+
+
+def no_class_names_line(directory, num_classes):
+    """The line of an export that records no class names (class_names_for_export gave None): why, and what it
+    means for its readers."""
+    path = os.path.abspath(os.path.join(directory, "labels.txt")) if directory else None
+    names = read_class_names(path) if path else None
+    why = "no --checkpoint" if path is None else "{} names {} classes, more than the model's {} outputs (another " \
+        "dataset's)".format(path, len(names), num_classes) if names else "no labels.txt beside the checkpoint " \
+        "({} {})".format(path, "is empty" if os.path.isfile(path) else "does not exist")
+    return printable("It records no class names ({}): its outputs are known by their index only".format(why))
 
 
 # The end of the warning of an evaluation whose data names other classes than the model was trained on.

@@ -288,6 +288,8 @@ def test_an_export_records_the_class_names_kept_beside_its_checkpoint(tmp_path, 
                          "as its ONNX conversion will")
     result = run_cli("export_onnx.py", "--input", output, "--output", tmp_path / "g.onnx")
     assert result.returncode == 0, result.stderr
+    assert f"It carries the {NUM_CLASSES} class names its input records (output k is name k)" in \
+        result.stdout.splitlines()
     import onnx
     source = export.onnx_source(onnx.load(str(tmp_path / "g.onnx")))
     assert source["class_names"] == names
@@ -297,8 +299,12 @@ def test_an_export_records_the_class_names_kept_beside_its_checkpoint(tmp_path, 
     edited = dict(source, class_names=["\x1b]0;PWN\x07X" + "y" * 2_000_000], checkpoint="\x1b[31m/x")
     assert "\x1b" not in export.describe_source(edited) and len(export.describe_source(edited)) == 1000
     (tmp_path / "run" / "labels.txt").write_text("".join(f"{i}\n" for i in range(NUM_CLASSES + 1)))
-    export_frozen_graph.export(export_args("resnet50", output, "--checkpoint", prefix), log=lambda *_: None)
+    lines.clear()
+    export_frozen_graph.export(export_args("resnet50", output, "--checkpoint", prefix), log=lines.append)
     assert "class_names" not in export.graph_source(load_graph_def(output))
+    assert lines[-1] == (f"It records no class names ({tmp_path / 'run' / 'labels.txt'} names {NUM_CLASSES + 1} "
+                         f"classes, more than the model's {NUM_CLASSES} outputs (another dataset's)): its outputs are "
+                         "known by their index only")
 
 
 def test_an_export_records_its_checkpoint_by_its_absolute_path(tmp_path, monkeypatch):
@@ -308,10 +314,18 @@ def test_an_export_records_its_checkpoint_by_its_absolute_path(tmp_path, monkeyp
     model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE, seed=4)
     prefix = save_checkpoint(model, tmp_path / "run")
     monkeypatch.chdir(tmp_path)
+    lines = []
     export_frozen_graph.export(export_args("resnet50", tmp_path / "g.pb", "--checkpoint",
-                                           os.path.relpath(prefix, tmp_path)), log=lambda *_: None)
+                                           os.path.relpath(prefix, tmp_path)), log=lines.append)
     assert export.graph_source(load_graph_def(tmp_path / "g.pb"))["checkpoint"] == str(tmp_path / "run" /
                                                                                        "model.ckpt-7")
+    # (no labels.txt beside it: said, as the names are when there is one)
+    assert lines[-1] == (f"It records no class names (no labels.txt beside the checkpoint ({tmp_path / 'run'}"
+                         "/labels.txt does not exist)): its outputs are known by their index only")
+    result = run_cli("export_onnx.py", "--input", tmp_path / "g.pb", "--output", tmp_path / "g.onnx")
+    assert result.returncode == 0, result.stderr
+    assert "It records no class names (its input records none): its outputs are known by their index only" in \
+        result.stdout.splitlines()
 
 
 def test_saved_model_to_onnx(tmp_path, monkeypatch):

@@ -503,3 +503,14 @@ def test_a_log_that_cannot_be_opened_is_named_with_the_reason(tmp_path, monkeypa
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         f"ERROR: cannot write the log {log}: Read-only file system (in {log.parent})")
+
+
+def test_an_export_of_a_model_dir_without_labels_says_it_records_no_class_names(trained, data_dir, tmp_path):
+    """A checkpoint copied without the labels.txt training kept beside it: its SavedModel records no class names,
+    and the export says so, as it says the file whose names it records."""
+    import shutil
+    copy = shutil.copytree(trained["dir"], str(tmp_path / "copy"), ignore=shutil.ignore_patterns("labels.txt"))
+    result = run_main("--mode", "evaluate", "--data_dir", data_dir, "--batch_size", 5, "--results_dir", copy,
+                      "--export_dir", str(tmp_path / "export"), *SMALL)
+    assert f"It records no class names (no labels.txt beside the checkpoint ({copy}/labels.txt does not exist)): " \
+           "its outputs are known by their index only" in result.stdout.splitlines()

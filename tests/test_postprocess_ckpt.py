@@ -107,7 +107,9 @@ def test_tf1_round_trip(tmp_path):
     checkpoint.load(conv, new, "resnet50")
     np.testing.assert_allclose(conv(images(), training=False), dense(images(), training=False), rtol=1e-4,
                                atol=1e-3)
-    assert not (tmp_path / "out" / "labels.txt").exists() and "class names" not in result.stdout  # none beside it
+    assert not (tmp_path / "out" / "labels.txt").exists()  # none beside it, and said
+    assert "No class names to copy (no labels.txt beside the input checkpoint): predict on the output shows class " \
+           "indices, unless given --labels_file or a --data_dir with a labels.txt" in result.stdout.splitlines()
     wrong = run("--input", prefix, "--output", str(tmp_path / "out2"), "--dense_layer", "resnet50/nope/kernel")
     assert wrong.returncode == 2 and "--dense_layer resnet50/nope/kernel is not in" in wrong.stderr
 
