@@ -2,9 +2,11 @@
 (restore_for_inference), --finetune_checkpoint (finetune_from), training (restore_or_initialise), and the one-line
 refusals naming the flag to change (check_fits, require_averages). Reading and writing the files is
 model/checkpoint's."""
+import os
+
 from model import checkpoint
 from model.resnet import ARCHITECTURES
-from utils.errors import UserError
+from utils.errors import UserError, printable
 
 
 def check_fits(info, arch, num_classes, *, allow_other_classes=False, arch_flag="--arch"):
@@ -35,9 +37,11 @@ def note_unused_averages(info, log=print):
 
 
 def no_checkpoint(model_dir):
-    """The error of a mode that needs a checkpoint in a model_dir that has none."""
+    """The error of a mode that needs a checkpoint in a model_dir that has none: a relative one also absolute (the
+    directory it was taken relative to may be the wrong one)."""
+    where = model_dir if os.path.isabs(model_dir) else "{} ({})".format(model_dir, os.path.abspath(model_dir))
     return UserError("no checkpoint in model_dir {} (train first, or point --model_dir at a directory with "
-                     "model.ckpt-* files)".format(model_dir))
+                     "model.ckpt-* files)".format(where))
 
 
 def restore_for_inference(model, global_step, model_dir, arch, num_classes, *, use_final_conv=False, required=True,
@@ -93,13 +97,17 @@ def finetune_from(model, path, arch, num_classes, *, use_final_conv=False, log=p
 
 
 def restore_or_initialise(model, optimizer, global_step, model_dir, arch, num_classes, *, use_final_conv=False,
-                          finetune_checkpoint=None, averages=None, log=print):
+                          finetune_checkpoint=None, averages=None, image_size=None, log=print):
     """Training: resume from model_dir's newest complete checkpoint (weights, optimizer state, step, and the EMA of
     `averages` when it has one), else fine-tune from `finetune_checkpoint`, else keep the fresh weights. Averages
     not read from the checkpoint start as copies of the weights. Returns the fine-tuning prefix read, or None.
     Which settings and training state the run continues is decided before, by runtime/settings.py, which says so."""
     latest = checkpoint.latest_checkpoint(model_dir, warn=log)
     if latest is None:
+        # said, with the absolute path: a model_dir typed relative to the wrong directory starts a training anew
+        log(printable("model_dir {} has no checkpoint, so this is a new training of {}, {} classes{}, from {}".format(
+            os.path.abspath(model_dir), arch, num_classes, f", {image_size}x{image_size}" if image_size else "",
+            f"--finetune_checkpoint {finetune_checkpoint}" if finetune_checkpoint else "freshly initialised weights")))
         finetuned = None
         if finetune_checkpoint:
             finetuned = finetune_from(model, finetune_checkpoint, arch, num_classes, use_final_conv=use_final_conv,

@@ -156,7 +156,8 @@ class Runner:
             finetuned = checkpoints.restore_or_initialise(
                 state.model, state.optimizer, global_step, config.model_dir,
                 finetune_checkpoint=config.finetune_checkpoint, averages=state.averages, arch=config.arch,
-                num_classes=config.num_classes, use_final_conv=config.use_final_conv, log=log.print)
+                num_classes=config.num_classes, use_final_conv=config.use_final_conv, image_size=config.image_size,
+                log=log.print)
             if finetuned:
                 log.log(step="PARAMETER", data={"Restoring variables from checkpoint": finetuned})
                 self._note_finetuned_classes(finetuned)

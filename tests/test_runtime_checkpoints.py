@@ -44,3 +44,29 @@ def test_object_based_checkpoint_of_another_class_count_is_refused(trained_model
     with pytest.raises(UserError, match="pass --num_classes 5"):
         checkpoints.check_fits(info, "resnet50", 10)
     keras.backend.clear_session()
+
+
+def test_a_training_in_a_model_dir_without_checkpoint_says_it_is_new_and_where(tmp_path, monkeypatch):
+    """A model_dir typed relative to the wrong directory starts a new training: said with the absolute path, the
+    model it trains and where its weights start; the modes that need a checkpoint name the absolute path too."""
+    monkeypatch.chdir(tmp_path)
+    lines = []
+    assert checkpoints.restore_or_initialise(None, None, None, "A", "resnet50", 1001, image_size=224,
+                                             log=lines.append) is None
+    assert lines == [f"model_dir {tmp_path / 'A'} has no checkpoint, so this is a new training of resnet50, 1001 "
+                     "classes, 224x224, from freshly initialised weights"]
+    assert str(checkpoints.no_checkpoint("A")) == (
+        f"no checkpoint in model_dir A ({tmp_path / 'A'}) (train first, or point --model_dir at a directory with "
+        "model.ckpt-* files)")
+    assert str(checkpoints.no_checkpoint(str(tmp_path / "A"))).startswith(f"no checkpoint in model_dir {tmp_path}/A (")
+
+
+def test_a_new_training_from_a_finetune_checkpoint_says_so(resnet50_checkpoint, tmp_path, monkeypatch):
+    prefix, _ = resnet50_checkpoint
+    from model import resnet
+    model = resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=32)
+    lines = []
+    checkpoints.restore_or_initialise(model, None, None, str(tmp_path / "new"), "resnet50", NUM_CLASSES,
+                                      finetune_checkpoint=prefix, log=lines.append)
+    assert lines[0] == (f"model_dir {tmp_path / 'new'} has no checkpoint, so this is a new training of resnet50, "
+                        f"{NUM_CLASSES} classes, from --finetune_checkpoint {prefix}")
