@@ -365,3 +365,28 @@ def test_qat_backends_refuses_a_graph_that_does_not_say_what_pixels_it_takes(tmp
     error = capsys.readouterr().err.strip()
     assert error == (f"ERROR: {graph} does not record whether it takes raw or normalised pixels (the original's "
                      "graph, or an earlier export's): export it again with export_frozen_graph.py")
+
+
+def test_the_frozen_graph_runner_refuses_a_record_that_contradicts_its_graph(tmp_path, capsys):
+    """bench/common.FrozenGraph takes its input size and classes from the graph: an export_source record of
+    another model (40 px, 1001 classes for an 8 px 3-class graph) is refused in one WARNING, not believed."""
+    import json
+    import tensorflow as tf
+    from bench.common import FrozenGraph
+    from model import export
+    graph = tf.Graph()
+    with graph.as_default():
+        images = tf.compat.v1.placeholder(tf.float32, [None, 8, 8, 3], name="input")
+        tf.nn.softmax(tf.reduce_mean(images, axis=[1, 2]), name="probabilities")
+    graph_def = graph.as_graph_def()
+    export._add_marker(graph_def, export.INPUT_PIXELS, export.RAW)
+    export._add_marker(graph_def, export.SOURCE_NODE, json.dumps({"arch": "resnet50", "num_classes": 1001,
+                                                                  "image_size": 40, "step": 4}))
+    path = tmp_path / "g.pb"
+    path.write_bytes(graph_def.SerializeToString())
+    frozen = FrozenGraph(str(path))
+    assert (frozen.image_size, frozen.num_classes, frozen.source) == (8, 3, {})
+    assert capsys.readouterr().out.splitlines() == [
+        f"WARNING: {path}'s node export_source is not this model's record: its image_size 40 (the graph's: 8) "
+        "contradicts the model's graph; it is ignored (another model's, copied beside it?): the model is described "
+        "from its graph alone"]
