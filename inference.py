@@ -591,7 +591,7 @@ def run(args):
         logger.metadata(name, {"unit": "ms"})
     try:
         with tempfile.TemporaryDirectory(prefix="inference-") as workdir:
-            onnx_path = saved_model_dir = None
+            onnx_path = saved_model_dir = built = None
             if args.architecture:
                 args.image_size = args.image_size or defaults.IMAGE_SIZE
                 if args.data_dir:
@@ -599,9 +599,10 @@ def run(args):
                 if args.tf_trt and not tf_trt_available():
                     raise UserError(NO_TF_TRT)  # before the (slow) export
                 saved_model_dir = export_random_model(args, os.path.join(workdir, "savedmodel"))
-                logger.print(f"Model: --architecture {args.architecture} with freshly initialised weights, as the "
-                             "original (no checkpoint: an accuracy on --data-dir is chance; serve a trained model "
-                             "with --model)")
+                built = (f"Model: --architecture {args.architecture} with freshly initialised weights, as the "
+                         "original (no checkpoint: an accuracy on --data-dir is chance; serve a trained model with "
+                         "--model)")
+                logger.print(built)
             elif args.model.endswith(".onnx"):
                 if args.backend == "tf":
                     raise UserError(f"--model {args.model} is an ONNX file: use --backend onnxruntime or tensorrt")
@@ -658,6 +659,7 @@ def run(args):
             onnx_model = _load_onnx(onnx_path) if onnx_path is not None and args.model is not None else None
             source, described = describe_given_model(args, saved_model_dir, onnx_model, logger.print,
                                                      getattr(runner, "input_size", None), num_classes)
+            described = described or (built if args.architecture else None)
             normalize, input_pixels = resolve_input_pixels(args, onnx_path, logger.print, onnx_model)
             del onnx_model
             data, steps, records = batches(args, num_classes, logger.print)

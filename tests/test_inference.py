@@ -189,6 +189,9 @@ def test_architecture_with_few_steps(tmp_path):
     assert final_record(log)["throughput"] > 0
     assert "Model: --architecture resnet50 with freshly initialised weights, as the original (no checkpoint: an " \
            "accuracy on --data-dir is chance; serve a trained model with --model)" in result.stdout.splitlines()
+    parameters = parameter_record(log)  # what was loaded, in the log too
+    assert parameters["model_description"].startswith("Model: --architecture resnet50 with freshly initialised")
+    assert parameters["model_path"] is None and parameters["model_source"] is None
 
 
 def test_tf_trt_message(tmp_path):
