@@ -166,9 +166,8 @@ def export(args, log=print, written=None):
     if class_names:
         log(f"It records the class names of {os.path.join(os.path.dirname(info.path), 'labels.txt')} (output k is "
             "line k + 1), as its ONNX conversion will")
-    else:
-        log(runner_utils.no_class_names_line(os.path.dirname(info.path) if info else None,
-                                             args.num_classes))
+    elif info is not None:  # (without --checkpoint, "exporting random weights" was said)
+        log(runner_utils.no_class_names_line(os.path.dirname(info.path), args.num_classes))
     if args.compute_format == "NCHW" and not platform.gpu:
         log("NOTE: --compute_format NCHW: this graph needs a GPU to run (TensorFlow's CPU kernels are NHWC-only); "
             "use --compute_format NHWC for CPU")

@@ -34,9 +34,6 @@ def main(argv=None):
     print(f"Wrote {args.output}{', replacing the file there' if replaced else ''} (opset {args.opset}, "
           f"{len(model_proto.graph.node)} nodes, "
           f"{quantize_nodes} QuantizeLinear{', computes in ' + ' and '.join(reduced) if reduced else ''})")
-    names = (export.onnx_source(model_proto) or {}).get("class_names")
-    print(f"It carries the {len(names)} class names its input records (output k is name k)" if names else
-          "It records no class names (its input records none): its outputs are known by their index only")
     pixels, _ = export.onnx_input_pixels(model_proto)
     print(f"Model: {export.onnx_signature(model_proto)}; input: " +
           (export.describe_input_pixels(pixels) if pixels else "not recorded, and it holds no input normalisation: "
@@ -44,6 +41,9 @@ def main(argv=None):
     if "bfloat16" in reduced:
         print("Note: ONNX Runtime has no bfloat16 kernels and will not load this model; for ONNX Runtime, export "
               "the SavedModel without --amp")
+    names = (export.onnx_source(model_proto) or {}).get("class_names")
+    print(f"It carries the {len(names)} class names its input records (output k is name k)" if names else
+          "It records no class names (its input records none): its outputs are known by their index only")
 
 
 if __name__ == "__main__":

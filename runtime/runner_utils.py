@@ -163,7 +163,7 @@ def no_class_names_line(directory, num_classes):
     means for its readers."""
     path = os.path.abspath(os.path.join(directory, "labels.txt")) if directory else None
     names = read_class_names(path) if path else None
-    why = "no --checkpoint" if path is None else "{} names {} classes, more than the model's {} outputs (another " \
+    why = "no checkpoint" if path is None else "{} names {} classes, more than the model's {} outputs (another " \
         "dataset's)".format(path, len(names), num_classes) if names else "no labels.txt beside the checkpoint " \
         "({} {})".format(path, "is empty" if os.path.isfile(path) else "does not exist")
     return printable("It records no class names ({}): its outputs are known by their index only".format(why))

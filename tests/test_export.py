@@ -239,8 +239,9 @@ def test_a_frozen_graph_and_its_onnx_say_whether_they_take_raw_or_normalised_pix
         assert export.graph_input_pixels(load_graph_def(output)) == expected
         assert [line for line in lines if line.startswith("WARNING")] == [
             checkpoint.unsettled_statistics(7, f"checkpoint {prefix}")]  # step 7: 48% of the BN starting values
-        assert lines[-1].endswith("; it takes " + ("normalised pixels, (pixels - mean) / std per RGB channel"
-                                                   if normalized else "raw 0..255 RGB pixels (normalised in the model)"))
+        wrote = next(line for line in lines if line.startswith("Wrote"))  # (then: it records no class names)
+        assert wrote.endswith("; it takes " + ("normalised pixels, (pixels - mean) / std per RGB channel"
+                                               if normalized else "raw 0..255 RGB pixels (normalised in the model)"))
         onnx_path = tmp_path / f"{normalized}.onnx"
         result = run_cli("export_onnx.py", "--input", output, "--output", onnx_path)
         assert result.returncode == 0, result.stderr
@@ -257,7 +258,7 @@ def test_a_frozen_graph_and_its_onnx_say_whether_they_take_raw_or_normalised_pix
         if not normalized:  # a second export to the same files replaces them, and says so
             lines.clear()
             export_frozen_graph.export(export_args("resnet50", output, "--checkpoint", prefix), log=lines.append)
-            assert lines[-1].startswith(f"Wrote binary GraphDef {output}, replacing the file there: input 'input' ")
+            assert lines[-2].startswith(f"Wrote binary GraphDef {output}, replacing the file there: input 'input' ")
             result = run_cli("export_onnx.py", "--input", output, "--output", onnx_path)
             assert result.stdout.startswith(f"Wrote {onnx_path}, replacing the file there (opset 17, ")
         if not normalized:  # a record edited to say the contrary of the graph is refused, not obeyed
@@ -364,7 +365,9 @@ def test_a_bfloat16_saved_model_converts_and_says_onnx_runtime_cannot_load_it(tm
             assert lines[1] == model_line
             assert lines[2].startswith("Note: ONNX Runtime has no bfloat16 kernels and will not load this model")
         else:
-            assert lines == [f"Wrote {onnx_path} (opset 17, {lines[0].split(', ')[1]}, 0 QuantizeLinear)", model_line]
+            assert lines == [f"Wrote {onnx_path} (opset 17, {lines[0].split(', ')[1]}, 0 QuantizeLinear)", model_line,
+                             "It records no class names (its input records none): its outputs are known by their "
+                             "index only"]
 
 
 def tflite_probabilities(blob, inputs):
