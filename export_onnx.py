@@ -43,7 +43,8 @@ def main(argv=None):
               "the SavedModel without --amp")
     names = (export.onnx_source(model_proto) or {}).get("class_names")
     print(f"It carries the {len(names)} class names its input records (output k is name k)" if names else
-          "It records no class names (its input records none): its outputs are known by their index only")
+          "It records no class names (its input has none in a record that agrees with its graph): its outputs are "
+          "known by their index only")
 
 
 if __name__ == "__main__":

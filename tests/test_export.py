@@ -325,7 +325,8 @@ def test_an_export_records_its_checkpoint_by_its_absolute_path(tmp_path, monkeyp
                          "/labels.txt does not exist)): its outputs are known by their index only")
     result = run_cli("export_onnx.py", "--input", tmp_path / "g.pb", "--output", tmp_path / "g.onnx")
     assert result.returncode == 0, result.stderr
-    assert "It records no class names (its input records none): its outputs are known by their index only" in \
+    assert "It records no class names (its input has none in a record that agrees with its graph): its outputs " \
+           "are known by their index only" in \
         result.stdout.splitlines()
 
 
@@ -366,8 +367,8 @@ def test_a_bfloat16_saved_model_converts_and_says_onnx_runtime_cannot_load_it(tm
             assert lines[2].startswith("Note: ONNX Runtime has no bfloat16 kernels and will not load this model")
         else:
             assert lines == [f"Wrote {onnx_path} (opset 17, {lines[0].split(', ')[1]}, 0 QuantizeLinear)", model_line,
-                             "It records no class names (its input records none): its outputs are known by their "
-                             "index only"]
+                             "It records no class names (its input has none in a record that agrees with its "
+                             "graph): its outputs are known by their index only"]
 
 
 def tflite_probabilities(blob, inputs):
