@@ -111,43 +111,32 @@ def test_keyboard_interrupt_is_one_line_and_status_130(capsys):
                             "again\n".format(__name__))
 
 
-def test_sigterm_raises_terminated_is_one_line_and_status_143_then_the_handler_is_restored(capsys):
-    previous = signal.getsignal(signal.SIGTERM)
+@pytest.mark.parametrize("signum,status", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_raise_terminated_one_line_and_their_status_then_the_handler_is_restored(
+        capsys, signum, status):
+    """SIGHUP too: a closed terminal's SIGHUP during start-up, an evaluation, predict or an export killed the process
+    at once by its default action, status 129 and no line (the training loop alone handled it)."""
+    previous = signal.getsignal(signum)
 
     @command
     def main(argv=None):
         with on_interrupt("the shards written so far are kept"):
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signum)
             time.sleep(30)  # the handler raises Terminated here, at once
         raise AssertionError("not reached")
 
     started = time.monotonic()
-    assert main() == 143
+    assert main() == status
     assert time.monotonic() - started < 10
-    assert capsys.readouterr().err == ("INTERRUPTED: {} stopped by SIGTERM; the shards written so far are "
-                                       "kept\n".format(__name__))
-    assert signal.getsignal(signal.SIGTERM) is previous
+    assert capsys.readouterr().err == ("INTERRUPTED: {} stopped by {}; the shards written so far are "
+                                       "kept\n".format(__name__, signal.Signals(signum).name))
+    assert signal.getsignal(signum) is previous
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_sighup_outside_the_training_loop_is_one_line_and_status_129_and_nohup_s_stays(capsys):
-    """A closed terminal's SIGHUP during start-up, an evaluation, predict or an export: its default action killed the
-    process at once, status 129 and no line (the training loop alone handled it). It now ends the command as SIGTERM
-    does, with the line naming SIGHUP and 129; a SIGHUP set to be ignored (`nohup`) stays ignored."""
+def test_a_sighup_set_to_be_ignored_stays_ignored():
+    """`nohup`: the command wrapper does not take over a SIGHUP its parent set to be ignored."""
     previous = signal.getsignal(signal.SIGHUP)
-
-    @command
-    def main(argv=None):
-        with on_interrupt("no output written"):
-            os.kill(os.getpid(), signal.SIGHUP)
-            time.sleep(30)  # the handler raises Terminated here, at once
-        raise AssertionError("not reached")
-
-    started = time.monotonic()
-    assert main() == 129
-    assert time.monotonic() - started < 10
-    assert capsys.readouterr().err == "INTERRUPTED: {} stopped by SIGHUP; no output written\n".format(__name__)
-    assert signal.getsignal(signal.SIGHUP) is previous
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         seen = []
