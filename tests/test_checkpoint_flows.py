@@ -264,8 +264,9 @@ def test_every_tool_reads_a_32px_10_class_checkpoint_as_trained(tmp_path, capsys
     placeholder = next(node for node in graph_def.node if node.name == "input")
     assert [d.size for d in placeholder.attr["shape"].shape.dim] == [-1, SIZE, SIZE, 3]
     assert f"Using --num_classes 10 from checkpoint {prefix}" in lines
-    assert lines[-1].endswith(f"input 'input' NHWC [-1, {SIZE}, {SIZE}, 3], output 'resnet50/output/softmax' "
+    assert lines[-2].endswith(f"input 'input' NHWC [-1, {SIZE}, {SIZE}, 3], output 'resnet50/output/softmax' "
                               "[-1, 10] (resnet50); it takes raw 0..255 RGB pixels (normalised in the model)")
+    assert lines[-1].startswith("It records no class names (no labels.txt beside the checkpoint (")
     onnx_path = tmp_path / "frozen.onnx"
     export.to_onnx(str(frozen), str(onnx_path))
     results = inference.run(inference.parse_args(["--model", str(onnx_path), "--backend", "onnxruntime",
