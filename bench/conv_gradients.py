@@ -18,6 +18,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common  # noqa: E402
+from utils.errors import doc_part
 
 # (name, input map, kernel, channels in, channels out, stride) of ResNet-50 v1.5's native convs at 224 px.
 SHAPES = [("stem 224 7x7 3->64 s2", 224, 7, 3, 64, 2), ("56 3x3 64 s1", 56, 3, 64, 64, 1),
@@ -76,7 +77,7 @@ def measure(shape, batch, repeats):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=doc_part(__doc__, separator="\n"), allow_abbrev=False)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", default=None)

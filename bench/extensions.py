@@ -21,6 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench import common  # noqa: E402
+from utils.errors import doc_part  # noqa: E402
 
 PIPELINE_VARIANTS = ("none", "autoaugment", "randaugment")
 STEP_VARIANTS = {
@@ -62,7 +63,7 @@ def step_rate(args, work_dir, tag, data_dir, flags):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=doc_part(__doc__, separator="\n"), allow_abbrev=False)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--batch", type=int, default=16, help="images per optimizer step")
     parser.add_argument("--steps", type=int, default=3, help="measured steps per run")

@@ -21,6 +21,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common  # noqa: E402
+from utils.errors import doc_part
 
 def parse_cases(text):
     cases = []
@@ -62,7 +63,7 @@ def first_overflow(model, images, labels, scales):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=doc_part(__doc__), allow_abbrev=False)
     parser.add_argument("--cases", default="32x4,96x8", help="image size x batch, comma-separated")
     parser.add_argument("--num_classes", type=int, default=1001)
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (weights, images and labels)")

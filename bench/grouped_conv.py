@@ -20,6 +20,8 @@ from bench import common  # noqa: E402
 
 import tensorflow as tf  # noqa: E402
 
+from utils.errors import doc_part
+
 
 def _same_pad(size, k, s):
     out = -(-size // s)
@@ -76,7 +78,7 @@ def main(argv=None):
     import numpy as np
     import tensorflow as tf
     from model.layers.grouped_conv import grouped_conv2d
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=doc_part(__doc__, separator="\n"), allow_abbrev=False)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", default=None)

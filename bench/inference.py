@@ -28,6 +28,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common  # noqa: E402
+from utils.errors import doc_part
 
 
 def _export_model(args):
@@ -123,7 +124,7 @@ def build_variants(names, args, workdir, log):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=doc_part(__doc__, separator="\n"), allow_abbrev=False)
     parser.add_argument("--variants", default="ours,savedmodel,frozen,onnx,keras")
     parser.add_argument("--arch", default="resnet50")
     parser.add_argument("--batches", default="1,32")

@@ -23,6 +23,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from utils.errors import doc_part  # noqa: E402
+
 
 def make_records(directory, num_records, shards=8, seed=0):
     """~256x(256..340) JPEGs (quality 90) in TF-slim records; reused when already there."""
@@ -100,7 +102,7 @@ def pil_loader(paths, size, num_images, seed=0):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=doc_part(__doc__, separator="\n"), allow_abbrev=False)
     parser.add_argument("--records", type=int, default=2000)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--batch", type=int, default=64)

@@ -28,6 +28,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from utils.errors import doc_part  # noqa: E402
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
@@ -65,7 +67,7 @@ def trial(errors, call, variant, seconds, rng):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=doc_part(__doc__, separator="\n"), allow_abbrev=False)
     parser.add_argument("--scenario", choices=("trace", "load"), default="trace")
     parser.add_argument("--trials", type=int, default=40, help="trials per variant")
     parser.add_argument("--arch", default="resnet50")

@@ -19,6 +19,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from utils.errors import doc_part  # noqa: E402
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
@@ -48,7 +50,7 @@ def delete_seconds(tf, variant, seconds, strategy):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=doc_part(__doc__, separator="\n"), allow_abbrev=False)
     parser.add_argument("--seconds", type=float, default=12.0, help="how long each iterator is read")
     parser.add_argument("--repeats", type=int, default=6, help="deletions per variant")
     parser.add_argument("--replicas", type=int, choices=(1, 2), default=1)

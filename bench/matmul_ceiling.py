@@ -18,6 +18,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from utils.errors import doc_part  # noqa: E402
+
 
 def matmul_gflops(dtype="float32", size=2048, repeats=5, chain=4):
     """Median GFLOP/s over `repeats` runs of `chain` dependent [size x size] matmuls in one tf.function."""
@@ -62,7 +64,7 @@ def blas_gflops(size=2048, repeats=5):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=doc_part(__doc__, separator="\n"), allow_abbrev=False)
     parser.add_argument("--sizes", default="1024,2048,3072")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)

@@ -18,6 +18,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common  # noqa: E402
+from utils.errors import doc_part
 
 # Profiler events named like ops that are not ops (whole function/process spans).
 NOT_OPS = {"Process"}
@@ -51,7 +52,7 @@ def op_type_times(xplane_path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=doc_part(__doc__, separator="\n"), allow_abbrev=False)
     parser.add_argument("--arch", default="resnet50")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--size", type=int, default=224)

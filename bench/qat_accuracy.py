@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from utils.errors import command
+from utils.errors import command, doc_part
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMON = ["--arch", "resnet50", "--num_classes", "10", "--weight_init", "fan_in", "--no_progress", "--seed", "1"]
@@ -66,7 +66,7 @@ def export(checkpoint, output, image_size, quantized):
 
 @command
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=doc_part(__doc__, separator="\n"), allow_abbrev=False)
     parser.add_argument("--work_dir", required=True)
     parser.add_argument("--data", help="prepared Fashion-MNIST TFRecords (default: the shipped subset, prepared "
                                        "into WORK_DIR/data)")

@@ -18,7 +18,7 @@ import tempfile
 
 import numpy as np
 
-from utils.errors import command
+from utils.errors import command, doc_part
 
 
 def compare(first, second):
@@ -59,7 +59,7 @@ def probabilities(graph_path, data_dir, batch_size):
 
 @command
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m bench.qat_backends", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.qat_backends", description=doc_part(__doc__, separator="\n"))
     parser.add_argument("--graph", required=True, help="a frozen graph of export_frozen_graph.py --quantize")
     parser.add_argument("--data_dir", required=True, help="TFRecords with validation-* shards")
     parser.add_argument("--batch_size", type=int, default=100)

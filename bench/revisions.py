@@ -25,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 
+from utils.errors import doc_part
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIME_KEYS = ("s_per_step", "ms_per_batch")
 
@@ -68,7 +70,7 @@ def main(argv=None):
     if "--" not in argv:
         raise SystemExit("usage: python -m bench.revisions --base REV [--head REV] -- MODULE [ARGS...]")
     split = argv.index("--")
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=doc_part(__doc__, separator="\n"), allow_abbrev=False)
     parser.add_argument("--base", required=True, help="the revision before the change")
     parser.add_argument("--head", default="HEAD", help="the revision after it (default HEAD)")
     parser.add_argument("--pairs", type=int, default=4, help="base/head process pairs, alternating")

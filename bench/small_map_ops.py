@@ -27,6 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common  # noqa: E402
+from utils.errors import doc_part  # noqa: E402
 
 # (name, rows per image, K, N) of the 40 px step's matmuls: M = batch * rows.
 MATMULS = [("10x10 1x1 256->64", 100, 256, 64), ("5x5 1x1 512->128", 25, 512, 128),
@@ -174,7 +175,7 @@ def update_tail_rows(batch, repeats):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=doc_part(__doc__, separator="\n"), allow_abbrev=False)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--size", type=int, choices=(40, 224), default=40,

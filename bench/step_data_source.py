@@ -21,6 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench import common  # noqa: E402
+from utils.errors import doc_part  # noqa: E402
 
 
 def read_throughput(log_path):
@@ -53,7 +54,7 @@ def run_once(args, work_dir, tag, data_dir):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=doc_part(__doc__, separator="\n"), allow_abbrev=False)
     parser.add_argument("--arch", default="resnet50")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--size", type=int, default=224)

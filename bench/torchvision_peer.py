@@ -15,7 +15,7 @@ import time
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0] or None, allow_abbrev=False)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--infer_batches", default="1,32")
     parser.add_argument("--size", type=int, default=224)

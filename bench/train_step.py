@@ -29,6 +29,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common  # noqa: E402
+from utils.errors import doc_part  # noqa: E402
 
 
 def build_variant(name, args, images, labels):
@@ -55,7 +56,7 @@ def build_variant(name, args, images, labels):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=doc_part(__doc__, separator="\n"), allow_abbrev=False)
     parser.add_argument("--variants", default="ours,keras,ours_xla,ours_amp")
     parser.add_argument("--arch", default="resnet50")
     parser.add_argument("--batch", type=int, default=32)
