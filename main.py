@@ -36,7 +36,7 @@ FIXED_WEIGHT_MODES = ("predict", "inference_benchmark")
 
 # Said at start-up when no --cpu was given and the process sees no GPU (its PARAMETER record's environment.devices
 # says the same): before, such a run went on on the CPU without a word.
-NO_GPU_LINE = "No GPU visible: running on the CPU (--cpu says it is meant; docs/GPU.md to use a GPU)"
+NO_GPU_LINE = "No GPU visible: running on the CPU (pass --cpu to say the CPU is meant; docs/GPU.md to use a GPU)"
 
 
 def _unsaid(_line):

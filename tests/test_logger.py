@@ -137,6 +137,20 @@ def test_a_relative_model_dir_is_taken_relative_to_the_working_directory_its_run
     assert logged_path({"model_dir": None}, "model_dir") is None
 
 
+def test_a_fine_tunes_own_parameter_line_keeps_its_steps_in_its_session(tmp_path):
+    """The steps of a fine-tune (or a QAT run) follow a PARAMETER line of the original's within the run: they were
+    taken for another run's, so a resume behind its log got no steps-again note."""
+    path, model_dir = tmp_path / "log.json", str(tmp_path / "ft")
+    logger = DLLogger(str(path), stdout=False)
+    logger.log(step="PARAMETER", data={"mode": "train", "model_dir": model_dir,
+                                       "training": {"id": "t", "session": "s", "resumes": None}})
+    logger.log(step="PARAMETER", data={"Restoring variables from checkpoint": "/m/model.ckpt-4"})
+    logger.log(step=(0, 6), data={"cross_entropy": 2.0})
+    logger.close()
+    assert last_training_step(str(path), model_dir) == 6
+    assert last_training_step(str(path), model_dir, session="s") == 6
+
+
 def test_the_last_training_step_counts_the_end_of_epoch_record_past_the_last_displayed_step(tmp_path):
     """A session that displayed steps 1, 4 and 7 (--display_every 3) and ended its epoch at step 8 (the (epoch,)
     record's global_step) trained up to step 8: a resume from checkpoint 6 trains 7-8 again, not 7 alone. The end

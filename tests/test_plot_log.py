@@ -329,6 +329,27 @@ def test_a_training_is_followed_by_its_sessions_through_moves_and_a_fork_is_left
                         "(the others: /link)")  # training t, its fork included, named by its last run
 
 
+def test_a_fine_tunes_and_qat_runs_own_parameter_lines_stay_in_their_run(tmp_path):
+    """A fine-tune logs `Restoring variables from checkpoint` and a QAT run `QUANTIZATION AWARE TRAINING ENABLED` as
+    PARAMETER lines after its own record: each was taken for a new run of no mode, so a fine-tune logged after
+    another training was dropped and the other plotted, without a word."""
+    log_path = tmp_path / "log.json"
+    logger = DLLogger(str(log_path), stdout=False)
+    for model_dir, session, extra, loss in (("/m3", "s1", None, 5.0),
+                                            ("/ft3", "s2", {"Restoring variables from checkpoint": "/m3/c-4"}, 6.0),
+                                            ("/q", "s3", {"QUANTIZATION AWARE TRAINING ENABLED": True}, 7.0)):
+        logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "train", "model_dir": model_dir,
+                                           "training": {"id": session, "session": session, "resumes": None}})
+        logger.log(step="PARAMETER", data=extra) if extra else None
+        logger.log(step=(0, 1), data={"cross_entropy": loss, "learning_rate": 0.1})
+    logger.close()
+    records, parameters, left_out = plot_log.load_log(str(log_path))
+    assert [(row["global_step"], row["cross_entropy"]) for row in plot_log.step_table(records)] == [(1, 7.0)]
+    assert parameters["model_dir"] == "/q"
+    assert left_out == ("plotted the training into model_dir /q, the last of 3 trainings logged to the same file "
+                        "(the others: /m3, /ft3)")
+
+
 def test_a_log_without_steps_says_which_tool_or_mode_wrote_it(tmp_path, capsys):
     """The reason a log has nothing to plot names what wrote it: inference.py (a real run of it), an evaluation or a
     predict, or a benchmark that ran no step past its warm-up (PARAMETER records as main.py writes them)."""

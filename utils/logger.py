@@ -185,6 +185,16 @@ def logged_path(parameters, name):
     return os.path.abspath(path)
 
 
+# The original's PARAMETER lines that a training logs within its run, after the run's own record (a fine-tune's
+# source, the QAT mode: runtime/runner.py): they start no run.
+IN_RUN_PARAMETERS = frozenset({"Restoring variables from checkpoint", "MODE", "QUANTIZATION AWARE TRAINING ENABLED"})
+
+
+def starts_run(data):
+    """Whether a PARAMETER record's `data` is a run's own record (a run starts at it), not one of IN_RUN_PARAMETERS."""
+    return not (isinstance(data, dict) and data and set(data) <= IN_RUN_PARAMETERS)
+
+
 def lineage_of(parameters):
     """(session, the session it resumed or None) of a training run's PARAMETER record (runtime/settings.lineage),
     or (None, None): not a training, or logged before 2026-12-06."""
@@ -225,6 +235,8 @@ def last_training_step(path, model_dir, session=None):
         if not isinstance(record, dict) or not isinstance(record.get("data"), dict):
             continue  # a damaged line: it only fed a Note
         step, data = record.get("step"), record["data"]
+        if step == "PARAMETER" and not starts_run(data):
+            continue  # a fine-tune's source or the QAT mode, within the run before
         if step == "PARAMETER":
             where = logged_path(data, "model_dir" if data.get("model_dir") else "results_dir")
             ours = data.get("mode") in ("train", "train_and_evaluate") and where == target
@@ -245,6 +257,8 @@ def _last_step_of_sessions(records, session):
         if not isinstance(record, dict) or not isinstance(record.get("data"), dict):
             continue
         step, data = record.get("step"), record["data"]
+        if step == "PARAMETER" and not starts_run(data):
+            continue  # a fine-tune's source or the QAT mode, within the run before
         if step == "PARAMETER":
             this, resumed = lineage_of(data)
             ours = this is not None and (this in family or resumed in family)

@@ -28,7 +28,7 @@ import sys
 
 from runtime.settings import RECIPE_FLAGS, SCHEDULE_FLAGS, TRAINING_STATE
 from utils.errors import ArgumentParser, UserError, command, doc_part
-from utils.logger import lineage_of, logged_path, read_log
+from utils.logger import lineage_of, logged_path, read_log, starts_run
 from utils.output_paths import check_output_file, replaced_file
 
 TRAIN_KEYS = ("imgs_per_sec", "cross_entropy", "l2_loss", "total_loss", "learning_rate")
@@ -94,12 +94,13 @@ def load_log(path):
 
 
 def _split_runs(logs):
-    """[(PARAMETER data or None, that run's records)] in file order; a run starts at its PARAMETER record. The step
+    """[(PARAMETER data or None, that run's records)] in file order; a run starts at its PARAMETER record (not at the
+    PARAMETER lines a training logs within its run: utils/logger.IN_RUN_PARAMETERS). The step
     throughput an evaluation logs (`total_ips` at (0, i), as the benchmarks do) is left out: its steps are not the
     training's, and the evaluation's result says its throughput."""
     runs = [(None, [])]
     for record in logs:
-        if record.get("step") == "PARAMETER":
+        if record.get("step") == "PARAMETER" and starts_run(record["data"]):
             runs.append((record["data"], []))
         elif _mode(runs[-1]) in EVALUATING_MODES and BENCHMARK_KEY in record["data"]:
             continue
