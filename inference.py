@@ -35,6 +35,7 @@ import time
 import numpy as np
 
 from model.arch_names import ARCH_NAMES
+from model.export import onnx_input_layout
 from utils import defaults, quiet
 from utils.errors import ArgumentParser, UserError, command, doc_part, printable
 from utils.output_paths import check_output_file
@@ -184,21 +185,6 @@ def cuda_device_count():
         return 0
     count = ctypes.c_int(0)
     return count.value if runtime.cudaGetDeviceCount(ctypes.byref(count)) == 0 else 0
-
-
-def onnx_input_layout(shape):
-    """("NHWC" or "NCHW", side or None) of an ONNX model's `input` shape (ints, or names for dynamic dims):
-    export_frozen_graph.py writes NCHW graphs by default (TensorRT's layout), main.py's SavedModels take NHWC.
-    (None, None) when the shape is not an image batch with 3 channels on either side."""
-    def side(a, b):
-        return a if isinstance(a, int) and a > 0 and a == b else None
-    if len(shape) != 4:
-        return None, None
-    if shape[3] == 3:
-        return "NHWC", side(shape[1], shape[2])
-    if shape[1] == 3:
-        return "NCHW", side(shape[2], shape[3])
-    return None, None
 
 
 def _not_an_image_batch(onnx_path):

@@ -618,18 +618,28 @@ def _set_metadata(model_proto, key, value):
     entry.value = value
 
 
+def onnx_input_layout(shape):
+    """("NHWC" or "NCHW", side or None) of an ONNX model's `input` shape (ints, or names for dynamic dims):
+    export_frozen_graph.py writes NCHW graphs by default (TensorRT's layout), main.py's SavedModels take NHWC.
+    (None, None) when the shape is not an image batch with 3 channels on either side."""
+    def side(a, b):
+        return a if isinstance(a, int) and a > 0 and a == b else None
+    if len(shape) != 4:
+        return None, None
+    if shape[3] == 3:
+        return "NHWC", side(shape[1], shape[2])
+    if shape[1] == 3:
+        return "NCHW", side(shape[2], shape[3])
+    return None, None
+
+
 def onnx_image_size_and_classes(model_proto):
     """(input side, number of classes) of an ONNX image classifier from its graph's shapes: the side of a square
-    NHWC or NCHW input, the last dimension of output `probabilities` (else of its only output); None where a shape
-    does not say."""
+    NHWC or NCHW input (onnx_input_layout), the last dimension of output `probabilities` (else of its only output);
+    None where a shape does not say."""
     def dims(value):
         return [dim.dim_value if dim.HasField("dim_value") else None for dim in value.type.tensor_type.shape.dim]
-    side = None
-    if len(model_proto.graph.input) >= 1:
-        shape = dims(model_proto.graph.input[0])
-        if len(shape) == 4:
-            side = shape[1] if shape[3] == 3 and shape[1] == shape[2] else \
-                shape[2] if shape[1] == 3 and shape[2] == shape[3] else None
+    side = onnx_input_layout(dims(model_proto.graph.input[0]))[1] if model_proto.graph.input else None
     outputs = [value for value in model_proto.graph.output if value.name == "probabilities"]
     if not outputs and len(model_proto.graph.output) == 1:
         outputs = list(model_proto.graph.output)
