@@ -664,6 +664,7 @@ def run(args):
             logger.log(step="PARAMETER", data=flags | loaded | {"num_classes": num_classes,
                                                                 "input_pixels": input_pixels} | frozen_weights
                        | startup.environment_parameters(devices=run_devices(args, runner)))
+            logger.print(logger.destination())
             if frozen_weights:
                 logger.print(devices.FROZEN_WEIGHTS_NOTE)
             where = f" on {runner.providers[0]}" if getattr(runner, "providers", None) else ""

@@ -130,11 +130,14 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None, eng
     # The settings the run uses, after the resolution (not the flags as typed).
     from utils import devices
     frozen_weights = devices.frozen_weights_parameters()
-    logger.log(step="PARAMETER", data={key: getattr(config, key) for key in ORIGINAL_FLAG_DESTS}
-               | config.additions() | {"precision": precision.describe()} | config.extensions_in_use()
-               | resolved.parameters()
-               | distribution.parameters() | frozen_weights
-               | startup.environment_parameters(engine, devices=platform.describe_devices()))
+    if logger.enabled:  # (rank 0: the other ranks do not ask git for the code's version)
+        logger.log(step="PARAMETER", data={key: getattr(config, key) for key in ORIGINAL_FLAG_DESTS}
+                   | config.additions() | {"precision": precision.describe()} | config.extensions_in_use()
+                   | resolved.parameters()
+                   | distribution.parameters() | frozen_weights
+                   | startup.environment_parameters(engine, devices=platform.describe_devices()))
+    if logger.destination():
+        logger.print(logger.destination())
     if not config.cpu and not platform.gpu:
         logger.print(NO_GPU_LINE)
     if frozen_weights:

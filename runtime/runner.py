@@ -339,7 +339,10 @@ class Runner:
         log.print("Weight Decay Factor", config.weight_decay)
         log.print("Init Learning Rate", config.lr_init)
         log.print("Momentum", config.momentum)
-        log.print("Num GPUs", self.distribution.num_replicas)
+        # The original's count of replicas (Horovod's size), kept for the tools that read it; said to be no GPUs
+        # when the replicas are on the CPU.
+        log.print("Num GPUs", self.distribution.num_replicas,
+                  *(() if self.platform.gpu else ("(replicas on the CPU: no GPU is used)",)))
         log.print("Per-GPU Batch Size", config.batch_size)
         if self.global_batch_size != config.batch_size:
             log.print("Global Batch Size {} ({}{})".format(

@@ -59,6 +59,21 @@ def test_a_logger_that_logged_no_record_leaves_no_file_and_adds_nothing(tmp_path
     assert path.read_text() == before
 
 
+def test_the_logger_says_where_its_records_go_and_whether_they_follow_earlier_runs(tmp_path, monkeypatch):
+    """A default --results_dir of `.` appends every run to ./log.json: the line names the file absolutely and says
+    whether it already held records."""
+    monkeypatch.chdir(tmp_path)
+    first = DLLogger("log.json", stdout=False)
+    assert first.destination() == "Log: {} (a new file)".format(tmp_path / "log.json")
+    first.log(step="PARAMETER", data={"batch_size": 8})
+    first.close()
+    assert DLLogger("log.json", stdout=False).destination() == \
+        "Log: {} (appended after the earlier runs' records it holds)".format(tmp_path / "log.json")
+    (tmp_path / "empty.json").write_text("")
+    assert DLLogger("empty.json", stdout=False).destination().endswith("(a new file)")
+    assert DLLogger(None).destination() is None and DLLogger("x.json", enabled=False).destination() is None
+
+
 def test_a_log_that_cannot_be_created_is_refused_when_the_logger_is_made(tmp_path):
     """The callers turn this OSError into their one-line error before any work, as when the file was opened first."""
     import pytest

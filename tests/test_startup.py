@@ -184,6 +184,10 @@ def test_the_parameter_record_says_what_decides_the_arithmetic_beyond_the_flags(
     assert NO_GPU_LINE in main_output["plain"].splitlines()
     parameters("cpu")
     assert NO_GPU_LINE not in main_output["cpu"]
+    # The original's replica count, said to be no GPUs; and where the log goes (a default --results_dir of `.`
+    # appends to ./log.json unsaid)
+    assert "Num GPUs 1 (replicas on the CPU: no GPU is used)" in main_output["cpu"].splitlines()
+    assert "Log: {} (a new file)".format(tmp_path / "cpu" / "log.json") in main_output["cpu"].splitlines()
     assert (plain["environment"]["host"], plain["environment"]["tensorflow"], plain["environment"]["keras"]) == (
         socket.gethostname(), tf.__version__, keras.__version__)
     assert plain["environment"]["code_version"] == startup.code_version()

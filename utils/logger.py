@@ -49,6 +49,7 @@ class DLLogger:
         # The file is opened at the run's first LOG record, and the METADATA records made before it wait for it:
         # a run refused before it logs anything leaves no file, and adds nothing to an earlier run's log.
         self._pending = []
+        self._appends = False
         if self._path:
             directory = os.path.dirname(os.path.abspath(self._path))
             os.makedirs(directory, exist_ok=True)
@@ -56,6 +57,7 @@ class DLLogger:
                 if os.path.exists(target) and not os.access(target, os.W_OK):
                     code = errno.EROFS if on_read_only_file_system(target) else errno.EACCES
                     raise OSError(code, os.strerror(code), target)
+            self._appends = os.path.isfile(self._path) and os.path.getsize(self._path) > 0
         for metric, meta in DEFAULT_METADATA.items():
             self.metadata(metric, meta)
 
@@ -113,6 +115,14 @@ class DLLogger:
                     text += " {}".format(self.units[key])
                 items.append(text)
             print("DLL {} - {} {}".format(now.strftime("%Y-%m-%d %H:%M:%S.%f"), step, " ".join(items)), flush=True)
+
+    def destination(self):
+        """The line saying where the run's records go, or None when it writes no log file: a default --results_dir
+        of `.` appends every run to ./log.json, and nothing else said so."""
+        if not self._path:
+            return None
+        return "Log: {} ({})".format(os.path.abspath(self._path), "appended after the earlier runs' records it holds"
+                                     if self._appends else "a new file")
 
     def print(self, *args, **kwargs):
         if self.enabled:
