@@ -313,11 +313,13 @@ def describe_given_model(args, saved_model_dir, onnx_model, log, image_size=None
     if onnx_model is not None:
         recorded = export.onnx_source(onnx_model, f"--model {printable(args.model, 300)}")
         source = export.agreeing_source(recorded, f"--model {args.model}'s metadata `{export.SOURCE_KEY}`",
-                                        image_size, num_classes, warn=log)
+                                        image_size, num_classes, warn=log,
+                                        quantized=export.onnx_quantized(onnx_model))
     elif saved_model_dir is not None:
         recorded = export.read_source(saved_model_dir)
         source = export.agreeing_source(recorded, os.path.join(saved_model_dir, export.SOURCE_FILE), image_size,
-                                        num_classes, warn=log)
+                                        num_classes, warn=log,
+                                        quantized=export.saved_model_quantized(saved_model_dir))
     else:
         recorded = source = None
     line = None

@@ -186,7 +186,8 @@ class FrozenGraph:
         if self.layout is None:
             raise UserError(f"{path}: its input {shape} is not an image batch with 3 channels first or last")
         if side is not None:  # the graph's own size first; a record that contradicts it is refused below
-            self.source = export.agreeing_source(recorded, f"{path}'s node {export.SOURCE_NODE}", side) or {}
+            self.source = export.agreeing_source(recorded, f"{path}'s node {export.SOURCE_NODE}", side,
+                                                quantized=export.graph_quantized(graph_def)) or {}
         self.image_size = side or self.source.get("image_size")
         if not self.image_size:
             raise UserError(f"{path}: its input {shape} has no fixed size and the graph records none")
@@ -206,7 +207,7 @@ class FrozenGraph:
         outputs = self.function.outputs[0].shape[-1]
         if self.source and outputs is not None:
             self.source = export.agreeing_source(self.source, f"{path}'s node {export.SOURCE_NODE}", None,
-                                                outputs) or {}
+                                                outputs, quantized=export.graph_quantized(graph_def)) or {}
         self.num_classes = outputs or self.source.get("num_classes")
 
     def prepare(self, images):

@@ -165,11 +165,12 @@ def source_record(arch, num_classes, info, ema, class_names=None, **extra):
 
 
 def agreeing_source(source, where, image_size=None, num_classes=None, warn=print,
-                   ignored="the model is described from its graph alone"):
+                   ignored="the model is described from its graph alone", quantized=None):
     """`source` (an export's record, read from `where`: a SavedModel's source.json, a frozen graph's SOURCE_NODE, an
     ONNX model's metadata) when it agrees with the graph it describes: its image_size and num_classes with the
     graph's input size `image_size` and output count `num_classes` (None where the graph does not say), its
-    class_names as many as the outputs. A record that contradicts its graph is another model's (copied or swapped
+    class_names as many as the outputs, its `quantized` with whether the graph holds fake-quantisation ops
+    (`quantized`: graph_quantized or onnx_quantized; None where not known). A record that contradicts its graph is another model's (copied or swapped
     beside it): all it says (architecture, checkpoint, step, class names) would be false of this model, so it is
     refused whole, with one WARNING line through `warn` naming `where` and the fields, and None is returned: the
     caller goes on with what the graph says (its input size and classes), which is enough to serve it."""
@@ -178,6 +179,9 @@ def agreeing_source(source, where, image_size=None, num_classes=None, warn=print
     contradictions = [f"{field} {source[field]!r} (the graph's: {actual})"
                       for field, actual in (("image_size", image_size), ("num_classes", num_classes))
                       if actual is not None and source.get(field) is not None and source[field] != actual]
+    if quantized is not None and bool(source.get("quantized")) != quantized:
+        contradictions.append("quantized {} (the graph has {}fake-quantisation ops)".format(
+            bool(source.get("quantized")), "" if quantized else "no "))
     names = source.get("class_names")
     outputs = num_classes if num_classes is not None else source.get("num_classes")
     if names is not None and (not isinstance(names, list) or (outputs is not None and len(names) != outputs)):
@@ -491,7 +495,8 @@ def saved_model_to_onnx(saved_model_dir, output_path, opset=DEFAULT_OPSET, warn=
                [by_tensor.get(name, name.split(":")[0]) for name in output_names])
     _set_metadata(model_proto, INPUT_PIXELS, RAW)  # a serving signature takes raw pixels (save_saved_model)
     source = agreeing_source(source, os.path.join(saved_model_dir, SOURCE_FILE),
-                             *onnx_image_size_and_classes(model_proto), warn=warn, ignored=NOT_CARRIED)
+                             *onnx_image_size_and_classes(model_proto), warn=warn, ignored=NOT_CARRIED,
+                             quantized=onnx_quantized(model_proto))
     if source is not None:
         _set_metadata(model_proto, SOURCE_KEY, json.dumps(source, sort_keys=True))
     _save_onnx(model_proto, output_path)
@@ -520,7 +525,8 @@ def frozen_graph_to_onnx(graph_def_path, output_path, opset=DEFAULT_OPSET, warn=
     if pixels is not None:
         _set_metadata(model_proto, INPUT_PIXELS, pixels)
     source = agreeing_source(source, f"{graph_def_path}'s node {SOURCE_NODE}",
-                             *onnx_image_size_and_classes(model_proto), warn=warn, ignored=NOT_CARRIED)
+                             *onnx_image_size_and_classes(model_proto), warn=warn, ignored=NOT_CARRIED,
+                             quantized=graph_quantized(graph_def))
     if source is not None:
         _set_metadata(model_proto, SOURCE_KEY, json.dumps(source, sort_keys=True))
     _save_onnx(model_proto, output_path)
@@ -569,6 +575,37 @@ def _tf2onnx_conversion():
     finally:
         gc.unfreeze()
         registry.update(saved)
+
+
+# The ops a quantisation-aware graph computes its fake quantisation with: TensorFlow's (FakeQuant, and
+# QuantizeAndDequantize with --use_qdq) and, in ONNX, the QuantizeLinear/DequantizeLinear pairs tf2onnx makes of them.
+QUANTIZATION_OPS = frozenset({"FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsPerChannel", "FakeQuantWithMinMaxArgs",
+                              "QuantizeAndDequantizeV2", "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4"})
+ONNX_QUANTIZATION_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
+
+def graph_quantized(graph_def):
+    """Whether a TF graph (its functions included) computes fake quantisation."""
+    nodes = list(graph_def.node) + [node for function in graph_def.library.function for node in function.node_def]
+    return any(node.op in QUANTIZATION_OPS for node in nodes)
+
+
+def saved_model_quantized(saved_model_dir):
+    """Whether a SavedModel's graphs compute fake quantisation; None when its saved_model.pb cannot be read (the
+    loader says why)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+    saved_model = saved_model_pb2.SavedModel()
+    try:
+        with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as handle:
+            saved_model.ParseFromString(handle.read())
+    except (OSError, ValueError, RuntimeError):  # (protobuf's DecodeError is a ValueError)
+        return None
+    return any(graph_quantized(meta_graph.graph_def) for meta_graph in saved_model.meta_graphs)
+
+
+def onnx_quantized(model_proto):
+    """Whether an ONNX graph computes quantisation (QuantizeLinear/DequantizeLinear)."""
+    return any(node.op_type in ONNX_QUANTIZATION_OPS for node in model_proto.graph.node)
 
 
 def graph_precision(graph_def):

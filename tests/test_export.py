@@ -734,6 +734,58 @@ def test_an_export_record_that_is_no_json_object_is_refused_and_none_is_none(tmp
     assert export.checked_source(None, "r") is None and export.read_source(str(tmp_path)) is None
 
 
+def test_a_record_that_says_quantized_of_a_float_graph_or_the_reverse_is_refused(tmp_path):
+    """A QAT frozen graph's record swapped beside a float model (or a float one beside a QAT graph) described it as
+    quantisation-aware (or not) while its graph computed otherwise: the record's `quantized` is held to the graph's
+    fake-quantisation ops, in TensorFlow graphs (functions included), SavedModels and ONNX models."""
+    import onnx
+
+    def graph_of(function):
+        return tf.function(function).get_concrete_function(tf.TensorSpec([2], tf.float32)).graph.as_graph_def()
+
+    fake_quant = graph_of(lambda x: tf.quantization.fake_quant_with_min_max_vars(x, -6.0, 6.0))
+    qdq = graph_of(lambda x: tf.quantization.quantize_and_dequantize_v2(x, -6.0, 6.0, range_given=True))
+    plain = graph_of(lambda x: x * 2.0)
+    assert export.graph_quantized(fake_quant) and export.graph_quantized(qdq) and not export.graph_quantized(plain)
+    nested = graph_of(lambda x: tf.function(lambda y: tf.quantization.fake_quant_with_min_max_vars(y, -1.0, 1.0))(x))
+    assert not any(node.op in export.QUANTIZATION_OPS for node in nested.node)  # in a function of the library only
+    assert export.graph_quantized(nested)
+
+    module = tf.Module()
+    module.f = tf.function(lambda x: tf.quantization.fake_quant_with_min_max_vars(x, -6.0, 6.0),
+                           input_signature=[tf.TensorSpec([2], tf.float32)])
+    tf.saved_model.save(module, str(tmp_path / "quantized"))
+    module.f = tf.function(lambda x: x * 2.0, input_signature=[tf.TensorSpec([2], tf.float32)])
+    tf.saved_model.save(module, str(tmp_path / "float"))
+    assert export.saved_model_quantized(str(tmp_path / "quantized")) is True
+    assert export.saved_model_quantized(str(tmp_path / "float")) is False
+    assert export.saved_model_quantized(str(tmp_path / "none")) is None
+
+    def onnx_model(*ops):
+        nodes = [onnx.helper.make_node(op, ["x"], ["y"]) for op in ops]
+        return onnx.helper.make_model(onnx.helper.make_graph(nodes, "g", [], []))
+
+    assert export.onnx_quantized(onnx_model("QuantizeLinear", "DequantizeLinear"))
+    assert not export.onnx_quantized(onnx_model("Conv", "Relu"))
+
+    qat_record = {"arch": "resnet50", "num_classes": 10, "image_size": 40, "quantized": True, "symmetric": False}
+    float_record = {"arch": "resnet50", "num_classes": 10, "image_size": 40}
+    said = []
+    assert export.agreeing_source(qat_record, "r", 40, 10, said.append, quantized=True) is qat_record
+    assert export.agreeing_source(float_record, "r", 40, 10, said.append, quantized=False) is float_record
+    assert export.agreeing_source(qat_record, "r", 40, 10, said.append, quantized=None) is qat_record  # not known
+    assert not said
+    assert export.agreeing_source(qat_record, "r", 40, 10, said.append, quantized=False) is None
+    assert export.agreeing_source(float_record, "r", 40, 10, said.append, quantized=True) is None
+    assert said == [
+        "WARNING: r is not this model's record: its quantized True (the graph has no fake-quantisation ops) "
+        "contradicts the model's graph; it is ignored (another model's, copied beside it?): the model is described "
+        "from its graph alone",
+        "WARNING: r is not this model's record: its quantized False (the graph has fake-quantisation ops) "
+        "contradicts the model's graph; it is ignored (another model's, copied beside it?): the model is described "
+        "from its graph alone"]
+
+
 def test_a_closed_stdout_says_no_graph_was_written(tmp_path, monkeypatch, capsys):
     """`export_frozen_graph.py ... | head -1` stopped with status 141, nothing said and no graph written (until
     2026-12-06); the INTERRUPTED line now says so. Once the graph is on disk, the line says it is there."""
