@@ -165,20 +165,25 @@ def source_record(arch, num_classes, info, ema, class_names=None, **extra):
 
 
 def agreeing_source(source, where, image_size=None, num_classes=None, warn=print,
-                   ignored="the model is described from its graph alone", quantized=None):
+                   ignored="the model is described from its graph alone", quantized=None, arch=None):
     """`source` (an export's record, read from `where`: a SavedModel's source.json, a frozen graph's SOURCE_NODE, an
     ONNX model's metadata) when it agrees with the graph it describes: its image_size and num_classes with the
     graph's input size `image_size` and output count `num_classes` (None where the graph does not say), its
     class_names as many as the outputs, its `quantized` with whether the graph holds fake-quantisation ops
-    (`quantized`: graph_quantized or onnx_quantized; None where not known). A record that contradicts its graph is another model's (copied or swapped
-    beside it): all it says (architecture, checkpoint, step, class names) would be false of this model, so it is
-    refused whole, with one WARNING line through `warn` naming `where` and the fields, and None is returned: the
-    caller goes on with what the graph says (its input size and classes), which is enough to serve it."""
+    (`quantized`: graph_quantized or onnx_quantized; None where not known), its arch with the architecture the
+    graph's node names are scoped by (`arch`: graph_architecture; None where they name none). Its checkpoint and
+    step cannot be told from a graph and are taken as recorded. A record that contradicts its graph is another
+    model's (copied or swapped beside it): all it says (architecture, checkpoint, step, class names) would be false
+    of this model, so it is refused whole, with one WARNING line through `warn` naming `where` and the fields, and
+    None is returned: the caller goes on with what the graph says (its input size and classes), which is enough to
+    serve it."""
     if source is None:
         return None
     contradictions = [f"{field} {source[field]!r} (the graph's: {actual})"
                       for field, actual in (("image_size", image_size), ("num_classes", num_classes))
                       if actual is not None and source.get(field) is not None and source[field] != actual]
+    if arch is not None and source.get("arch") is not None and source["arch"] != arch:
+        contradictions.insert(0, f"arch {source['arch']!r} (the graph's: {arch})")
     if quantized is not None and bool(source.get("quantized")) != quantized:
         contradictions.append("quantized {} (the graph has {}fake-quantisation ops)".format(
             bool(source.get("quantized")), "" if quantized else "no "))
@@ -496,7 +501,8 @@ def saved_model_to_onnx(saved_model_dir, output_path, opset=DEFAULT_OPSET, warn=
     _set_metadata(model_proto, INPUT_PIXELS, RAW)  # a serving signature takes raw pixels (save_saved_model)
     source = agreeing_source(source, os.path.join(saved_model_dir, SOURCE_FILE),
                              *onnx_image_size_and_classes(model_proto), warn=warn, ignored=NOT_CARRIED,
-                             quantized=onnx_quantized(model_proto))
+                             quantized=onnx_quantized(model_proto),
+                             arch=graph_architecture(onnx_node_names(model_proto)))
     if source is not None:
         _set_metadata(model_proto, SOURCE_KEY, json.dumps(source, sort_keys=True))
     _save_onnx(model_proto, output_path)
@@ -526,7 +532,7 @@ def frozen_graph_to_onnx(graph_def_path, output_path, opset=DEFAULT_OPSET, warn=
         _set_metadata(model_proto, INPUT_PIXELS, pixels)
     source = agreeing_source(source, f"{graph_def_path}'s node {SOURCE_NODE}",
                              *onnx_image_size_and_classes(model_proto), warn=warn, ignored=NOT_CARRIED,
-                             quantized=graph_quantized(graph_def))
+                             quantized=graph_quantized(graph_def), arch=graph_architecture(graph_node_names(graph_def)))
     if source is not None:
         _set_metadata(model_proto, SOURCE_KEY, json.dumps(source, sort_keys=True))
     _save_onnx(model_proto, output_path)
@@ -584,15 +590,33 @@ QUANTIZATION_OPS = frozenset({"FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVar
 ONNX_QUANTIZATION_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 
 
-def graph_quantized(graph_def):
-    """Whether a TF graph (its functions included) computes fake quantisation."""
-    nodes = list(graph_def.node) + [node for function in graph_def.library.function for node in function.node_def]
-    return any(node.op in QUANTIZATION_OPS for node in nodes)
+def graph_architecture(node_names):
+    """The architecture whose Keras model scopes a graph's nodes (`resnet50/...`, `resnet50_1/...`,
+    `StatefulPartitionedCall/resnet50_1/...`: the model is named after --arch, model/resnet.build_model), from the
+    names of a TF graph's nodes (graph_node_names) or an ONNX model's (onnx_node_names); None when they name no one
+    architecture (the original's graphs, another tool's)."""
+    import re
+    from model.arch_names import ARCH_NAMES
+    pattern = re.compile(r"({})(?:_\d+)?$".format("|".join(re.escape(name) for name in ARCH_NAMES)))
+    found = set()
+    for name in node_names:  # (a scope anywhere above the node: ONNX conversions prefix StatefulPartitionedCall/)
+        for scope in name.split("/")[:-1]:
+            match = pattern.match(scope)
+            if match:
+                found.add(match.group(1))
+                break
+    return found.pop() if len(found) == 1 else None
 
 
-def saved_model_quantized(saved_model_dir):
-    """Whether a SavedModel's graphs compute fake quantisation; None when its saved_model.pb cannot be read (the
-    loader says why)."""
+def graph_node_names(graph_def):
+    """The names of a TF graph's nodes, its functions' included."""
+    return [node.name for node in graph_def.node] + [
+        node.name for function in graph_def.library.function for node in function.node_def]
+
+
+def saved_model_graph(saved_model_dir):
+    """The GraphDef of a SavedModel's (first) MetaGraph, read from its saved_model.pb without loading it; None when
+    it cannot be read (the loader says why)."""
     from tensorflow.core.protobuf import saved_model_pb2
     saved_model = saved_model_pb2.SavedModel()
     try:
@@ -600,12 +624,22 @@ def saved_model_quantized(saved_model_dir):
             saved_model.ParseFromString(handle.read())
     except (OSError, ValueError, RuntimeError):  # (protobuf's DecodeError is a ValueError)
         return None
-    return any(graph_quantized(meta_graph.graph_def) for meta_graph in saved_model.meta_graphs)
+    return saved_model.meta_graphs[0].graph_def if saved_model.meta_graphs else None
+
+
+def graph_quantized(graph_def):
+    """Whether a TF graph (its functions included) computes fake quantisation."""
+    nodes = list(graph_def.node) + [node for function in graph_def.library.function for node in function.node_def]
+    return any(node.op in QUANTIZATION_OPS for node in nodes)
 
 
 def onnx_quantized(model_proto):
     """Whether an ONNX graph computes quantisation (QuantizeLinear/DequantizeLinear)."""
     return any(node.op_type in ONNX_QUANTIZATION_OPS for node in model_proto.graph.node)
+
+
+def onnx_node_names(model_proto):
+    return [node.name for node in model_proto.graph.node]
 
 
 def graph_precision(graph_def):

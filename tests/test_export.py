@@ -217,6 +217,10 @@ def test_quantized_eval_graph_matches_quantized_keras_and_has_qdq_in_onnx(tmp_pa
         "quantisation-aware (fake-quantised, symmetric)")
     op_types = [node.op_type for node in proto.graph.node]
     assert op_types.count("QuantizeLinear") > convs and op_types.count("DequantizeLinear") > convs
+    # what a record is held to, read from both graphs
+    assert export.graph_quantized(graph_def) and export.onnx_quantized(proto)
+    assert export.graph_architecture(export.graph_node_names(graph_def)) == "resnet50"
+    assert export.graph_architecture(export.onnx_node_names(proto)) == "resnet50"
     # Rounding at a quantisation boundary may differ by one step between TF and ORT: compare loosely.
     np.testing.assert_allclose(onnx_probabilities(onnx_path, x), expected, atol=2e-2)
 
@@ -757,9 +761,9 @@ def test_a_record_that_says_quantized_of_a_float_graph_or_the_reverse_is_refused
     tf.saved_model.save(module, str(tmp_path / "quantized"))
     module.f = tf.function(lambda x: x * 2.0, input_signature=[tf.TensorSpec([2], tf.float32)])
     tf.saved_model.save(module, str(tmp_path / "float"))
-    assert export.saved_model_quantized(str(tmp_path / "quantized")) is True
-    assert export.saved_model_quantized(str(tmp_path / "float")) is False
-    assert export.saved_model_quantized(str(tmp_path / "none")) is None
+    assert export.graph_quantized(export.saved_model_graph(str(tmp_path / "quantized")))
+    assert not export.graph_quantized(export.saved_model_graph(str(tmp_path / "float")))
+    assert export.saved_model_graph(str(tmp_path / "none")) is None
 
     def onnx_model(*ops):
         nodes = [onnx.helper.make_node(op, ["x"], ["y"]) for op in ops]
@@ -784,6 +788,27 @@ def test_a_record_that_says_quantized_of_a_float_graph_or_the_reverse_is_refused
         "WARNING: r is not this model's record: its quantized False (the graph has fake-quantisation ops) "
         "contradicts the model's graph; it is ignored (another model's, copied beside it?): the model is described "
         "from its graph alone"]
+
+
+def test_a_graphs_architecture_is_read_from_the_scope_its_keras_model_names_its_nodes_by():
+    """The model is named after --arch, so its nodes are `resnet50/...` (a frozen graph), `resnet50_1/...` (a
+    SavedModel's functions, an ONNX conversion): the architecture a record is held to. Names of no one architecture
+    (the original's graphs, another tool's, or two architectures' nodes) say none."""
+    assert export.graph_architecture(["input", "resnet50/conv2d/Conv2D", "resnet50/output/softmax"]) == "resnet50"
+    assert export.graph_architecture(["se-resnext101-32x4d_1/btlnck/conv", "Softmax"]) == "se-resnext101-32x4d"
+    assert export.graph_architecture(["resnext101-32x4d_12/x"]) == "resnext101-32x4d"
+    assert export.graph_architecture(["StatefulPartitionedCall/resnet50_1/conv2d_1/convolution"]) == "resnet50"
+    assert export.graph_architecture(["resnet50_x/conv", "resnet50"]) is None  # a scope, not a node's own name
+    assert export.graph_architecture(["resnet50/a", "resnext101-32x4d/b"]) is None
+    assert export.graph_architecture(["resnet_v1_50/conv1/Conv2D"]) is None
+    said = []
+    record = {"arch": "se-resnext101-32x4d", "num_classes": 10, "image_size": 40, "step": 90000}
+    assert export.agreeing_source(record, "r", 40, 10, said.append, arch="se-resnext101-32x4d") is record
+    assert export.agreeing_source(record, "r", 40, 10, said.append, arch=None) is record
+    assert export.agreeing_source(record, "r", 40, 10, said.append, arch="resnet50") is None
+    assert said == ["WARNING: r is not this model's record: its arch 'se-resnext101-32x4d' (the graph's: resnet50) "
+                    "contradicts the model's graph; it is ignored (another model's, copied beside it?): the model is "
+                    "described from its graph alone"]
 
 
 def test_a_closed_stdout_says_no_graph_was_written(tmp_path, monkeypatch, capsys):

@@ -557,7 +557,7 @@ def test_a_record_that_contradicts_its_models_graph_is_refused_by_inference_and_
     record = os.path.join(saved, export.SOURCE_FILE)
     os.makedirs(os.path.dirname(record))
     with open(record, "w", encoding="utf-8") as handle:
-        json.dump({"arch": "resnet50", "num_classes": 1001, "image_size": 40, "checkpoint": "/o/model.ckpt-4",
+        json.dump({"arch": "resnext101-32x4d", "num_classes": 1001, "image_size": 40, "checkpoint": "/o/model.ckpt-4",
                    "step": 4, "weights": "raw", "class_names": ["a", "b"]}, handle)
     data = tmp_path / "data"
     write_tfrecord_shards(str(data), "validation", 1, 4, num_classes=11, image_size=32)
@@ -566,9 +566,10 @@ def test_a_record_that_contradicts_its_models_graph_is_refused_by_inference_and_
                  "--log-path", log_path)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
-    assert f"WARNING: {record} is not this model's record: its image_size 40 (the graph's: 32), num_classes 1001 " \
-           "(the graph's: 11), class_names (2 names for 11 outputs) contradict the model's graph; it is ignored " \
-           "(another model's, copied beside it?): the model is described from its graph alone" in lines
+    assert f"WARNING: {record} is not this model's record: its arch 'resnext101-32x4d' (the graph's: resnet50), " \
+           "image_size 40 (the graph's: 32), num_classes 1001 (the graph's: 11), class_names (2 names for 11 " \
+           "outputs) contradict the model's graph; it is ignored (another model's, copied beside it?): the model is " \
+           "described from its graph alone" in lines
     assert [line for line in lines if line.startswith("Model:")] == [
         f"Model: {saved}: its record is refused (above): its architecture and checkpoint are unknown; its input size "
         "and classes are read from its graph (32x32 input, 11 classes)"]
@@ -579,10 +580,10 @@ def test_a_record_that_contradicts_its_models_graph_is_refused_by_inference_and_
     converted = tool_in_process("export_onnx", "--input", saved, "--output", onnx_path, check=False)
     assert converted.returncode == 0, converted.stderr[-2000:]
     assert converted.stdout.splitlines()[0] == (
-        f"WARNING: {record} is not this model's record: its image_size 40 (the graph's: 32), num_classes 1001 "
-        "(the graph's: 11), class_names (2 names for 11 outputs) contradict the model's graph; it is ignored "
-        "(another model's, copied beside it?): it is not carried into the ONNX model's metadata, which records no "
-        "architecture or checkpoint")
+        f"WARNING: {record} is not this model's record: its arch 'resnext101-32x4d' (the graph's: resnet50), "
+        "image_size 40 (the graph's: 32), num_classes 1001 (the graph's: 11), class_names (2 names for 11 outputs) "
+        "contradict the model's graph; it is ignored (another model's, copied beside it?): it is not carried into "
+        "the ONNX model's metadata, which records no architecture or checkpoint")
     import onnx
     assert export.onnx_source(onnx.load(onnx_path)) is None
 
