@@ -25,7 +25,7 @@ from runtime.config import given_options
 from runtime.settings import classifier_form_note, reconcile
 from utils import defaults, quiet
 from utils.errors import ArgumentParser, command, doc_part, on_interrupt, printable
-from utils.output_paths import check_output_file
+from utils.output_paths import check_output_file, check_tensorflow_path
 
 FORMATS = ("NCHW", "NHWC")
 
@@ -118,6 +118,7 @@ def export(args, log=print, written=None):
     from runtime import checkpoints, runner_utils
     from utils import devices
     check_output_file("--output_file", args.output_file)  # before the (slow) build and freeze
+    check_tensorflow_path("--checkpoint", args.checkpoint)
     platform = devices.setup_devices()
     from model.layers.quantization import QuantizationConfig
     info = None

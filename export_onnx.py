@@ -15,7 +15,7 @@ import sys
 from model import export
 from utils import quiet
 from utils.errors import ArgumentParser, command, doc_part
-from utils.output_paths import check_output_file
+from utils.output_paths import check_output_file, check_tensorflow_path
 
 
 @command
@@ -27,6 +27,8 @@ def main(argv=None):
     quiet.add_verbose_flag(parser)
     args = parser.parse_args(argv)
     check_output_file("--output", args.output)  # before the (slow) conversion
+    if os.path.isdir(args.input):  # a SavedModel: TensorFlow loads its variables (a graph file is read by us)
+        check_tensorflow_path("--input", args.input)
     replaced = os.path.exists(args.output)  # rewritten, and said
     model_proto = export.to_onnx(args.input, args.output, args.opset)
     quantize_nodes = sum(node.op_type == "QuantizeLinear" for node in model_proto.graph.node)

@@ -38,7 +38,7 @@ from model.arch_names import ARCH_NAMES
 from model.export import onnx_input_layout
 from utils import defaults, quiet
 from utils.errors import ArgumentParser, UserError, command, doc_part, printable
-from utils.output_paths import check_output_file
+from utils.output_paths import check_output_file, check_tensorflow_path
 
 BACKENDS = ("tf", "onnxruntime", "tensorrt")
 LOG_EVERY = 100
@@ -572,6 +572,8 @@ def run(args):
     from utils import devices
     from utils.logger import DLLogger
     check_output_file("--log-path", args.log_path)
+    if args.model and not args.model.endswith(".onnx"):  # a SavedModel, whose variables TensorFlow loads
+        check_tensorflow_path("--model", args.model)
     try:
         logger = DLLogger(args.log_path)
     except OSError as error:

@@ -25,7 +25,7 @@ import sys
 
 from utils import quiet
 from utils.errors import ArgumentParser, UserError, command, doc_part, first_line, on_interrupt, printable
-from utils.output_paths import check_output_dir
+from utils.output_paths import check_output_dir, check_tensorflow_path
 
 
 def parse_args(argv=None):
@@ -49,6 +49,7 @@ def _check_output(output, overwrite):
     if os.path.exists(output) and not overwrite:
         raise UserError(f"--output {output} already exists; choose another directory or pass --overwrite")
     check_output_dir("--output", output)
+    check_tensorflow_path("--output", output)  # (a checkpoint written there could not be read back)
 
 
 # ---------------------------------------------------------------- name-based checkpoints (ours and the original's)
@@ -132,6 +133,7 @@ def copy_class_names(info, output):
 
 def convert(args):
     from model import checkpoint
+    check_tensorflow_path("--input", args.input)
     info = checkpoint.inspect(checkpoint.find_checkpoint(args.input, "--input"))
     print(f"Read {info.path} ({info.describe()})")
     if "image_size" in info.unrecorded_settings():

@@ -27,7 +27,7 @@ def list_filenames_in_dataset(data_dir, mode):
     require_data_dir(data_dir, mode)
     if not os.path.isdir(data_dir):
         raise UserError("data dir {} does not exist or is not a directory".format(data_dir))
-    filenames = sorted(path for path in glob.glob(os.path.join(data_dir, prefix + "-*"))
+    filenames = sorted(path for path in glob.glob(os.path.join(glob.escape(data_dir), prefix + "-*"))
                        if os.path.isfile(path) and not path.endswith(".tmp") and ".tmp-" not in path)
     if not filenames:
         raise UserError("no {}-* files in data dir {} (TFRecord shards named {}-00000-of-NNNNN expected; "

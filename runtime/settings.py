@@ -197,7 +197,15 @@ def check_mode_arguments(config):
         require_data_dir(config.data_dir, "validation")
     if config.data_dir is not None and not os.path.isdir(config.data_dir):
         raise UserError("--data_dir {} does not exist or is not a directory".format(config.data_dir))
-    from utils.output_paths import check_output_dir, check_output_file, check_unexpanded_home
+    from utils.output_paths import check_output_dir, check_output_file, check_tensorflow_path, check_unexpanded_home
+    # (model_dir is results_dir when not given: the checkpoints' path is named by the flag the user gave; a benchmark
+    # reads a checkpoint only when there is one)
+    if config.mode not in ("training_benchmark", "inference_benchmark") or os.path.isfile(
+            os.path.join(config.model_dir, "checkpoint")):
+        check_tensorflow_path("--model_dir" if config.model_dir != config.results_dir else
+                              "--results_dir (model_dir)", config.model_dir)
+    check_tensorflow_path("--export_dir", config.export_dir)
+    check_tensorflow_path("--finetune_checkpoint", config.finetune_checkpoint)
     check_output_dir("--results_dir", config.results_dir, default=RunConfig.results_dir)  # the log
     if os.path.dirname(config.log_filename):  # (an absolute path, or one into a sub-directory, goes elsewhere)
         check_unexpanded_home("--log_filename", config.log_filename)  # joined to --results_dir it is no longer first

@@ -95,6 +95,37 @@ def test_a_path_with_a_tilde_the_shell_left_is_refused(tmp_path, monkeypatch):
     output_paths.check_output_dir("--results_dir", "~/runs")
 
 
+def test_a_path_tensorflow_reads_as_a_pattern_is_refused_and_only_such_a_path(tmp_path):
+    """TensorFlow's checkpoint reader matches its path as a pattern: a checkpoint written under `[` or `\\` cannot be
+    read back (a run trained to its end, then could not resume, evaluate or export). The characters refused are
+    exactly those TensorFlow itself fails on."""
+    import tensorflow as tf
+    failing = []
+    for name in ("a[b]", "a[b", "a]b", "a\\b", "a*b", "a?b", "a{b,c}", "[x]/y", "[/]"):
+        directory = tmp_path / name
+        prefix = tf.train.Checkpoint(v=tf.Variable(1.0)).write(str(directory / "model.ckpt-1"))
+        try:
+            tf.train.load_checkpoint(prefix)
+        except (tf.errors.NotFoundError, ValueError):
+            failing.append(name)
+        refused = None
+        try:
+            output_paths.check_tensorflow_path("--model_dir", str(directory))
+        except UserError as raised:
+            refused = str(raised)
+        assert (refused is not None) == (name in failing), name
+    assert failing == ["a[b]", "a\\b", "[x]/y", "[/]"]
+    assert error(output_paths.check_tensorflow_path, "--model_dir", tmp_path / "exp[lr=0.1]") == (
+        "--model_dir {} holds '[' and ']', which TensorFlow reads as a file-name pattern: it could not read back a checkpoint "
+        "or SavedModel there; use a path without them".format(tmp_path / "exp[lr=0.1]"))
+    output_paths.check_tensorflow_path("--export_dir", None)
+
+
+def test_an_empty_file_name_is_refused(tmp_path):
+    """`export_onnx.py --output ""` said `Wrote  (opset 17, ...)` and wrote nothing."""
+    assert error(output_paths.check_output_file, "--output", "") == "--output is empty: give the name of the file to write"
+
+
 def test_a_directory_given_for_a_file_is_named(tmp_path):
     assert error(output_paths.check_output_file, "--log-path", tmp_path) == \
         f"--log-path {tmp_path} is a directory (give the name of the file to write)"

@@ -15,6 +15,18 @@ def write_records(path, count):
             writer.write(b"record-%d" % index)
 
 
+def test_a_data_dir_is_a_directory_not_a_pattern(tmp_path):
+    """`--data_dir "d [ab]"` read `d b`'s shards (glob's character class) and `d s*` read `d sX`'s beside its own:
+    another dataset scored, or two mixed, under the directory's name."""
+    for name, neighbour in (("d [ab]", "d b"), ("d s*", "d sX"), ("d ?", "d x")):
+        for directory, count in ((name, 2), (neighbour, 3)):
+            os.makedirs(tmp_path / directory)
+            for index in range(count):
+                write_records(tmp_path / directory / ("validation-%05d-of-%05d" % (index, count)), 1)
+        files = runner_utils.list_filenames_in_dataset(str(tmp_path / name), "validation")
+        assert files == [str(tmp_path / name / ("validation-%05d-of-00002" % index)) for index in range(2)], name
+
+
 def test_sample_count_is_exact_on_shards_of_unequal_size(tmp_path):
     write_records(tmp_path / "train-00000-of-00004", 10)
     write_records(tmp_path / "train-00001-of-00004", 99)  # the original's first/last estimate said 10 * 3 + 7

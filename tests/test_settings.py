@@ -420,6 +420,25 @@ def test_a_checkpoint_prefix_for_model_dir_is_refused_naming_its_directory(tmp_p
                                      f"uses{tail}")
 
 
+def test_a_model_dir_tensorflow_would_read_as_a_pattern_is_refused_before_anything_is_written(tmp_path):
+    """A `[` in the checkpoints' directory: the run trained, then could not read its checkpoint back. Refused first,
+    named by the flag given (model_dir is results_dir when --model_dir is not); a benchmark without a checkpoint there
+    reads none and runs."""
+    for mode in ("train", "evaluate"):
+        with pytest.raises(UserError, match=r"^--model_dir .*run \[1\] holds '\['"):
+            settings.check_mode_arguments(RunConfig(mode=mode, model_dir=str(tmp_path / "run [1]"),
+                                                    data_dir=str(tmp_path), batch_size=2))
+    with pytest.raises(UserError, match=r"^--results_dir \(model_dir\) .*r\[2\] holds '\['"):
+        settings.check_mode_arguments(RunConfig(mode="train", results_dir=str(tmp_path / "r[2]"),
+                                                data_dir=str(tmp_path), batch_size=2))
+    with pytest.raises(UserError, match=r"^--export_dir .*e\[3\] holds '\['"):
+        settings.check_mode_arguments(RunConfig(mode="evaluate", model_dir=str(tmp_path / "m"),
+                                                export_dir=str(tmp_path / "e[3]"), data_dir=str(tmp_path),
+                                                batch_size=2))
+    settings.check_mode_arguments(RunConfig(mode="training_benchmark", results_dir=str(tmp_path / "b[4]"),
+                                            batch_size=2))
+
+
 def test_a_seeded_resume_by_another_number_of_processes_says_its_stream_is_another(tmp_path):
     """The same images per step read by another number of processes: each process reads its own share of the train
     files, so --seed's stream does not continue the checkpoint's. Said (a silent change before 2026-12-05)."""

@@ -9,6 +9,7 @@ below)."""
 import contextlib
 import glob
 import os
+import re
 import uuid
 
 from utils.errors import UserError, first_line
@@ -63,6 +64,26 @@ def check_unexpanded_home(flag, path):
                         "with a space, or the full path".format(flag, path, first, flag, path))
 
 
+# What TensorFlow's file-name matching takes as pattern syntax and its checkpoint reader (TensorSliceReader) and
+# SavedModel loader then do not match literally: a character class `[...]` and an escape `\`. (`*`, `?`, and a `[`
+# with no `]` after it match themselves.)
+TENSORFLOW_PATTERN = re.compile(r"\[.*\]|\\")
+
+
+def check_tensorflow_path(flag, path):
+    """UserError when `path` (a checkpoint, a model_dir, a SavedModel) holds a character TensorFlow reads as a
+    pattern: a checkpoint written there could not be read back (`Failed to find any matching files`), so the run
+    would end, its steps trained, unable to resume, evaluate or export."""
+    if not path:
+        return
+    found = TENSORFLOW_PATTERN.search(os.path.abspath(path))
+    if found:
+        what = "'\\'" if found.group(0) == "\\" else "'[' and ']'"
+        raise UserError("{} {} holds {}, which TensorFlow reads as a file-name pattern: it could not read back a "
+                        "checkpoint or SavedModel there; use a path without {}".format(
+                            flag, os.path.abspath(path), what, "it" if found.group(0) == "\\" else "them"))
+
+
 def _check_can_create_in(flag, path, parent):
     """UserError unless `parent` (where `path` or its first missing ancestor would be created) is a writable
     directory."""
@@ -106,6 +127,8 @@ def _default_note(flag, path, default):
 def check_output_file(flag, path):
     """UserError unless file `path` can be written: appended to if it exists, or created (also under a temporary
     name beside it, as the atomic writers do)."""
+    if not path:  # (`--output ""`: nothing would be written, and it was said as written)
+        raise UserError("{} is empty: give the name of the file to write".format(flag))
     _check_parent_links(flag, path)
     if os.path.isdir(path):
         raise UserError("{} {} is a directory (give the name of the file to write)".format(flag, path))
