@@ -248,6 +248,21 @@ def test_a_repeated_input_that_can_use_no_record_stops_with_the_reason(tmp_path,
     assert match.group(3) == reason
 
 
+def test_the_reason_a_record_fails_is_found_under_a_seeded_runs_op_determinism(tmp_path):
+    """The training crop's failure was re-run unseeded, which op determinism (on in a --seed run) refuses: a dataset
+    rewritten under a seeded training ended it in a traceback instead of the one-line reason."""
+    from tensorflow.python.framework import config as tf_config
+    paths = write_tfrecord_shards(str(tmp_path), "train", 1, 2, 32, NUM_CLASSES, corrupt={(0, 1): "pixel_bbox"})
+    before = tf_config.is_op_determinism_enabled()
+    tf_config.enable_op_determinism()
+    try:
+        assert data_utils._record_failure(paths[0], 1, training=True) == \
+            "All bounding box coordinates must be in [0.0, 1.0]: 2"
+        assert data_utils._record_failure(paths[0], 0, training=True) is None
+    finally:
+        (tf_config.enable_op_determinism if before else tf_config.disable_op_determinism)()
+
+
 def test_a_few_usable_records_among_failures_keep_a_repeated_input_going(tmp_path, capfd):
     """One usable record per file is enough: no pass is all failures, so the stream never stops (the stand-in
     record is never used); the failures are skipped and counted."""
