@@ -366,6 +366,19 @@ def test_dataprep_never_lets_pils_decompression_bomb_warning_through():
     assert Image.MAX_IMAGE_PIXELS == 89478485  # PIL's own limit is back for everyone else
 
 
+def test_predicts_notes_and_png_conversion_never_let_pils_decompression_bomb_warning_through():
+    """predict's EXIF note and its PNG conversion opened the image outside `opened`: a 100-megapixel photo (under the
+    limits, and predicted) printed PIL's two-line warning naming no file."""
+    import warnings
+    header = _png_header_only(11000, 9000)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert pixels.exif_orientation_note(header) is None
+        assert pixels.png_for_model(header) == header
+    assert not caught, [str(w.message) for w in caught]
+    assert Image.MAX_IMAGE_PIXELS == 89478485
+
+
 def test_a_bad_file_gets_the_same_reason_from_dataprep_and_predict(tmp_path):
     """Empty, not an image, a JPEG or PNG cut off, a PNG damaged inside: the reason is utils/pixels' in both doors.
     Before, dataprep said `empty file`, `not an image (unknown format)` and, for a cut-off file, PIL's `corrupt image

@@ -290,10 +290,8 @@ def exif_orientation_note(data: bytes) -> str | None:
     """What a JPEG's EXIF Orientation tag asks of a viewer, when it asks anything ("6, turned 90 degrees
     clockwise"); None without the tag, at 1, or for bytes PIL cannot open. Every door of this port, as the
     original's TensorFlow decoder, takes the pixels as stored and ignores the tag."""
-    from PIL import Image
-
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with opened(data) as image:  # (PIL's decompression-bomb warning, which names no file, stays off)
             value = image.getexif().get(0x0112) if image.format in ("JPEG", "MPO") else None
     except Exception:  # noqa: BLE001 - the decoders report unreadable bytes; this is only a note
         return None
@@ -305,19 +303,17 @@ def png_for_model(data: bytes) -> bytes:
     greyscale, where TensorFlow would read other pixels than as_rgb: then its as_rgb form, re-encoded losslessly
     as PNG. Bytes PIL cannot open, or whose 16-bit samples TensorFlow cannot decode, are returned as they are (the
     decoder reports them)."""
-    from PIL import Image
-
     try:
-        image = Image.open(io.BytesIO(data))
-        if not (has_alpha(image) or is_sixteen_bit_grey(image)):
-            return data
-        image.load()
+        with opened(data) as image:  # (the caller refused a too large image; PIL's warning names no file)
+            if not (has_alpha(image) or is_sixteen_bit_grey(image)):
+                return data
+            image.load()
+            try:
+                rgb = as_rgb(image, data)
+            except ValueError:  # TensorFlow's decoder, which failed on these bytes here, names the reason
+                return data
+            out = io.BytesIO()
+            rgb.save(out, format="PNG")
+            return out.getvalue()
     except Exception:  # noqa: BLE001 - whatever PIL fails on, TensorFlow's decoder names it
         return data
-    try:
-        rgb = as_rgb(image, data)
-    except ValueError:  # TensorFlow's decoder, which failed on these bytes here, names the reason when predict runs
-        return data
-    out = io.BytesIO()
-    rgb.save(out, format="PNG")
-    return out.getvalue()
