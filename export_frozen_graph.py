@@ -150,7 +150,8 @@ def export(args, log=print, written=None):
     class_names = runner_utils.class_names_for_export(os.path.dirname(info.path), args.num_classes) if info else None
     source = model_export.source_record(args.model_name, args.num_classes, info, args.use_ema_weights, class_names,
                                         quantized=quantization is not None,
-                                        symmetric=bool(quantization is not None and args.symmetric))
+                                        symmetric=bool(quantization is not None and args.symmetric),
+                                        use_qdq=bool(quantization is not None and args.use_qdq))
     graph_def = model_export.frozen_graph(model, args.model_name, args.image_size, args.input_format, args.batch_size,
                                           source)
     replaced = os.path.exists(args.output_file)  # rewritten as the original did, and said

@@ -534,7 +534,11 @@ class Runner:
                                       "its figures above cover the steps it ran")
         if export_dir:
             class_names = runner_utils.class_names_for_export(config.model_dir, config.num_classes)
-            source = export.source_record(config.arch, config.num_classes, info, config.use_ema_weights, class_names)
+            # (evaluation and its export run the float model of a QAT checkpoint, as the original: the record says so)
+            unused_ranges = {"unused_quantization_ranges": True} \
+                if info is not None and info.has_quantization_ranges else {}
+            source = export.source_record(config.arch, config.num_classes, info, config.use_ema_weights, class_names,
+                                          **unused_ranges)
             self.exported_path = export.save_saved_model(model, config.input_size, export_dir, source)
             log.log(step=(), data={"export_dir": self.exported_path})
             if class_names:

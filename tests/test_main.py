@@ -453,6 +453,21 @@ def test_qat_workflow_end_to_end(trained, data_dir, tmp_path):
         graph_def.ParseFromString(handle.read())
     assert sum(node.op == "QuantizeAndDequantizeV4" for node in graph_def.node) > relus
     assert not any(node.op.startswith("Variable") for node in graph_def.node)
+    from model import export as model_export
+    recorded = model_export.graph_source(graph_def)
+    assert (recorded["quantized"], recorded["symmetric"], recorded["use_qdq"]) == (True, True, True)
+    assert model_export.describe_source(recorded).endswith(
+        "quantisation-aware (fake-quantised, symmetric, QuantizeAndDequantize)")
+    # evaluate's SavedModel of the QAT checkpoint is its float model, as the original's: its record says so
+    run_main("--mode", "evaluate", "--data_dir", data_dir, "--batch_size", 8, "--num_iter", 1, "--iter_unit",
+             "batch", "--model_dir", qat, "--results_dir", str(tmp_path / "eval"), "--export_dir",
+             str(tmp_path / "sm"), *SMALL)
+    (saved,) = [os.path.join(tmp_path, "sm", name) for name in os.listdir(tmp_path / "sm")]
+    record = model_export.read_source(saved)
+    assert record["unused_quantization_ranges"] is True and not record.get("quantized")
+    assert not model_export.graph_quantized(model_export.saved_model_graph(saved))
+    assert model_export.describe_source(record).endswith(
+        "the float model of a quantisation-aware checkpoint (its ranges unused)")
     images = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)
     probabilities = tf.compat.v1.wrap_function(
         lambda x: tf.graph_util.import_graph_def(graph_def, input_map={"input:0": x},
