@@ -514,6 +514,18 @@ def test_a_resume_compares_data_dir_as_the_directory_it_names_and_its_train_file
         "global step of another batch size is another number of images)")
 
 
+def test_a_record_without_replicas_is_one_replica(tmp_path):
+    """A single process logs no `replicas`: a multi-replica training resumed by one process changed replicas to 1
+    (it said `replicas None (was 2)`), and a record of `replicas 1` beside one without is no change."""
+    single = [({"replicas": 2, "processes": 2}, (1, 7)), ({}, (7, 9))]
+    points = plot_log.resumes(_resumed_log(tmp_path / "a.json", single))
+    assert points == [(7, {"replicas": (2, 1), "images_per_step": (64, 32)})]
+    assert plot_log.describe_resumes(points) == (
+        "the training resumed at step 7 with replicas 1 (was 2): its curves mean another run from there (a global "
+        "step of another batch size is another number of images)")
+    assert plot_log.resumes(_resumed_log(tmp_path / "b.json", [({}, (1, 7)), ({"replicas": 1}, (7, 9))])) == [(7, {})]
+
+
 def test_epoch_boundaries_are_drawn_where_the_log_says_the_epoch_ended(tmp_path):
     """An end-of-epoch record that logs the step that ended it puts the boundary between that step and the next
     (20.5 and 40.5 for 20 steps an epoch), not at the next logged step, up to --display_every late (22 and 43 with

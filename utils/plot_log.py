@@ -260,6 +260,8 @@ def resumes(records):
 IMAGES_PER_STEP_KEYS = ("batch_size", "replicas", "grad_accum_steps")
 PATH_KEYS = ("data_dir",)
 IMAGES_PER_STEP = "images_per_step"  # resumes' entry for a change of the images of one step (not a setting)
+# The RESUME_KEYS a PARAMETER record leaves out at a value: `replicas` is logged over several replicas only.
+ABSENT_MEANS = {"replicas": 1}
 
 
 def _images_per_step(parameters):
@@ -275,10 +277,12 @@ def _resume_changes(previous, pending):
     previous training's. A path flag is changed when the directories differ, not its spelling (`data` typed in /w,
     `w/data` from /); and a data_dir at another path whose train files are the ones before (the `train_files`
     fingerprint both records hold, since 2026-12-06) is a moved copy of the same data, not a change, while the same
-    data_dir holding other train files is (`train_files`). IMAGES_PER_STEP when the images of one step changed."""
+    data_dir holding other train files is (`train_files`). A record without `replicas` ran one (ABSENT_MEANS).
+    IMAGES_PER_STEP when the images of one step changed."""
     changes = {}
     for key in RESUME_KEYS:
-        before, after = previous.get(key), pending.get(key)
+        before, after = (ABSENT_MEANS.get(key) if record.get(key) is None else record[key]
+                         for record in (previous, pending))
         if key in PATH_KEYS:
             same_files = previous.get("train_files") is not None and \
                 previous.get("train_files") == pending.get("train_files")
