@@ -567,18 +567,34 @@ def _note_unrecorded_training(info, note):
                                                 info.unrecorded_settings_reason()))
 
 
-def _note_redone_steps(config, info, note):
+def _note_redone_steps(config, info, last, note):
     """A resume whose log already holds steps past its checkpoint (a session killed between checkpoints): those
-    steps are trained again, and logged twice."""
+    steps, up to `last`, the last this run trains (_last_step), are trained again, and logged twice."""
     from utils.logger import last_training_step
     logged = last_training_step(config.log_path, config.model_dir, session=(info.lineage or {}).get("session"))
     step = info.step or 0
-    if logged is not None and logged > step:
+    again = min(logged, last) if logged is not None else None
+    if again is not None and again > step:
         note("Note: the log {} records steps up to {} of an earlier session of this training, past its "
              "last checkpoint: this run resumes from checkpoint {} at step {} and trains step{} {} again (logged "
              "twice; plot_log keeps the later)".format(config.log_path, logged, info.path, step,
-                                                      "s" * (logged > step + 1),
-                                                      step + 1 if logged == step + 1 else f"{step + 1}-{logged}"))
+                                                      "s" * (again > step + 1),
+                                                      step + 1 if again == step + 1 else f"{step + 1}-{again}"))
+
+
+def _last_step(config, info, count, replicas):
+    """The last step a resume of checkpoint `info` trains (its step when it trains none: runner_utils.steps_this_run,
+    as runtime/runner.py counts it) on a train split of `count` records (None: synthetic data, --num_iter steps, as
+    runtime/inputs.training_length)."""
+    from runtime import runner_utils
+    step = info.step or 0
+    if count is None:
+        num_steps, steps_per_epoch = config.num_iter, float(config.num_iter)
+    else:
+        num_steps, num_epochs, _ = runner_utils.count_steps(config.iter_unit, count, config.num_iter,
+                                                            images_per_step(config, replicas))
+        steps_per_epoch = num_steps / num_epochs
+    return step + runner_utils.steps_this_run(config.run_iter, config.iter_unit, steps_per_epoch, num_steps, step)
 
 
 def _note_another_stream(config, info, count, replicas, workers, note):
@@ -944,7 +960,7 @@ def resolve(config, given, log=print, replicas=1, workers=1, platform=None, engi
             changes.update(_training_state_changes(config, info, given, log, notes.append))
             _note_another_recipe(dataclasses.replace(config, **changes), info, notes.append)
             _note_unrecorded_training(info, notes.append)
-            _note_redone_steps(config, info, notes.append)
+            redone_at = len(notes)  # where the steps-again note goes, once this run's last step is known (below)
         elif info.has_quantization_ranges:
             log("Checkpoint {} holds quantisation ranges: {} runs the float model, as the original "
                 "(export_frozen_graph.py --quantize exports the quantised graph)".format(info.path, config.mode))
@@ -966,6 +982,9 @@ def resolve(config, given, log=print, replicas=1, workers=1, platform=None, engi
     data = check_data(resolved, log, workers, classes_from=info.path if uses_checkpoint_model else None)
     if resumes:
         count = _train_records(data["train"]) if "train" in data else None  # None: synthetic data
+        redone = []
+        _note_redone_steps(resolved, info, _last_step(resolved, info, count, replicas), redone.append)
+        notes[redone_at:redone_at] = redone
         _note_another_stream(resolved, info, count, replicas, workers, notes.append)
         if count is not None:
             _note_another_train_set(resolved, info, data["train"], count, notes.append)

@@ -272,15 +272,29 @@ def test_a_resume_says_what_its_checkpoint_does_not_record(tmp_path):
 
 def test_a_resume_behind_its_log_says_which_steps_it_trains_again(tmp_path):
     """A session killed between checkpoints (kill -9, a lost node) logged steps its checkpoints do not hold: the
-    resume trained and logged them again without a word."""
+    resume trained and logged them again without a word. The steps trained again end at the last this run trains:
+    a run that stops before the earlier session's last logged step does not train the steps after it (it said it
+    did, up to the logged one), and a run that trains none trains none again."""
     from tests.test_logger import write_training_log
-    model = {"mode": "train", "num_classes": 10, "image_size": 32, "results_dir": str(tmp_path)}
+    # --num_iter 10 steps on synthetic data (the default, 1, trains nothing from step 3)
+    model = {"mode": "train", "num_classes": 10, "image_size": 32, "results_dir": str(tmp_path), "num_iter": 10,
+             "iter_unit": "batch"}
     path = fake_checkpoint(tmp_path, step=3, training={"moving_average_decay": 0.0})
     write_training_log(tmp_path / "log.json", [({"mode": "train", "model_dir": str(tmp_path)}, [1, 2, 3, 4, 5])])
     assert resolve(tmp_path, **model)[1] == [
         f"Note: the log {tmp_path}/log.json records steps up to 5 of an earlier session of this training, past its "
         f"last checkpoint: this run resumes from checkpoint {path} at step 3 and trains steps 4-5 "
         "again (logged twice; plot_log keeps the later)"]
+    ends = {"steps up to 5": dict(model, num_iter=5), "step 4 again": dict(model, num_iter=4),
+            "run_iter": dict(model, run_iter=1)}  # --run_iter 1: steps 4 of the 10
+    assert resolve(tmp_path, **ends["steps up to 5"])[1][0].endswith("trains steps 4-5 again (logged twice; plot_log "
+                                                                     "keeps the later)")
+    for flags in (ends["step 4 again"], ends["run_iter"]):
+        assert resolve(tmp_path, **flags)[1] == [
+            f"Note: the log {tmp_path}/log.json records steps up to 5 of an earlier session of this training, past "
+            f"its last checkpoint: this run resumes from checkpoint {path} at step 3 and trains step 4 again (logged "
+            "twice; plot_log keeps the later)"]
+    assert resolve(tmp_path, **dict(model, num_iter=3))[1] == []  # at its last step already: trains nothing
     (tmp_path / "log.json").unlink()  # a session that checkpointed its last step (Ctrl-C, SIGTERM)
     write_training_log(tmp_path / "log.json", [({"mode": "train", "model_dir": str(tmp_path)}, [1, 3])])
     assert resolve(tmp_path, **model)[1] == []
@@ -292,7 +306,8 @@ def test_a_training_keeps_its_id_through_resumes_and_finds_its_sessions_in_the_l
     copied with its log) gets the note, and another training once logged under the same path does not give a
     false one."""
     from tests.test_logger import write_training_log
-    model = {"mode": "train", "num_classes": 10, "image_size": 32, "results_dir": str(tmp_path)}
+    model = {"mode": "train", "num_classes": 10, "image_size": 32, "results_dir": str(tmp_path), "num_iter": 10,
+             "iter_unit": "batch"}
     fresh = resolve(tmp_path / "new", **model)[0]
     assert set(fresh.lineage) == {"id", "session", "resumes"} and fresh.lineage["resumes"] is None
     assert fresh.parameters()["training"] == fresh.lineage
