@@ -86,13 +86,33 @@ def lineage(config, info, resumes):
     it resumes (None: a new training, or a checkpoint of before 2026-12-06, which records none). The checkpoints
     record `id` and `session` (runtime/runner.py), so the sessions of one training are found in a log whatever
     path reached its model_dir, and a fork (a copy of model_dir resumed beside the original) is another branch
-    (utils/logger.training_sessions)."""
+    (utils/logger.training_sessions). A resume of a checkpoint that records no id (before 2026-12-06) takes the id
+    of that checkpoint's training from the checkpoint itself (checkpoint_training_id), so every session resuming it,
+    or a copy of it, has the same one, and says so: `id_from`, the index file it was derived from."""
     import uuid
     if config.mode not in TRAINING_MODES:
         return {}
     recorded = (info.lineage or {}) if info is not None and resumes else {}
-    return {"id": recorded.get("id") or uuid.uuid4().hex, "session": uuid.uuid4().hex,
-            "resumes": recorded.get("session")}
+    derived = checkpoint_training_id(info.path) if resumes and not recorded.get("id") else None
+    record = {"id": recorded.get("id") or derived or uuid.uuid4().hex, "session": uuid.uuid4().hex,
+              "resumes": recorded.get("session")}
+    if derived is not None:
+        record["id_from"] = info.path + ".index"
+    return record
+
+
+def checkpoint_training_id(path):
+    """The training id of the checkpoint at prefix `path` when it records none (written before 2026-12-06): a
+    uuid5 of the SHA-256 of its .index file, which holds each variable's checksum, so the same checkpoint, or a copy
+    of it, gives the same id. None when that file cannot be read."""
+    import hashlib
+    import uuid
+    try:
+        with open(path + ".index", "rb") as handle:
+            digest = hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return None
+    return uuid.uuid5(uuid.NAMESPACE_OID, "checkpoint index sha256 " + digest).hex
 
 
 # The other flags of the training recipe a checkpoint records, so a resume that changes one says so.

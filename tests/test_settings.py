@@ -329,6 +329,32 @@ def test_a_training_keeps_its_id_through_resumes_and_finds_its_sessions_in_the_l
     assert resolve(tmp_path / "moved", mode="evaluate", num_classes=10, image_size=32)[0].lineage == {}
 
 
+def test_a_checkpoint_that_records_no_training_id_gives_its_training_one_id_from_itself(tmp_path):
+    """A checkpoint written before training ids (no `lineage` in its metadata) took a new random id on every resume
+    until a session saved: a session killed before it saved and the resume after it logged two ids for one
+    training. The id is now derived from the checkpoint's .index file: every resume of it, and of a copy of it,
+    has the same one, recorded as derived (`id_from`); `resumes` stays null. A new training's id stays random."""
+    import shutil
+    model = {"mode": "train", "num_classes": 10, "image_size": 32, "results_dir": str(tmp_path), "num_iter": 10,
+             "iter_unit": "batch"}
+    path = fake_checkpoint(tmp_path / "old", step=3, training={"moving_average_decay": 0.0})
+    first, again = (resolve(tmp_path / "old", **model)[0].lineage for _ in range(2))
+    assert first["id"] == again["id"]
+    assert first["id"] == settings.checkpoint_training_id(path)
+    assert first["session"] != again["session"] and first["resumes"] is again["resumes"] is None
+    assert first["id_from"] == path + ".index"
+    shutil.copytree(tmp_path / "old", tmp_path / "copy")
+    assert resolve(tmp_path / "copy", **model)[0].lineage["id"] == first["id"]  # a copy: the same training
+    fake_checkpoint(tmp_path / "other", step=4, training={"moving_average_decay": 0.0})
+    assert resolve(tmp_path / "other", **model)[0].lineage["id"] != first["id"]  # another checkpoint
+    recorded = fake_checkpoint(tmp_path / "new", step=3, training={"moving_average_decay": 0.0},
+                               lineage={"id": "t1", "session": "s1"})
+    assert resolve(tmp_path / "new", **model)[0].lineage["id"] == "t1" and recorded
+    assert "id_from" not in resolve(tmp_path / "new", **model)[0].lineage
+    fresh = [resolve(tmp_path / f"fresh{i}", **model)[0].lineage for i in range(2)]
+    assert fresh[0]["id"] != fresh[1]["id"] and "id_from" not in fresh[0]
+
+
 def test_a_checkpoint_of_an_earlier_version_with_ranges_resumes_with_quantize(tmp_path):
     fake_checkpoint(tmp_path, ranges=True, training=None)  # no training record: the ranges tell
     assert resolve(tmp_path, mode="train")[0].config.quantize
