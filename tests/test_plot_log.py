@@ -329,6 +329,47 @@ def test_a_training_is_followed_by_its_sessions_through_moves_and_a_fork_is_left
                         "(the others: /link)")  # training t, its fork included, named by its last run
 
 
+def _sessions_log(path, sessions):
+    """load_log of a log of training sessions [(model_dir, working_directory, id, session, resumed, steps, loss)]."""
+    logger = DLLogger(str(path), stdout=False)
+    for model_dir, cwd, training, session, resumed, steps, loss in sessions:
+        logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "train", "model_dir": model_dir,
+                                           "working_directory": cwd, "checkpoint": "ckpt" if resumed else None,
+                                           "training": {"id": training, "session": session, "resumes": resumed}})
+        for step in steps:
+            logger.log(step=(0, step), data={"cross_entropy": loss, "learning_rate": 0.1})
+    logger.close()
+    return plot_log.load_log(str(path))
+
+
+def test_a_session_killed_past_its_checkpoint_is_no_fork_and_a_copy_trained_on_is(tmp_path):
+    """A session killed (kill -9) after its last checkpoint, and the session that resumed that checkpoint in the
+    same model_dir after it, resumed the same session: the killed one is the training's abandoned branch, said in
+    one line, not `a fork of it: a copy of its checkpoints trained on its own` (it was). The same model_dir is
+    compared as a directory (`a` in /runs is /runs/a). A copy resumed in another model_dir is still a fork."""
+    killed = [("/runs/a", "/", "t", "s1", None, range(1, 13), 1.0),   # checkpoint at 12
+              ("a", "/runs", "t", "s2", "s1", range(13, 32, 2), 9.0),  # killed at ~31, no checkpoint after 12
+              ("/runs/a", "/", "t", "s3", "s1", range(13, 31), 2.0)]   # resumed at 12, to 30
+    records, _, left_out = _sessions_log(tmp_path / "k.json", killed)
+    assert [(row["global_step"], row["cross_entropy"]) for row in plot_log.step_table(records)] == [
+        (step, 1.0 if step <= 12 else 2.0) for step in range(1, 31)]
+    assert left_out == ("left out 1 session of this training that stopped past its last checkpoint (it logged steps "
+                        "13-31; a later session in the same model_dir resumed from that checkpoint)")
+    forked = killed + [("/copy/a", "/", "t", "f1", "s1", range(13, 20), 5.0),  # a copy of /runs/a at 12, trained
+                       ("/runs/a", "/", "t", "s4", "s3", range(31, 33), 3.0)]
+    records, _, left_out = _sessions_log(tmp_path / "f.json", forked)
+    assert left_out == ("plotted the training into model_dir /runs/a, the last of 2 trainings logged to the same file "
+                        "(the others: /copy/a (a fork of it: a copy of its checkpoints trained on its own)); left out "
+                        "1 session of this training that stopped past its last checkpoint (it logged steps 13-31; a "
+                        "later session in the same model_dir resumed from that checkpoint)")
+    # A checkpoint of before training ids: every session resuming it has the id derived from it, none `resumes`.
+    legacy = [("/runs/o", "/", "x", "k1", None, (13, 15, 17), 9.0), ("/runs/o", "/", "x", "k2", None, (13, 24), 2.0)]
+    records, _, left_out = _sessions_log(tmp_path / "l.json", legacy)
+    assert [row["global_step"] for row in plot_log.step_table(records)] == [13, 24]
+    assert left_out == ("left out 1 session of this training that stopped past its last checkpoint (it logged steps "
+                        "13-17; a later session in the same model_dir resumed from that checkpoint)")
+
+
 def test_a_fine_tunes_and_qat_runs_own_parameter_lines_stay_in_their_run(tmp_path):
     """A fine-tune logs `Restoring variables from checkpoint` and a QAT run `QUANTIZATION AWARE TRAINING ENABLED` as
     PARAMETER lines after its own record: each was taken for a new run of no mode, so a fine-tune logged after

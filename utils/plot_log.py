@@ -120,7 +120,9 @@ def _last_training(runs):
     """(the runs of the training logged last, a line naming the trainings left out or None). Trainings into other
     model_dirs that shared a --results_dir (so its log) are other models: their steps would interleave with this
     one's in one curve. A training's sessions are found by the sessions each resumed (runtime/settings.lineage),
-    whatever path reached the model_dir (moved, copied, linked); a copy resumed on its own is a fork, left out. In
+    whatever path reached the model_dir (moved, copied, linked); a copy resumed on its own is a fork, left out, and
+    a session of it stopped past its last checkpoint, whose checkpoint a later session in the same model_dir
+    resumed, is left out as such (_abandoned_sessions), not named another training or a fork. In
     logs of before 2026-12-06 a training is its model_dir's path, however spelt (`m` and `m/`, or relative to
     another working directory), and a run that logged `model_dir` null (older versions did when --model_dir was not
     given: it then defaulted to --results_dir) trained into its results_dir.
@@ -136,9 +138,10 @@ def _last_training(runs):
     places = {_model_dir(run) for run in chain}
     kept = [run for run in runs if any(run is member for member in chain)
             or _mode(run) not in TRAINING_MODES and _model_dir(run) in places]
-    others = [run for run in stepping if not any(run is member for member in kept)]
+    abandoned = _abandoned_sessions(stepping, chain)
+    others = [run for run in stepping if not any(run is member for member in kept + abandoned)]
     if not others:
-        return kept, None
+        return kept, _describe_abandoned(abandoned)
     # One name per other training (its id; its path in logs of before 2026-12-06), from its last run.
     groups = {}
     for run in others:
@@ -146,8 +149,43 @@ def _last_training(runs):
         groups[_training_key(run)] = run
     where = _model_dir(last)
     names = [_other_training(run, last, where) for run in groups.values()]
-    return kept, ("plotted the training into model_dir {}, the last of {} trainings logged to the same file (the "
-                  "others: {})".format(where, len(names) + 1, ", ".join(names)))
+    return kept, "; ".join(line for line in (
+        "plotted the training into model_dir {}, the last of {} trainings logged to the same file (the others: "
+        "{})".format(where, len(names) + 1, ", ".join(names)), _describe_abandoned(abandoned)) if line)
+
+
+def _abandoned_sessions(stepping, chain):
+    """The sessions of `stepping` (training runs that logged steps) that are branches of the plotted training left
+    behind in its own model_dir: not in `chain` (_sessions_continued_by), with the training id of a member and the
+    session it resumed, in the same model_dir (against each run's working_directory). A session stopped past its
+    last checkpoint (kill -9, a lost machine) is one: the next session in the model_dir resumed the same checkpoint
+    and trained its steps again. A copy resumed in another model_dir is a fork, not one of these."""
+    abandoned = []
+    for run in stepping:
+        session, resumed = lineage_of(run[0] or {})
+        if session is None or any(run is member for member in chain):
+            continue
+        if any(_training_key(run) == _training_key(member) and lineage_of(member[0] or {})[1] == resumed and
+               _model_dir(run) == _model_dir(member) for member in chain):
+            abandoned.append(run)
+    return abandoned
+
+
+def _describe_abandoned(abandoned):
+    """The left-out line's words on _abandoned_sessions, or None."""
+    if not abandoned:
+        return None
+    ranges = []
+    for _, records in abandoned:
+        steps = [int(r["step"][1]) for r in records if isinstance(r.get("step"), list) and len(r["step"]) == 2
+                 and BENCHMARK_KEY not in r["data"]]
+        ranges.append(str(min(steps)) if min(steps) == max(steps) else "{}-{}".format(min(steps), max(steps)))
+    one = len(abandoned) == 1
+    return ("left out {} session{} of this training that stopped past {} last checkpoint ({} logged steps {}; {} in "
+            "the same model_dir resumed from {})".format(
+                len(abandoned), "" if one else "s", "its" if one else "their", "it" if one else "they",
+                ", ".join(ranges), "a later session" if one else "later sessions",
+                "that checkpoint" if one else "those checkpoints"))
 
 
 def _training_key(run):
