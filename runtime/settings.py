@@ -86,7 +86,7 @@ def lineage(config, info, resumes):
     it resumes (None: a new training, or a checkpoint of before 2026-12-06, which records none). The checkpoints
     record `id` and `session` (runtime/runner.py), so the sessions of one training are found in a log whatever
     path reached its model_dir, and a fork (a copy of model_dir resumed beside the original) is another branch
-    (utils/logger.training_sessions). A resume of a checkpoint that records no id (before 2026-12-06) takes the id
+    (utils/plot_log._sessions_continued_by, utils/logger.last_training_step). A resume of a checkpoint that records no id (before 2026-12-06) takes the id
     of that checkpoint's training from the checkpoint itself (checkpoint_training_id), so every session resuming it,
     or a copy of it, has the same one, and says so: `id_from`, the index file it was derived from."""
     import uuid

@@ -214,7 +214,7 @@ def test_quantized_eval_graph_matches_quantized_keras_and_has_qdq_in_onnx(tmp_pa
     proto = export.to_onnx(str(output), str(onnx_path))
     assert export.describe_source(export.onnx_source(proto)) == (
         f"resnet50, {NUM_CLASSES} classes, {SIZE}x{SIZE}, the weights of checkpoint {prefix} (step 7), "
-        "quantisation-aware (fake-quantised, symmetric)")
+        "quantisation-aware (fake-quantised, symmetric, QuantizeAndDequantize)")
     op_types = [node.op_type for node in proto.graph.node]
     assert op_types.count("QuantizeLinear") > convs and op_types.count("DequantizeLinear") > convs
     # what a record is held to, read from both graphs
@@ -255,7 +255,7 @@ def test_a_frozen_graph_and_its_onnx_say_whether_they_take_raw_or_normalised_pix
         # What the graph is travels with it into the ONNX model (the SavedModel route's record, since 2026-12-05)
         assert export.onnx_source(proto) == export.graph_source(load_graph_def(output)) == {
             "arch": "resnet50", "num_classes": NUM_CLASSES, "image_size": SIZE, "checkpoint": prefix, "step": 7,
-            "weights": "raw", "quantized": False, "symmetric": False}
+            "weights": "raw", "quantized": False, "symmetric": False, "use_qdq": False}
         x = images(seed=5)
         fed = (x - np.float32([123.68, 116.28, 103.53])) / np.float32([58.395, 57.120, 57.385]) if normalized else x
         np.testing.assert_allclose(onnx_probabilities(onnx_path, fed), keras_probabilities(model, fed), atol=1e-4)
