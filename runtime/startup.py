@@ -16,13 +16,14 @@ def set_up(config, engine=None):
     against them, --amp / --amp_dtype resolved for them."""
     platform = setup_devices(cpu=config.cpu, gpu_id=config.gpu_id, engine=engine,
                              dali_memory_fraction=config.gpu_memory_fraction if config.uses_dali else None,
-                             cpu_replicas=_cpu_replicas())
+                             cpu_replicas=_cpu_replicas(engine=engine))
     platform.check_compute_format(config.data_format)
     return platform, Precision.resolve(config.amp, config.static_loss_scale, platform, config.amp_dtype)
 
 
-def _cpu_replicas(environ=None):
-    """RN50_CPU_REPLICAS=N (with RN50_ENGINE=mirrored, no GPU): N logical CPU devices as replicas (docs/GPU.md)."""
+def _cpu_replicas(environ=None, engine=None):
+    """RN50_CPU_REPLICAS=N (with RN50_ENGINE=mirrored, no GPU): N logical CPU devices as replicas (docs/GPU.md). Under
+    another engine (`engine`, utils/engines.Engine) N > 1 is refused: it was ignored without a word."""
     import os
     value = (os.environ if environ is None else environ).get("RN50_CPU_REPLICAS", "1")
     try:
@@ -32,6 +33,11 @@ def _cpu_replicas(environ=None):
     if replicas < 1:
         from utils.errors import UserError
         raise UserError("RN50_CPU_REPLICAS={} is not a positive integer".format(value))
+    if replicas > 1 and engine is not None and engine.name != "mirrored":
+        from utils.errors import UserError
+        raise UserError("RN50_CPU_REPLICAS={} splits the CPU into replicas only under RN50_ENGINE=mirrored (this run's "
+                        "engine: {}): set RN50_ENGINE=mirrored too, or unset RN50_CPU_REPLICAS".format(
+                            value.strip(), engine.name))
     return replicas
 
 

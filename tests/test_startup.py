@@ -32,6 +32,15 @@ def test_cpu_replicas_come_from_the_environment_and_must_be_a_positive_integer()
         with pytest.raises(UserError) as error:
             startup._cpu_replicas({"RN50_CPU_REPLICAS": value})
         assert str(error.value) == "RN50_CPU_REPLICAS={} is not a positive integer".format(value)
+    # under another engine it was ignored without a word (one CPU device, `Num GPUs 1`)
+    from utils.engines import Engine
+    mirrored, single = Engine(name="mirrored"), Engine(name="single")
+    assert startup._cpu_replicas({"RN50_CPU_REPLICAS": "2"}, engine=mirrored) == 2
+    assert startup._cpu_replicas({"RN50_CPU_REPLICAS": "1"}, engine=single) == 1
+    with pytest.raises(UserError) as error:
+        startup._cpu_replicas({"RN50_CPU_REPLICAS": "2"}, engine=single)
+    assert str(error.value) == ("RN50_CPU_REPLICAS=2 splits the CPU into replicas only under RN50_ENGINE=mirrored "
+                                "(this run's engine: single): set RN50_ENGINE=mirrored too, or unset RN50_CPU_REPLICAS")
 
 
 @pytest.fixture
