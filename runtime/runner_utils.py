@@ -197,8 +197,9 @@ def parse_inference_input(to_predict):
 
     In a directory, an entry named `*.jpg/*.jpeg/*.png` (any case) that is a link pointing outside the directory
     is not followed, and a dangling link or something that is not a regular file (a FIFO, a socket) cannot be
-    read; each goes to `skipped` and the others are still predicted. Other names and sub-directories are counted
-    in `ignored`. A directory with nothing to predict and nothing skipped is a UserError.
+    read; each goes to `skipped` and the others are still predicted. Other names, hidden names (`.name`, which
+    dataprep leaves out too: macOS's `._x.jpg` companions are no images) and sub-directories are counted, and the files
+    named, in `ignored`. A directory with nothing to predict and nothing skipped is a UserError.
     """
     if to_predict is None:
         raise UserError("No data to predict on.")
@@ -211,15 +212,18 @@ def parse_inference_input(to_predict):
         names = sorted(os.listdir(to_predict))
     except OSError as error:
         raise UserError("cannot list --to_predict {}: {}".format(to_predict, error.strerror or error)) from None
-    files, skipped, other_extensions, directories = [], [], {}, 0
+    files, skipped, other_extensions, directories, hidden = [], [], {}, 0, []
     for name in names:
         path = os.path.join(to_predict, name)
+        if name.startswith("."):
+            hidden.append(name)
+            continue
         if not name.lower().endswith(PREDICT_EXTENSIONS):
             if os.path.isdir(path):
                 directories += 1
             else:
                 extension = os.path.splitext(name)[1].lower() or "no extension"
-                other_extensions[extension] = other_extensions.get(extension, 0) + 1
+                other_extensions.setdefault(extension, []).append(name)
             continue
         reason = _unusable_entry(path, root, to_predict)
         if reason == _DIRECTORY:
@@ -228,7 +232,7 @@ def parse_inference_input(to_predict):
             skipped.append((path, reason))
         else:
             files.append(path)
-    ignored = _ignored_line(other_extensions, directories)
+    ignored = _ignored_line(other_extensions, directories, hidden)
     if not files and not skipped:
         raise UserError("no image files ({}) in directory {}{}".format(
             " ".join(PREDICT_EXTENSIONS), to_predict, " ({})".format(ignored) if ignored else ""))
@@ -261,15 +265,23 @@ def _unusable_entry(path, root, directory):
     return None
 
 
-def _ignored_line(other_extensions, directories):
-    """`Ignored 3 files that are not .jpg/.jpeg/.png (2 .bmp, 1 .webp) and 1 sub-directory (not searched)`."""
+def _ignored_line(other_extensions, directories, hidden=()):
+    """`Ignored 3 files that are not .jpg/.jpeg/.png (2 .bmp: a.bmp, b.bmp; 1 .webp: c.webp), 1 hidden entry
+    (.x.jpg) and 1 sub-directory (not searched)`: `other_extensions` {extension: names}, the first names of each."""
+    def named(names):
+        return ", ".join(printable(name, 100) for name in names[:3]) + (", ..." if len(names) > 3 else "")
+
     parts = []
-    count = sum(other_extensions.values())
+    count = sum(len(names) for names in other_extensions.values())
     if count:
-        kinds = sorted(other_extensions.items(), key=lambda item: (-item[1], item[0]))
+        kinds = sorted(other_extensions.items(), key=lambda item: (-len(item[1]), item[0]))
         parts.append("{} file{} that {} not {} ({})".format(
             count, "" if count == 1 else "s", "is" if count == 1 else "are", "/".join(PREDICT_EXTENSIONS),
-            ", ".join("{} {}".format(number, extension) for extension, number in kinds)))
+            "; ".join("{} {}: {}".format(len(names), extension, named(names)) for extension, names in kinds)))
+    if hidden:
+        parts.append("{} hidden entr{} ({})".format(len(hidden), "y" if len(hidden) == 1 else "ies", named(hidden)))
     if directories:
         parts.append("{} sub-director{} (not searched)".format(directories, "y" if directories == 1 else "ies"))
-    return "Ignored " + " and ".join(parts) if parts else None
+    if not parts:
+        return None
+    return "Ignored " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])

@@ -47,7 +47,8 @@ def test_a_link_out_of_the_directory_is_skipped_and_the_others_are_predicted(tmp
     out, err = capsys.readouterr()
     assert (counts.predicted, counts.failed) == (2, 3)
     assert err.splitlines() == [
-        "Ignored 4 files that are not .jpg/.jpeg/.png (2 .bmp, 1 .txt, 1 .webp) and 1 sub-directory (not searched)",
+        "Ignored 4 files that are not .jpg/.jpeg/.png (2 .bmp: f.bmp, g.bmp; 1 .txt: notes.txt; 1 .webp: e.webp) and 1 "
+        "sub-directory (not searched)",
         "SKIPPED {}: a link pointing outside {} (not followed)".format(images / "b_out.jpg", images),
         "SKIPPED {}: a dangling link (its target gone.jpg does not exist)".format(images / "d_dangling.jpg"),
         "SKIPPED {}: image file is empty (0 bytes)".format(images / "z_empty.png")]

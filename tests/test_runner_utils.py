@@ -112,7 +112,7 @@ def test_predict_inputs_file_dir_and_errors(tmp_path):
         (images / name).write_bytes(b"x")
     files = runner_utils.parse_inference_input(str(images))
     assert [os.path.basename(p) for p in files] == ["a.png", "b.JPEG", "d.jpg"]
-    assert files.skipped == [] and files.ignored == "Ignored 1 file that is not .jpg/.jpeg/.png (1 .txt)"
+    assert files.skipped == [] and files.ignored == "Ignored 1 file that is not .jpg/.jpeg/.png (1 .txt: c.txt)"
     single = runner_utils.parse_inference_input(str(images / "a.png"))
     assert single == [str(images / "a.png")] and single.skipped == [] and single.ignored is None
     with pytest.raises(UserError, match="No data to predict on"):
@@ -128,7 +128,8 @@ def test_predict_inputs_file_dir_and_errors(tmp_path):
     with pytest.raises(UserError) as nothing:
         runner_utils.parse_inference_input(str(empty))
     assert str(nothing.value) == ("no image files (.jpg .jpeg .png) in directory {} (Ignored 1 file that is not "
-                                  ".jpg/.jpeg/.png (1 .txt) and 1 sub-directory (not searched))".format(empty))
+                                  ".jpg/.jpeg/.png (1 .txt: notes.txt) and 1 sub-directory (not searched))".format(
+                                      empty))
 
 
 def test_predict_directory_skips_links_out_and_dangling_links_and_counts_what_it_ignores(tmp_path):
@@ -153,8 +154,22 @@ def test_predict_directory_skips_links_out_and_dangling_links_and_counts_what_it
         (str(images / "e_dangling.jpg"), "a dangling link (its target missing.jpg does not exist)"),
         (str(images / "f_loop.jpg"), "a link that loops (too many levels of symbolic links)"),
         (str(images / "i_fifo.jpg"), "not a regular file")]
-    assert files.ignored == ("Ignored 4 files that are not .jpg/.jpeg/.png (2 .bmp, 1 .webp, 1 no extension) "
-                             "and 2 sub-directories (not searched)")
+    assert files.ignored == ("Ignored 4 files that are not .jpg/.jpeg/.png (2 .bmp: y.bmp, z.BMP; 1 .webp: x.webp; "
+                             "1 no extension: README) and 2 sub-directories (not searched)")
+
+
+def test_predict_leaves_out_hidden_names_as_dataprep_does_and_names_what_it_ignores(tmp_path):
+    """`.hidden.jpg` (macOS's `._x.jpg` companions) was predicted, or skipped as unreadable, where dataprep leaves
+    hidden files out; the ignored files were counted by extension but not named."""
+    images = tmp_path / "images"
+    images.mkdir()
+    for name in ("a.jpg", ".hidden.jpg", "._a.jpg", ".DS_Store", "n1.txt", "n2.txt", "n3.txt", "n4.txt", "x\nnew.gif"):
+        (images / name).write_bytes(b"x")
+    (images / ".git").mkdir()
+    files = runner_utils.parse_inference_input(str(images))
+    assert list(files) == [str(images / "a.jpg")] and files.skipped == []
+    assert files.ignored == ("Ignored 5 files that are not .jpg/.jpeg/.png (4 .txt: n1.txt, n2.txt, n3.txt, ...; "
+                             "1 .gif: x\\nnew.gif) and 4 hidden entries (.DS_Store, ._a.jpg, .git, ...)")
 
 
 def test_a_directory_of_only_unusable_links_is_not_an_error_but_all_skipped(tmp_path):
