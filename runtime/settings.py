@@ -64,10 +64,12 @@ class RunSettings:
         """The settings the PARAMETER log line records besides the flags: what was read, and from where, and the
         directory the run's relative paths (the flags as typed) are relative to."""
         record = {"working_directory": os.getcwd()}
-        if self.checkpoint is not None:
-            record["checkpoint"] = self.checkpoint.path
-        if self.finetune is not None:  # the settings below then come from it
-            record["finetune_from"] = self.finetune.path
+        # (absolute, and where a link led, as the class names' line says them: the record is read elsewhere, later)
+        for key, info in (("checkpoint", self.checkpoint), ("finetune_from", self.finetune)):
+            if info is not None:  # (a fine-tune's settings come from finetune_from)
+                record[key] = os.path.abspath(info.path)
+                if os.path.realpath(info.path) != record[key]:
+                    record[key + "_target"] = os.path.realpath(info.path)
         if self.adopted:
             record["settings_from_checkpoint"] = sorted(self.adopted)
         if self.lineage:

@@ -73,6 +73,20 @@ def test_inference_takes_the_checkpoints_model_and_says_so(tmp_path):
         "arch", "image_size", "num_classes", "use_final_conv"], "working_directory": os.getcwd()}
 
 
+def test_the_record_names_the_checkpoint_read_absolutely_and_where_a_link_led(tmp_path, monkeypatch):
+    """`--model_dir ./qslink/` logged `"checkpoint": "./qslink/model.ckpt-3"`: relative, and silent on the directory
+    the link leads to, while the class names' line of the same run was absolute."""
+    path = fake_checkpoint(tmp_path / "real")
+    os.symlink(tmp_path / "real", tmp_path / "qslink")
+    monkeypatch.chdir(tmp_path)
+    resolved, _ = resolve("./qslink/", mode="predict", to_predict=str(tmp_path))
+    parameters = resolved.parameters()
+    assert parameters["checkpoint"] == str(tmp_path / "qslink" / os.path.basename(path))
+    assert parameters["checkpoint_target"] == path
+    resolved, _ = resolve(tmp_path / "real", mode="predict", to_predict=str(tmp_path))
+    assert resolved.parameters()["checkpoint"] == path and "checkpoint_target" not in resolved.parameters()
+
+
 @pytest.mark.parametrize("flag,value,recorded", [("num_classes", 7, 10), ("image_size", 224, 32),
                                                  ("arch", "se-resnext101-32x4d", "resnet50")])
 def test_a_given_flag_that_contradicts_the_checkpoint_is_refused_naming_both(tmp_path, flag, value, recorded):
