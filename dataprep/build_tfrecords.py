@@ -26,6 +26,7 @@ from dataprep import records
 from dataprep.process_bounding_boxes import process_bounding_boxes, read_bounding_box_csv, read_synsets
 from utils.errors import ArgumentParser, UserError, command, doc_part, on_interrupt
 from utils.output_paths import check_output_dir
+from utils.run_lock import RunLock
 
 SHUFFLE_SEED = 12345  # the original's random.seed(12345) before sharding
 IMAGENET_SHARDS = {"train": 1024, "validation": 128}  # the original's counts, for the full ILSVRC-2012 splits
@@ -360,6 +361,13 @@ def _check_labels_of_other_splits(output_dir: str, splits, classes: ClassList) -
 
 def build(args) -> dict[str, list[records.ShardResult]]:
     check_output_dir("--output_directory", args.output_directory)  # before the (long) scan of the images
+    # The run owns the output directory from its first check of what is there to its last write: a second
+    # dataprep into it is refused, naming this one, instead of mixing its shards with ours (utils/run_lock.py).
+    with RunLock(args.output_directory, flag="--output_directory"):
+        return _build(args)
+
+
+def _build(args) -> dict[str, list[records.ShardResult]]:
     classes, splits, imagenet = discover(args)
     shards = {"train": args.train_shards, "validation": args.validation_shards}
     _check_labels_of_other_splits(args.output_directory, splits, classes)

@@ -25,6 +25,7 @@ from dataprep import records
 from dataprep.build_tfrecords import choose_shards, shuffled
 from utils.errors import ArgumentParser, UserError, command, doc_part, on_interrupt
 from utils.output_paths import check_output_dir, replaced_file
+from utils.run_lock import RunLock
 
 CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
@@ -143,6 +144,15 @@ def convert(out: str, source: str = SHIPPED_SOURCE, image_size: int = 32, train_
         raise UserError(f"Fashion-MNIST source directory not found: {source}")
     if not 8 <= image_size <= 1024:
         raise UserError(f"--image_size must be in 8..1024 (got {image_size})")
+    # The run owns `out` from its first check of what is there to its last write: a second dataprep into it is
+    # refused, naming this one, instead of mixing its shards with ours (utils/run_lock.py).
+    with RunLock(out, flag="--out"):
+        return _convert(out, source, image_size, train_count, val_count, train_shards, validation_shards,
+                        num_workers, resume, overwrite, progress)
+
+
+def _convert(out, source, image_size, train_count, val_count, train_shards, validation_shards, num_workers, resume,
+             overwrite, progress) -> dict:
     splits = {"train": load_split(source, "train", train_count, image_size),
               "validation": load_split(source, "validation", val_count, image_size)}
     for split in splits:  # refuse before writing anything

@@ -15,6 +15,7 @@ from dataprep.records import progress_enabled
 from utils import dataset_manifest
 from utils.errors import ArgumentParser, UserError, command
 from utils.output_paths import check_output_dir
+from utils.run_lock import RunLock
 
 SPLIT_PREFIXES = ("train-", "validation-")
 
@@ -37,15 +38,17 @@ def make_dali_indexes(tfrecord_dir: str, idx_dir: str, progress: bool = False) -
         if facts.files:
             dataset_manifest.check_complete(facts)
     check_output_dir("idx_dir", idx_dir)
-    os.makedirs(idx_dir, exist_ok=True)
-    if progress:
-        from tqdm import tqdm
+    # The run owns idx_dir while it writes (utils/run_lock.py): a second run into it, of another dataset perhaps,
+    # is refused in one line instead of leaving a mix of both runs' indexes. The lock also creates idx_dir.
+    with RunLock(idx_dir, flag="idx_dir"):
+        if progress:
+            from tqdm import tqdm
 
-        names_iter = tqdm(names, desc="index", unit="file")
-    else:
-        names_iter = names
-    return {name: write_dali_index(os.path.join(tfrecord_dir, name), os.path.join(idx_dir, name))
-            for name in names_iter}
+            names_iter = tqdm(names, desc="index", unit="file")
+        else:
+            names_iter = names
+        return {name: write_dali_index(os.path.join(tfrecord_dir, name), os.path.join(idx_dir, name))
+                for name in names_iter}
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -489,6 +489,32 @@ def test_an_output_that_cannot_be_created_is_one_line_in_every_dataprep_tool(tre
         assert capsys.readouterr().err == f"ERROR: {flag} {target} cannot be created: {blocker} is not a directory\n"
 
 
+def test_a_dataprep_into_a_directory_another_run_writes_is_refused_naming_it(tree, built, tmp_path, capsys):
+    """Two runs into one output directory mixed their shards (a 32 px run's train-*-of-00003 beside a 40 px run's
+    train-*-of-00002, which the training then read together): each tool holds its output directory's run lock for the
+    whole run, so the second is refused in one line naming the first and writes nothing. (Two RunLocks in one
+    process conflict as two processes do.)"""
+    from utils.run_lock import RunLock
+    root, _ = tree
+    out, _ = built
+    target = tmp_path / "taken"
+    for call, flag in ((lambda: build(["--train_directory", f"{root}/train", "--output_directory", str(target)]),
+                        "--output_directory"),
+                       (lambda: fashion_mnist.main(["--out", str(target), "--train_count", "20", "--val_count", "10",
+                                                    "--no_progress"]), "--out"),
+                       (lambda: make_dali_index.main([str(out), str(target), "--no_progress"]), "idx_dir")):
+        with RunLock(str(target), flag=flag, argv=["the", "other", "run"]):
+            capsys.readouterr()
+            assert call() == 2
+            err = capsys.readouterr().err
+            assert err.startswith(f"ERROR: {flag.lstrip('-')} {target} is in use by another run (pid {os.getpid()} ")
+            assert err.endswith(f"; wait for it to end or use another {flag}\n") and err.count("\n") == 1
+            assert os.listdir(target) == [".run.lock"]  # nothing of the refused run
+        assert not target.exists()  # the lock's directory, left empty, is removed with it
+    assert build(["--train_directory", f"{root}/train", "--output_directory", str(target)]) == 0
+    assert ".run.lock" not in os.listdir(target)  # released at the end of a run
+
+
 def test_a_shard_write_that_fails_is_one_line_and_leaves_no_temporary(tree, tmp_path, monkeypatch, capsys):
     import tensorflow as tf
     root, _ = tree
