@@ -236,3 +236,44 @@ def test_resume_goes_by_the_shards_present_when_the_manifest_has_a_field_of_the_
     _write(tmp_path, resume=True)
     facts = read_split(str(tmp_path), "train")
     assert facts.complete and facts.num_images == 8
+
+
+def test_shards_the_manifest_does_not_list_are_refused_naming_them(tmp_path):
+    """Two dataprep runs into one directory left a 40 px run's train-*-of-00002 (its manifest's) beside a 32 px
+    run's train-*-of-00003; the training read all five files while saying the manifest's 2 shards and 2,000 images.
+    Now any train-* file that is not one of the shards the manifest records stops the run, before anything is read."""
+    _write(tmp_path, count=8, num_shards=2)
+    write_tfrecord_shards(str(tmp_path), "train", 3, 1, 32)  # another run's shards
+    facts = read_split(str(tmp_path), "train")
+    assert facts.complete and len(facts.files) == 5
+    with pytest.raises(UserError) as info:
+        check_complete(facts)
+    assert str(info.value) == (
+        f"dataset {tmp_path}: 3 train files not among the 2 shards its manifest .dataprep-train.json records "
+        "(train-*-of-00002): train-00000-of-00003, train-00001-of-00003, train-00002-of-00003; they would be read "
+        "with its shards (another dataprep run's output?): delete them, or re-run the dataprep command with "
+        "--overwrite")
+    for name in os.listdir(tmp_path):
+        if name.endswith("-of-00003"):
+            os.remove(tmp_path / name)
+    (tmp_path / "train-00005-of-00002").write_bytes(b"")  # an index past the count, or any other train-* name
+    (tmp_path / "train-extra").write_bytes(b"")
+    with pytest.raises(UserError, match=r"2 train files not among the 2 shards .*: train-00005-of-00002, train-extra;"):
+        check_complete(read_split(str(tmp_path), "train"))
+    os.remove(tmp_path / "train-00005-of-00002")
+    os.remove(tmp_path / "train-extra")
+    check_complete(read_split(str(tmp_path), "train"))
+
+
+def test_without_a_manifest_shards_named_for_different_counts_are_refused(tmp_path):
+    write_tfrecord_shards(str(tmp_path), "validation", 2, 1, 32)
+    write_tfrecord_shards(str(tmp_path), "validation", 3, 1, 32)
+    with pytest.raises(UserError) as info:
+        check_complete(read_split(str(tmp_path), "validation"))
+    assert str(info.value) == (
+        f"dataset {tmp_path}: its validation shards are named for 2 different shard counts: 2 -of-00002 (e.g. "
+        "validation-00000-of-00002), 3 -of-00003 (e.g. validation-00000-of-00003); two datasets in one "
+        "directory would be read as one: keep one set of shards")
+    for name in ("train-a", "train-b"):  # names that promise no count are still read as they are
+        (tmp_path / name).write_bytes(b"")
+    check_complete(read_split(str(tmp_path), "train"))

@@ -218,9 +218,47 @@ def read_split(data_dir: str, split: str) -> SplitFacts:
                       complete=present == expected)
 
 
+def _names(paths, shown=3):
+    """The first `shown` basenames of `paths`, and how many more."""
+    names = ", ".join(printable(os.path.basename(path)) for path in paths[:shown])
+    return names + (f" and {len(paths) - shown:,} more" if len(paths) > shown else "")
+
+
+def check_only_its_shards(facts: SplitFacts) -> None:
+    """A UserError when the split holds shard files that are not its own: with a manifest, any `<split>-*` file that
+    is not one of the `<split>-IIIII-of-NNNNN` shards it records (the trainer would read it too, and the figures
+    said would be the manifest's); without one, shards named for different shard counts (-of-N), two dataprep runs'
+    output in one directory."""
+    if facts.manifest_path is not None:
+        own = _promised_present(facts.files, facts.split, facts.expected_shards)
+        listed = {f"{facts.split}-{index:05d}-of-{facts.expected_shards:05d}" for index in own}
+        foreign = [path for path in facts.files if os.path.basename(path) not in listed]
+        if foreign:
+            raise UserError(f"dataset {printable(facts.data_dir)}: {len(foreign):,} {facts.split} file"
+                            f"{'s' * (len(foreign) > 1)} not among the {facts.expected_shards:,} shards its manifest "
+                            f"{os.path.basename(facts.manifest_path)} records ({facts.split}-*-of-"
+                            f"{facts.expected_shards:05d}): {_names(foreign)}; they would be read with its shards "
+                            "(another dataprep run's output?): delete them, or re-run the dataprep command with "
+                            "--overwrite")
+        return
+    counts = {}
+    for path in facts.files:
+        match = _SHARD_NAME.match(os.path.basename(path))
+        if match is not None and match["split"] == facts.split:
+            counts.setdefault(int(match["count"]), []).append(path)
+    if len(counts) > 1:
+        sets = ", ".join(f"{len(paths):,} -of-{count:05d} (e.g. {printable(os.path.basename(paths[0]))})"
+                         for count, paths in sorted(counts.items()))
+        raise UserError(f"dataset {printable(facts.data_dir)}: its {facts.split} shards are named for "
+                        f"{len(counts)} different shard counts: {sets}; two datasets in one directory would be read "
+                        "as one: keep one set of shards")
+
+
 def check_complete(facts: SplitFacts) -> None:
-    """A UserError when the split is missing shards or its dataprep run did not finish."""
+    """A UserError when the split is missing shards, its dataprep run did not finish, or it holds shard files that
+    are not its own (check_only_its_shards)."""
     if facts.complete:
+        check_only_its_shards(facts)
         return
     if not facts.files:
         raise UserError(f"no {facts.split}-* files in data dir {facts.data_dir} (TFRecord shards named "
