@@ -515,6 +515,23 @@ def test_a_dataprep_into_a_directory_another_run_writes_is_refused_naming_it(tre
     assert ".run.lock" not in os.listdir(target)  # released at the end of a run
 
 
+def test_an_empty_or_too_long_output_name_is_one_line_in_every_dataprep_tool(tree, built, tmp_path, capsys):
+    """`--output_directory ""` and a name longer than the file system allows ended in os.makedirs' traceback."""
+    root, _ = tree
+    out, _ = built
+    long_name = str(tmp_path / ("L" * 300))
+    for target, expected in (("", "{flag} is empty: give the directory to write to"),
+                             (long_name, "cannot create {flag} " + long_name + ": File name too long")):
+        for call, flag in ((lambda: build(["--train_directory", f"{root}/train", "--output_directory", target]),
+                            "--output_directory"),
+                           (lambda: make_dali_index.main([str(out), target, "--no_progress"]), "idx_dir"),
+                           (lambda: fashion_mnist.main(["--out", target, "--train_count", "20", "--val_count", "10",
+                                                        "--no_progress"]), "--out")):
+            capsys.readouterr()
+            assert call() == 2
+            assert capsys.readouterr().err == "ERROR: " + expected.format(flag=flag) + "\n"
+
+
 def test_a_shard_write_that_fails_is_one_line_and_leaves_no_temporary(tree, tmp_path, monkeypatch, capsys):
     import tensorflow as tf
     root, _ = tree

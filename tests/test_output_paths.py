@@ -148,6 +148,14 @@ def test_a_directory_the_process_may_not_write_is_named(tmp_path, monkeypatch):
         f"--log-path {readonly_file} is not writable"
 
 
+def test_an_empty_directory_name_is_named_as_such():
+    """`--output_directory ""` passed the check (its parent, the current directory's, can be written) and ended in
+    os.makedirs' `FileNotFoundError: ''` traceback (dataprep) or `cannot create --model_dir : No such file or
+    directory` (main.py)."""
+    assert error(output_paths.check_output_dir, "--output_directory", "") == \
+        "--output_directory is empty: give the directory to write to"
+
+
 def test_a_replaced_file_is_its_previous_version_or_complete_never_half_written(tmp_path, monkeypatch):
     from tests._reliability_helpers import full_disk_for
     path = tmp_path / "labels.txt"

@@ -101,6 +101,8 @@ def check_output_dir(flag, path, default=None):
     """UserError unless directory `path` exists and is writable, or can be created. `default`: the flag's default
     value; when `path` is it and is the current directory (`--results_dir .`), the error says so, since the user
     may not have given the flag at all."""
+    if not path:  # `--flag ""` (an unset shell variable): os.makedirs("") fails after the checks below pass
+        raise UserError("{} is empty: give the directory to write to".format(flag))
     _check_parent_links(flag, path)
     # A trailing slash makes lexists() false for a file or a dangling link (ENOTDIR / ENOENT): judge the name itself.
     name = path.rstrip(os.sep) or path
