@@ -21,10 +21,12 @@ import os
 import random
 import re
 import sys
+import unicodedata
 
 from dataprep import records
 from dataprep.process_bounding_boxes import process_bounding_boxes, read_bounding_box_csv, read_synsets
-from utils.errors import ArgumentParser, UserError, command, doc_part, on_interrupt
+from runtime.runner_utils import has_control_characters
+from utils.errors import ArgumentParser, UserError, command, doc_part, on_interrupt, printable
 from utils.output_paths import check_output_dir
 from utils.run_lock import RunLock
 
@@ -291,6 +293,7 @@ def discover(args) -> tuple[ClassList, dict[str, SplitInput], bool]:
     elif imagenet:
         texts.update({s: t for s, t in (_imagenet_texts(synsets) or {}).items() if s in texts})
     classes = ClassList(synsets, [texts[s] for s in synsets])
+    check_class_names(classes, lambda synset: os.path.join(folder_source, synset) if folder_source else synset)
 
     bboxes: dict = {}
     if args.bounding_box_file and args.bounding_box_dir:
@@ -334,6 +337,50 @@ def discover(args) -> tuple[ClassList, dict[str, SplitInput], bool]:
         split_input.items = shuffled(split_input.items, args.shuffle_seed)
         splits[split] = split_input
     return classes, splits, imagenet
+
+
+def check_class_names(classes: ClassList, source) -> None:
+    """A UserError, before anything is written, for a class name that labels.txt cannot give back: blank once the
+    readers strip it (`" "`), holding control characters they refuse (those run after training: predict, the
+    exports), or read as the same name as another class's although the two differ (`x` and `x `, `a\\nb` and
+    `a b`, an NFC and an NFD `é`): predict would show one name for two outputs. Equal texts of two classes (the
+    two ImageNet synsets named "crane") are the names given, and pass. Two class folders whose names differ only
+    in case get a WARNING: a case-insensitive file system (macOS, Windows) holds them as one folder. `source(synset)`
+    names the class's folder in the messages."""
+    def shown(text):  # quoted: a space at the end of a name is seen
+        return printable(repr(text), 80)
+
+    def folder(synset):
+        return printable(repr(source(synset)))
+
+    seen, folded = {}, {}
+    for synset, text in zip(classes.synsets, classes.texts):
+        name = records.name_as_read(text)
+        if not name:
+            raise UserError(f"class folder {folder(synset)} has a name labels.txt cannot hold: "
+                            f"{shown(text)} is blank once the spaces around it are stripped, as every reader of "
+                            "labels.txt strips them (predict and the exports would refuse it after the training): "
+                            "rename the folder")
+        if has_control_characters(name):
+            raise UserError(f"class folder {folder(synset)} has a name with control characters "
+                            f"({shown(text)}), which every reader of labels.txt refuses (predict and the exports, "
+                            "after the training): rename the folder")
+        key = unicodedata.normalize("NFC", name)
+        first = seen.setdefault(key, (synset, text, name))
+        if first[1] != text:
+            if first[2] != name:  # the same letters in another Unicode form, which look the same: code points shown
+                raise UserError(f"class folders {printable(ascii(source(first[0])))} and "
+                                f"{printable(ascii(source(synset)))} have names that are one name in another Unicode "
+                                f"form ({ascii(first[1])} and {ascii(text)} both read as {ascii(key)} in NFC): "
+                                "predict would show one name for two outputs; rename one of them")
+            raise UserError(f"class folders {folder(first[0])} and {folder(synset)} have "
+                            f"names that labels.txt gives back as one ({shown(first[1])} and {shown(text)} both "
+                            f"read as {shown(key)}): predict would show one name for two outputs; rename one of them")
+        fold = unicodedata.normalize("NFC", synset).casefold()
+        other = folded.setdefault(fold, synset)
+        if other != synset:
+            print(f"WARNING: class folders {folder(other)} and {folder(synset)} differ only "
+                  "in case: a case-insensitive file system (macOS, Windows) holds them as one folder", file=sys.stderr)
 
 
 def _first_names(names: list[str], shown: int = 4) -> str:

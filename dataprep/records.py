@@ -443,12 +443,23 @@ def _progress_bar(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="img", dynamic_ncols=True)
 
 
+def labels_line(text: str) -> str:
+    """The line of labels.txt that names a class of text `text` (a newline in it would start another line)."""
+    return text.replace("\n", " ")
+
+
+def name_as_read(text: str) -> str:
+    """The name the readers of labels.txt (runtime/runner_utils.read_class_names) get for a class of text `text`."""
+    from runtime.runner_utils import class_name_as_read
+    return class_name_as_read(labels_line(text))
+
+
 def write_labels_file(output_dir: str, class_texts: Sequence[str]) -> str:
     """`labels.txt`: line k is the name of label k (output index k-1)."""
     path = os.path.join(output_dir, "labels.txt")
     with replaced_file(path, encoding="utf-8") as f:
         for text in class_texts:
-            f.write(text.replace("\n", " ") + "\n")
+            f.write(labels_line(text) + "\n")
     return path
 
 

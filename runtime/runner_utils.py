@@ -124,6 +124,17 @@ class InferenceFiles(list):
         self.ignored = ignored
 
 
+def class_name_as_read(line):
+    """The class name a line of a labels file gives (without its "\\n"): a "\\r" before the line's end and the spaces
+    around the name are no part of it. dataprep checks the names it writes by this reading."""
+    return line.removesuffix("\r").strip()
+
+
+def has_control_characters(name):
+    """Whether `name` holds characters read_class_names refuses (printed raw, they would drive the terminal)."""
+    return any(unicodedata.category(char) == "Cc" for char in name)
+
+
 def read_class_names(path):
     """The class names of a labels file (line k names label k; blank lines at its end are left out), or None when
     there is no such file or it names none (an empty file, such as a copy cut short by a full disk, is no list of 0
@@ -137,14 +148,14 @@ def read_class_names(path):
     except UnicodeDecodeError as error:
         raise UserError("{} is not UTF-8 text (byte {} of the file): write the class names in UTF-8".format(
             path, error.start + 1)) from None
-    names = [line.removesuffix("\r").strip() for line in lines]
+    names = [class_name_as_read(line) for line in lines]
     while names and not names[-1]:
         names.pop()
     for number, name in enumerate(names, 1):
         if not name:
             raise UserError("{} line {} is empty: line k names label k, so the names after it would name the wrong "
                             "outputs; write the class's name there".format(path, number))
-        if any(unicodedata.category(char) == "Cc" for char in name):
+        if has_control_characters(name):
             raise UserError("{} line {} holds control characters ({!r}): write the class's name as plain "
                             "text".format(path, number, name[:80]))
     return names or None

@@ -809,6 +809,68 @@ def test_an_empty_class_folder_keeps_its_label_with_a_warning(tmp_path, capsys):
     assert json.loads((out / ".dataprep-train.json").read_text())["num_classes"] == 3
 
 
+def test_a_class_folder_whose_name_is_only_spaces_is_refused_before_anything_is_written(tmp_path, capsys):
+    """Its labels.txt line was blank once read (the readers strip names), and predict and the exports refused that
+    labels.txt after the training; a name with control characters the same."""
+    for bad in (" ", "a\tb"):
+        train = tmp_path / "train"
+        shutil.rmtree(train, ignore_errors=True)
+        for folder in (bad, "x"):
+            h.write_kind(str(train / folder / "0.JPEG"), "rgb")
+        out = tmp_path / "out"
+        assert build(["--train_dir", str(train), "--output_dir", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"ERROR: class folder {str(train / bad)!r} has a name") and err.count("\n") == 1
+        assert ("is blank once the spaces around it are stripped" if bad == " " else "control characters") in err
+        assert not out.exists()
+
+
+@pytest.mark.parametrize("first, second", [("x", "x "), ("a\nb", "a b"), ("\u00e9", "e\u0301")])
+def test_class_names_that_labels_txt_gives_back_as_one_are_refused_naming_both_folders(tmp_path, capsys, first,
+                                                                                       second):
+    """A trailing space, a newline (written as a space) and another Unicode form of the same letters made two
+    classes one name in labels.txt: predict showed the same name for two outputs."""
+    train = tmp_path / "train"
+    for folder in (first, second, "z"):
+        h.write_kind(str(train / folder / "0.JPEG"), "rgb")
+    out = tmp_path / "out"
+    assert build(["--train_dir", str(train), "--output_dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    folders = sorted((first, second))
+    if first.isascii():
+        assert err.count("\n") == 1 and "names that labels.txt gives back as one" in err, err
+        assert f"class folders {str(train / folders[0])!r} and {str(train / folders[1])!r} have" in err
+    else:  # they look the same: told apart by their code points
+        assert err == (f"ERROR: class folders {ascii(str(train / folders[0]))} and {ascii(str(train / folders[1]))} "
+                       "have names that are one name in another Unicode form ('e\\u0301' and '\\xe9' both read as "
+                       "'\\xe9' in NFC): predict would show one name for two outputs; rename one of them\n")
+    assert not out.exists()
+
+
+def test_class_folders_differing_only_in_case_are_written_with_a_warning(tmp_path, capsys):
+    train = tmp_path / "train"
+    for folder in ("Cat", "cat"):
+        h.write_kind(str(train / folder / "0.JPEG"), "rgb")
+    out = tmp_path / "out"
+    assert build(["--train_dir", str(train), "--output_dir", str(out)]) == 0
+    assert capsys.readouterr().err == (f"WARNING: class folders {str(train / 'Cat')!r} and {str(train / 'cat')!r} "
+                                       "differ only in case: a case-insensitive file system (macOS, Windows) "
+                                       "holds them as one folder\n")
+    assert (out / "labels.txt").read_text() == "Cat\ncat\n"
+
+
+def test_two_classes_given_the_same_text_by_the_metadata_are_written(tmp_path):
+    """ImageNet names two synsets "crane": equal texts are the names given, not names that became one."""
+    train = tmp_path / "train"
+    for folder in ("n02012849", "n03126707"):
+        h.write_kind(str(train / folder / "0.JPEG"), "rgb")
+    metadata = tmp_path / "meta.txt"
+    metadata.write_text("n02012849\tcrane\nn03126707\tcrane\n")
+    out = tmp_path / "out"
+    assert build(["--train_dir", str(train), "--output_dir", str(out), "--metadata_file", str(metadata)]) == 0
+    assert (out / "labels.txt").read_text() == "crane\ncrane\n"
+
+
 def test_the_class_names_of_an_error_are_quoted_since_imagenet_s_hold_commas():
     assert build_tfrecords._first_names(["tench, Tinca tinca", "goldfish, Carassius auratus"]) == \
         '"tench, Tinca tinca", "goldfish, Carassius auratus"'
