@@ -38,6 +38,10 @@ def make_dali_indexes(tfrecord_dir: str, idx_dir: str, progress: bool = False) -
         if facts.files:
             dataset_manifest.check_complete(facts)
     check_output_dir("idx_dir", idx_dir)
+    if os.path.isdir(idx_dir) and os.path.samefile(idx_dir, tfrecord_dir):
+        # (each index takes its shard's name: it would overwrite the shard it indexes)
+        raise UserError(f"idx_dir {idx_dir} is the TFRecord directory: the index files take their shards' names and "
+                        "would replace the shards; give another directory (the original's layout: <data_dir>/../idx)")
     # The run owns idx_dir while it writes (utils/run_lock.py): a second run into it, of another dataset perhaps,
     # is refused in one line instead of leaving a mix of both runs' indexes. The lock also creates idx_dir.
     with RunLock(idx_dir, flag="idx_dir"):

@@ -19,19 +19,28 @@ import os
 import sys
 
 from dataprep.make_dali_index import list_shards
-from utils import quiet
+from utils import dataset_manifest, quiet
 from utils.errors import ArgumentParser, UserError, command, doc_part, on_interrupt
 from utils.tfrecord_framing import count_records
 
 
 def verify(tfrecord_dir: str, splits=("train", "validation"), log=print) -> list[str]:
-    """One `BAD <shard>: ...` line (also logged) per shard of `splits` that cannot be read to its end; [] when all
-    can. A shard whose framing is broken is named by the framing check, before TensorFlow reads it."""
+    """One `BAD <shard>: ...` line (also logged) per shard of `splits` that cannot be read to its end, and one
+    `BAD <dir> (<split>): ...` per split that training and evaluation refuse as it is (shards its manifest does not
+    record, missing ones: utils/dataset_manifest.check_complete); [] when all is well. A shard whose framing is broken is named by the framing check, before TensorFlow reads it."""
     names = [name for name in list_shards(tfrecord_dir) if name.split("-", 1)[0] in splits]
     if not names:
         raise UserError(f"no {' or '.join(split + '-*' for split in splits)} files in {tfrecord_dir}")
     from utils.data_utils import read_to_end  # (TensorFlow: imported once the arguments are checked)
-    bad, records = [], 0
+    bad, refused, records = [], [], 0
+    for split in splits:  # what training and evaluation refuse before they read (another run's shards, missing ones)
+        facts = dataset_manifest.read_split(tfrecord_dir, split)
+        try:
+            if facts.files:
+                dataset_manifest.check_complete(facts)
+        except UserError as error:
+            refused.append(f"BAD {tfrecord_dir} ({split}): {error}")
+            log(refused[-1])
     for name in names:
         path = os.path.join(tfrecord_dir, name)
         try:
@@ -47,8 +56,9 @@ def verify(tfrecord_dir: str, splits=("train", "validation"), log=print) -> list
             log(bad[-1])
     log(f"Read {len(names):,} shard(s) of {tfrecord_dir}, {records:,} records: " +
         (f"{len(bad)} cannot be read to the end; delete them and run the same dataprep.build_tfrecords command "
-         "with --resume to write them again" if bad else "every record is readable"))
-    return bad
+         "with --resume to write them again" if bad else "every record is readable") +
+        ("; training and evaluation refuse the dataset as it is (above)" if refused else ""))
+    return refused + bad
 
 
 @command

@@ -611,6 +611,19 @@ def test_dali_index_matches_framing(built, tmp_path, capsys):
         assert frames[-1][0] + frames[-1][1] == os.path.getsize(shard)
 
 
+def test_dali_index_into_the_tfrecord_directory_is_refused_before_it_replaces_the_shards(built, tmp_path, capsys):
+    """`make_dali_index DIR DIR` wrote each index over the shard of the same name: the dataset destroyed, status 0."""
+    out, _ = built
+    shards = {path: open(path, "rb").read() for path in h.shard_paths(str(out), "train")}
+    os.symlink(out, tmp_path / "link")
+    for target in (out, tmp_path / "link", str(out) + "/"):
+        assert make_dali_index.main([str(out), str(target), "--no_progress"]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"ERROR: idx_dir {target} is the TFRecord directory: the index files take their shards' names and would "
+            "replace the shards; give another directory (the original's layout: <data_dir>/../idx)")
+    assert all(open(path, "rb").read() == data for path, data in shards.items())
+
+
 def test_dali_index_rejects_truncated_and_foreign_files(built, tmp_path):
     out, _ = built
     shard = h.shard_paths(str(out), "train")[0]

@@ -44,6 +44,19 @@ def test_a_shard_with_broken_framing_is_named_by_the_framing_check(tmp_path):
     assert result.stdout.splitlines()[0].startswith(f"BAD {path}: ")
 
 
+def test_a_dataset_training_would_refuse_is_not_passed_as_readable(tmp_path):
+    """Two runs' shards in one directory (train-*-of-00002 beside train-*-of-00003) read as `every record is readable`,
+    status 0, where training refuses them: the dataset is named BAD too, and the status is 1."""
+    write_tfrecord_shards(str(tmp_path), "train", 2, RECORDS, 16)
+    write_tfrecord_shards(str(tmp_path), "train", 3, RECORDS, 16, seed=1)
+    result = _verify(tmp_path, "--split", "train")
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith(f"BAD {tmp_path} (train): ") and "-of-" in lines[0]
+    assert lines[1] == (f"Read 5 shard(s) of {tmp_path}, 25 records: every record is readable; training and "
+                        "evaluation refuse the dataset as it is (above)")
+
+
 def test_a_directory_without_shards_is_one_error_line(tmp_path):
     result = _verify(tmp_path)
     assert result.returncode == 2
