@@ -96,6 +96,32 @@ def test_a_directory_whose_checkpoints_are_all_damaged_or_missing_is_refused(tra
 
 
 
+def test_a_checkpoint_deleted_after_it_was_chosen_is_said_to_be_gone_and_by_which_training(trained_model, tmp_path):
+    """A tool picks model_dir's newest checkpoint, builds its model, and a training's max-to-keep rotation has deleted
+    it meanwhile: until 2026-12-06 `cannot read checkpoint ...: Unsuccessful TensorSliceReader constructor`, which
+    reads like a damaged checkpoint."""
+    from utils.run_lock import RunLock
+    save_named(tmp_path, trained_model, step=1)
+    prefix = checkpoint.latest_checkpoint(str(tmp_path))
+    reader = checkpoint.open_reader(prefix)  # opened before the deletion: its reads fail the same way
+    for path in tf.io.gfile.glob(prefix + ".*"):
+        os.remove(path)
+    advice = ("after this run chose it; run the command again to read the newest one, or copy the checkpoint out of "
+              "that directory and pass its prefix")
+    with pytest.raises(UserError) as raised:
+        checkpoint.open_reader(prefix)
+    assert str(raised.value) == f"checkpoint {prefix} is gone: it was deleted {advice}"
+    with RunLock(str(tmp_path), argv=["main.py"]):  # a training holds the directory
+        with pytest.raises(UserError) as raised:
+            checkpoint.inspect(prefix)
+        assert str(raised.value).startswith(
+            f"checkpoint {prefix} is gone: it was deleted by the training running in {tmp_path} (pid {os.getpid()} "
+            "on host ")
+        assert str(raised.value).endswith(f"which keeps only its newest checkpoints {advice}")
+        with pytest.raises(UserError, match=r"^checkpoint .* is gone: it was deleted by the training running"):
+            checkpoint.read_tensor(reader, checkpoint.GLOBAL_STEP_KEY, prefix)
+
+
 def test_a_state_file_naming_another_directorys_checkpoints_reads_only_the_model_dirs_own(trained_model, tmp_path):
     """A model_dir copied with its state file (absolute paths, written by TensorFlow or another tool) named the
     original's checkpoints, and the newest of them was loaded from there without a word (2026-12-06)."""

@@ -87,6 +87,27 @@ def test_a_lock_left_by_a_killed_run_is_taken_over_with_a_warning(tmp_path):
         holder.popen.pid, socket.gethostname()))
 
 
+def test_live_holder_names_a_run_holding_the_lock_and_not_one_that_died(tmp_path):
+    """For the tools that write into or read from a directory a training may own: read_lock also returns the record
+    a killed run left."""
+    model_dir = str(tmp_path / "model")
+    assert run_lock.live_holder(model_dir) is None  # no directory, no lock file
+    holder = Process([model_dir], tmp_path, "holder",
+                     command=[sys.executable, "-c", HOLD_LOCK.format(root=ROOT)])
+    try:
+        holder.wait_for(lambda: "locked" in holder.stdout(), timeout=60, what="the child's lock")
+        assert run_lock.live_holder(model_dir)["pid"] == holder.popen.pid
+        with pytest.raises(UserError, match="in use by another run"):
+            RunLock(model_dir).acquire()
+        holder.signal(signal.SIGKILL)
+    finally:
+        holder.finish(timeout=30)
+    assert read_lock(model_dir)["pid"] == holder.popen.pid and run_lock.live_holder(model_dir) is None
+    with RunLock(model_dir):
+        assert run_lock.live_holder(model_dir)["pid"] == os.getpid()
+    assert run_lock.live_holder(model_dir) is None
+
+
 def test_a_lock_file_of_another_host_is_taken_over_with_a_warning_to_check_it(tmp_path):
     (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 7, "host": "elsewhere", "started": "then"}))
     warnings = []

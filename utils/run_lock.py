@@ -245,3 +245,26 @@ def read_lock(model_dir):
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     return holder if isinstance(holder, dict) else None
+
+
+def live_holder(model_dir):
+    """The record of the live run holding model_dir's lock (a dict; {} when its record cannot be read), or None when
+    no run holds it (no lock file, or one a killed run left). Unlike read_lock it asks the kernel: a shared flock
+    that is refused means a run holds the lock now. For tools that write into or report on a directory a training
+    may own; a RunLock of this process counts as a holder too."""
+    try:
+        fd = os.open(os.path.join(model_dir, LOCK_NAME), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            return holder if isinstance(holder, dict) else {}
+        except OSError:  # no lock support here: nothing can be told
+            return None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

@@ -222,20 +222,38 @@ def find_checkpoint(path, flag, warn=print):
 
 # ---------------------------------------------------------------- reading what a checkpoint holds
 
+def checkpoint_gone(path):
+    """The UserError of a checkpoint that was there when it was chosen and is gone when read: deleted in between,
+    usually by the retention of a training running in its directory (named from its lock when one runs), not
+    damaged. None while its .index is still there."""
+    if os.path.exists(path + ".index"):
+        return None
+    from utils.run_lock import describe_holder, live_holder
+    directory = os.path.dirname(os.path.abspath(path))
+    holder = live_holder(directory)
+    by = (f" by the training running in {printable(directory, SHOWN)} ({describe_holder(holder)}), which keeps only "
+          "its newest checkpoints" if holder is not None else "")
+    return UserError(f"checkpoint {printable(path, SHOWN)} is gone: it was deleted{by} after this run chose it; run "
+                     "the command again to read the newest one, or copy the checkpoint out of that directory and "
+                     "pass its prefix")
+
+
 def open_reader(path):
-    """tf.train.load_checkpoint(path); a UserError when the file cannot be read."""
+    """tf.train.load_checkpoint(path); a UserError when the file cannot be read (or is gone since it was chosen)."""
     try:
         return tf.train.load_checkpoint(path)
     except (tf.errors.OpError, ValueError, IndexError) as error:
-        raise UserError(f"cannot read checkpoint {path}: {first_line(error)}") from None
+        raise (checkpoint_gone(path) or UserError(f"cannot read checkpoint {path}: {first_line(error)}")) from None
 
 
 def read_tensor(reader, key, path):
-    """One tensor of the checkpoint at `path`; a UserError when it is corrupt or truncated."""
+    """One tensor of the checkpoint at `path`; a UserError when it is corrupt or truncated (or gone since it was
+    opened)."""
     try:
         return reader.get_tensor(key)
     except (tf.errors.OpError, IndexError, ValueError) as error:  # IndexError: "Read less bytes than requested"
-        raise UserError(f"checkpoint {path} is corrupt or truncated ({key}: {first_line(error)})") from None
+        raise (checkpoint_gone(path) or UserError(f"checkpoint {path} is corrupt or truncated ({key}: "
+                                                  f"{first_line(error)})")) from None
 
 
 def _tf1_arch(shapes):
