@@ -146,7 +146,7 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None, eng
     startup.configure_xla(config, distribution)
     startup.configure_determinism(config, logger.print)
     runner = (runner_class or runner_module.Runner)(config, logger, distribution, platform, precision,
-                                                    lineage=resolved.lineage)
+                                                    lineage=resolved.lineage, checkpoint=resolved.checkpoint)
 
     interrupted = None
     if config.mode in ("train", "train_and_evaluate", "training_benchmark"):

@@ -99,9 +99,13 @@ def _with_divergence(meta, diverged):
 class Runner:
     """The loop of every mode. `platform` and `precision` come from start-up (runtime/startup.set_up)."""
 
-    def __init__(self, config, logger, distribution, platform=Platform(), precision=Precision(), lineage=None):
+    def __init__(self, config, logger, distribution, platform=Platform(), precision=Precision(), lineage=None,
+                 checkpoint=None):
         self.config = config
         self.lineage = lineage or {}  # runtime/settings.lineage: the ids its checkpoints record
+        # The CheckpointInfo the settings were resolved from (runtime/settings.RunSettings.checkpoint): the one an
+        # inference mode restores, which its PARAMETER record names, even if a training has saved a newer one since.
+        self.resolved_checkpoint = checkpoint
         self.logger = logger
         self.distribution = distribution
         self.strategy = distribution.strategy
@@ -128,11 +132,16 @@ class Runner:
         return self._inference
 
     def restore_for_inference(self, required, ema=False, note_raw=True, note_unsettled=True):
-        """model_dir's newest checkpoint (its EMA weights with `ema`) into the inference model
+        """The checkpoint the settings were resolved from in an inference mode, else (train_and_evaluate's evaluation
+        of its own last step) model_dir's newest, its EMA weights with `ema`, into the inference model
         (runtime/checkpoints.py); its CheckpointInfo, or None."""
         model, global_step = self.inference_model()
         config = self.config
-        return checkpoints.restore_for_inference(model, global_step, config.model_dir, required=required, ema=ema,
+        path = None
+        if config.mode in settings.INFERENCE_MODES and self.resolved_checkpoint is not None:
+            path = self.resolved_checkpoint.path
+        return checkpoints.restore_for_inference(model, global_step, config.model_dir, path=path, required=required,
+                                                 ema=ema,
                                                  note_raw=note_raw, note_unsettled=note_unsettled,
                                                  arch=config.arch, num_classes=config.num_classes,
                                                  use_final_conv=config.use_final_conv, log=self.logger.print)

@@ -5,6 +5,7 @@ test_performance_contract.py."""
 
 import glob
 import os
+import re
 
 import numpy as np
 import pytest
@@ -421,3 +422,72 @@ def test_the_end_of_epoch_record_logs_the_step_that_ended_the_epoch(tmp_path):
     ends = [(r["step"], r["data"].get("global_step")) for r in read_log(str(tmp_path / "log.json"))
             if r.get("type") == "LOG" and len(r["step"]) == 1]
     assert ends == [([0], 3), ([1], 5)]
+
+
+def _resolve_then(monkeypatch, after):
+    """runtime/settings.resolve, then `after()`: what a training in the model_dir does between the settings'
+    resolution and the restore (the model build takes seconds)."""
+    from runtime import settings
+    real = settings.resolve
+
+    def resolve(*args, **kwargs):
+        resolved = real(*args, **kwargs)
+        after()
+        return resolved
+    monkeypatch.setattr(settings, "resolve", resolve)
+
+
+def _copied_model_dir(tmp_path, model_dir):
+    import shutil
+    copy = str(tmp_path / "model")
+    shutil.copytree(model_dir, copy)
+    return copy
+
+
+def _save_newer(directory, drop_first=False):
+    """A training's next save: model.ckpt-2 (a copy of model.ckpt-1), and with `drop_first` its rotation of
+    model.ckpt-1."""
+    import shutil
+    from model import checkpoint
+    for path in glob.glob(os.path.join(directory, "model.ckpt-1.*")):
+        shutil.copy(path, path.replace("model.ckpt-1.", "model.ckpt-2."))
+    if drop_first:
+        for path in glob.glob(os.path.join(directory, "model.ckpt-1.*")):
+            os.remove(path)
+    checkpoint.write_state_file(directory, ["model.ckpt-2"] if drop_first else ["model.ckpt-1", "model.ckpt-2"])
+
+
+def _evaluate_main(tmp_path, directory, check=True):
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "validation", 1, 8, 40, num_classes=NUM_CLASSES)
+    return main_in_process("--mode", "evaluate", "--data_dir", data, "--model_dir", directory, "--num_classes",
+                           NUM_CLASSES, "--image_size", 32, "--batch_size", 8, "--num_iter", 1, "--iter_unit",
+                           "batch", "--results_dir", tmp_path / "results", "--no_progress", check=check)
+
+
+def test_an_evaluation_restores_the_checkpoint_its_record_names_when_a_training_saves_in_between(
+        tmp_path, model_dir, monkeypatch):
+    """Until 2026-12-06 the settings (and the PARAMETER record) took the newest checkpoint, and the restore took the
+    newest again seconds later: a training saving in between made the record name one checkpoint and the
+    accuracies come from another."""
+    from utils.logger import read_log
+    directory = _copied_model_dir(tmp_path, model_dir)
+    _resolve_then(monkeypatch, lambda: _save_newer(directory))
+    out = _evaluate_main(tmp_path, directory).stdout
+    first = os.path.join(directory, "model.ckpt-1")
+    recorded = [r["data"]["checkpoint"] for r in read_log(str(tmp_path / "results" / "log.json"))
+                if r.get("step") == "PARAMETER" and "checkpoint" in r.get("data", {})]
+    assert recorded == [first]
+    assert re.search(r"^Restored (\d+) of \1 variables from {} ".format(re.escape(first)), out, re.M)
+    assert "model.ckpt-2" not in out
+
+
+def test_an_evaluation_whose_checkpoint_a_training_deleted_in_between_says_so(tmp_path, model_dir, monkeypatch):
+    directory = _copied_model_dir(tmp_path, model_dir)
+    _resolve_then(monkeypatch, lambda: _save_newer(directory, drop_first=True))
+    result = _evaluate_main(tmp_path, directory, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "ERROR: checkpoint {} is gone: it was deleted after this run chose it; run the command again to read the "
+        "newest one, or copy the checkpoint out of that directory and pass its prefix".format(
+            os.path.join(directory, "model.ckpt-1")))
