@@ -14,7 +14,8 @@ The result is loaded by a model built with --use_final_conv (export_frozen_graph
   checkpoint (the original hard-coded 2048x1001), into `<output>/new.ckpt` with a `checkpoint` file, as the original.
 - Object-based checkpoints of earlier versions of this port: restored into a model with the 1x1-conv head and
   written as ours; optimizer slots are not carried over (the output is for export, evaluation or a fresh fine-tune).
-The output directory must not exist (the original failed on it too), unless --overwrite. A `labels.txt` beside the
+The output directory must not exist (the original failed on it too), unless --overwrite; one a running training
+holds (its `.run.lock`) is refused. A `labels.txt` beside the
 input checkpoint (training copies the dataset's class names there) is copied too, so `predict` on the output still
 names classes.
 """
@@ -144,13 +145,17 @@ def convert(args):
         print(diverged)
     _check_output(args.output, args.overwrite)
     created = not os.path.exists(args.output)
+    from utils.run_lock import RunLock
     try:
-        os.makedirs(args.output, exist_ok=True)
-        if info.format == "object":
-            written = convert_object(info, args.output)
-        else:
-            written = convert_named(info, args.dense_layer, args.output, "dense_layer" in getattr(args, "given", ()))
-        return written, copy_class_names(info, args.output)
+        # --output held as a training holds its model_dir: refused (before anything is written) while a run holds
+        # it, and no training starts into it while the checkpoint and its state file are written.
+        with RunLock(args.output, flag="--output"):
+            if info.format == "object":
+                written = convert_object(info, args.output)
+            else:
+                written = convert_named(info, args.dense_layer, args.output,
+                                        "dense_layer" in getattr(args, "given", ()))
+            return written, copy_class_names(info, args.output)
     except BaseException as error:
         if created:  # nothing half-written is left under the name asked for (a retry needs no --overwrite)
             shutil.rmtree(args.output, ignore_errors=True)

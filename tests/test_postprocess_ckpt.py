@@ -195,6 +195,27 @@ def test_a_failed_write_removes_the_output_it_created_but_not_one_it_was_given(t
     assert (tmp_path / "given" / "notes.txt").read_text() == "mine"
 
 
+def test_an_output_a_running_training_holds_is_refused_before_anything_is_written(tmp_path):
+    """Until 2026-12-06 --overwrite wrote another run's checkpoint, state file and labels.txt into a model_dir a
+    training held: every reader took the foreign checkpoint as the newest until the training's next save."""
+    import os
+    import socket
+    from utils.run_lock import RunLock
+    small_named_checkpoint(tmp_path / "in")
+    output = tmp_path / "training"
+    with RunLock(str(output), argv=["main.py", "--mode", "train"]):  # as a training in another process holds it
+        (output / "labels.txt").write_text("its own\n")
+        before = sorted(os.listdir(output))
+        error = single_error(run("--input", str(tmp_path / "in"), "--output", str(output), "--overwrite"))
+        assert error.startswith(f"ERROR: output {output} is in use by another run (pid {os.getpid()} on host "
+                                f"{socket.gethostname()}, started ")
+        assert error.endswith("); wait for it to end or use another --output")
+        assert sorted(os.listdir(output)) == before and (output / "labels.txt").read_text() == "its own\n"
+    result = run("--input", str(tmp_path / "in"), "--output", str(output), "--overwrite")
+    assert result.returncode == 0, result.stderr
+    assert ".run.lock" not in os.listdir(output)  # the tool's own lock ends with it
+
+
 def test_dense_layer_on_our_checkpoint_is_said_unused(tmp_path):
     prefix = small_named_checkpoint(tmp_path / "in")
     result = run("--input", prefix, "--output", str(tmp_path / "out"), "--dense_layer", "resnet50/fc/kernel")
