@@ -569,11 +569,19 @@ def resolve_num_classes(args, model_classes, log):
 
 
 def run(args):
-    from utils import devices
-    from utils.logger import DLLogger
+    from utils.run_lock import RunLock
     check_output_file("--log-path", args.log_path)
     if args.model and not args.model.endswith(".onnx"):  # a SavedModel, whose variables TensorFlow loads
         check_tensorflow_path("--model", args.model)
+    # The log's directory is held as main.py holds its log's: a training (or another inference.py) appending to the
+    # same log.json refuses this run, or is refused, rather than interleaving their records.
+    with RunLock(os.path.dirname(os.path.abspath(args.log_path)), flag="--log-path"):
+        return _run(args)
+
+
+def _run(args):
+    from utils import devices
+    from utils.logger import DLLogger
     try:
         logger = DLLogger(args.log_path)
     except OSError as error:

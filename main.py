@@ -85,10 +85,14 @@ def run(argv=None, runner_class=None, own_process=False):
                 # first), which on a disk they filled would fail.
                 from model.checkpoint import remove_save_debris
                 remove_save_debris(config.model_dir)
+            # ... and every run the directory of the log file it writes (--results_dir's, or an absolute or nested
+            # --log_filename's): two runs never append to one log.json. A training's model_dir, held above, may be it.
+            log_dir = os.path.dirname(os.path.abspath(config.log_path))
             if distribution.is_chief and not (config.mode in run_settings.TRAINING_MODES and os.path.realpath(
-                    config.results_dir) == os.path.realpath(config.model_dir)):
-                # ... and every run its log's directory: two runs never append to one log.json.
-                stack.enter_context(RunLock(config.results_dir, flag="--results_dir"))
+                    log_dir) == os.path.realpath(config.model_dir)):
+                in_results_dir = os.path.realpath(log_dir) == os.path.realpath(config.results_dir)
+                stack.enter_context(RunLock(config.results_dir if in_results_dir else log_dir,
+                                            flag="--results_dir" if in_results_dir else "--log_filename"))
             # Rank 0 alone says what the settings resolve to (notes, `Using ... from <checkpoint>`): every worker
             # resolves the same flags against the same checkpoint, and N workers printed each line N times.
             resolved = run_settings.resolve(config, given, log=print if distribution.is_chief else _unsaid,

@@ -623,3 +623,20 @@ def test_the_devices_of_each_backend_are_named_for_the_log():
         "GPU:0 (CUDAExecutionProvider)"]
     assert inference.run_devices(types.SimpleNamespace(backend="tensorrt"), object()) == ["GPU:0 (TensorRT)"]
     assert inference.run_devices(types.SimpleNamespace(backend="tf"), object()) == ["CPU"]  # no GPU here
+
+
+def test_a_log_path_in_a_directory_a_training_holds_is_refused_and_its_log_left_alone(tmp_path):
+    """Until 2026-12-06 inference.py took no lock: its records went between a training's steps in that training's
+    log.json, and plot_log then dropped the training's later steps without a word."""
+    import socket
+    from utils.run_lock import RunLock
+    log = tmp_path / "model" / "log.json"
+    with RunLock(str(tmp_path / "model"), argv=["main.py", "--mode", "train"]):  # a training's model_dir and log
+        log.write_text("DLLL {}\n")
+        result = run("--architecture", "resnet50", "--num-iter", "2", *SMALL, "--log-path", str(log))
+        assert result.returncode == 2
+        assert result.stderr.strip().startswith(
+            f"ERROR: log-path {tmp_path / 'model'} is in use by another run (pid {os.getpid()} on host "
+            f"{socket.gethostname()}, started ")
+        assert result.stderr.strip().endswith("; wait for it to end or use another --log-path")
+        assert log.read_text() == "DLLL {}\n"

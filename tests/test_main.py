@@ -12,6 +12,7 @@ from model import resnet
 from tests._cli import main_in_process, tool_in_process
 from tests._data_helpers import write_tfrecord_shards
 from utils.logger import read_log
+from utils.run_lock import read_lock
 
 pytestmark = pytest.mark.shallow
 
@@ -529,3 +530,28 @@ def test_an_export_of_a_model_dir_without_labels_says_it_records_no_class_names(
                       "--export_dir", str(tmp_path / "export"), *SMALL)
     assert f"It records no class names (no labels.txt beside the checkpoint ({copy}/labels.txt does not exist)): " \
            "its outputs are known by their index only" in result.stdout.splitlines()
+
+
+def test_a_log_filename_outside_results_dir_is_locked_where_it_is_written(tmp_path, data_dir):
+    """The run locks the directory of the log file it writes. Until 2026-12-06 it locked --results_dir only, so two
+    runs with other results_dirs and one absolute --log_filename interleaved their records in one file (plot_log then
+    plotted one of them)."""
+    import socket
+    from utils.run_lock import RunLock
+    shared = tmp_path / "shared"
+    with RunLock(str(shared), argv=["main.py", "--mode", "train"]):  # another run writing shared/log.json
+        result = run_main("--mode", "training_benchmark", "--batch_size", 2, "--num_iter", 2, "--iter_unit", "batch",
+                          "--synthetic_data_size", 32, "--num_classes", 5, "--results_dir", tmp_path / "mine",
+                          "--log_filename", shared / "log.json", "--no_progress", check=False)
+        assert result.returncode == 2
+        assert result.stderr.strip().splitlines() == [
+            f"ERROR: log_filename {shared} is in use by another run (pid {os.getpid()} on host {socket.gethostname()}, "
+            f"started {read_lock(str(shared))['started']}); wait for it to end or use another --log_filename"]
+        assert not (shared / "log.json").exists()
+    # A training whose log goes into its own model_dir (held already) does not wait on its own lock.
+    model = tmp_path / "model"
+    run_main("--mode", "train", "--data_dir", data_dir, "--batch_size", 4, "--num_iter", 1, "--iter_unit", "batch",
+             "--model_dir", model, "--results_dir", tmp_path / "results", "--log_filename", model / "log.json",
+             "--no_progress", *SMALL)
+    assert any(r.get("step") == "PARAMETER" for r in read_log(str(model / "log.json")))
+    assert not (model / ".run.lock").exists()
