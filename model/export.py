@@ -15,6 +15,7 @@ ops with a narrow range (symmetric FakeQuant weights), so those graphs are expor
 """
 
 import contextlib
+import errno
 import glob
 import json
 import os
@@ -32,7 +33,7 @@ DEFAULT_OPSET = 17
 # ------------------------------------------------------------------ SavedModel
 
 SOURCE_FILE = os.path.join("assets.extra", "source.json")  # beside the SavedModel's own files, which TF ignores
-# A SavedModel is written as `<export_dir>/.tmp-<stamp>` and renamed to `<stamp>` once complete.
+# A SavedModel is written as `<export_dir>/.tmp-<stamp>-<random>` and renamed to `<stamp>` once complete.
 SAVED_MODEL_TEMPORARY_PREFIX = ".tmp-"
 
 
@@ -58,32 +59,51 @@ def save_saved_model(model, image_size, export_dir, source=None):
                 "probabilities": tf.nn.softmax(logits)}
 
     module.serve = serve
-    stamp = str(int(time.time()))
-    final = os.path.join(export_dir, stamp)
-    while os.path.exists(final):
-        stamp = str(int(stamp) + 1)
-        final = os.path.join(export_dir, stamp)
-    temporary = os.path.join(export_dir, SAVED_MODEL_TEMPORARY_PREFIX + stamp)
-    shutil.rmtree(temporary, ignore_errors=True)
+    stamp = int(time.time())
     created = missing_directories(export_dir)  # what makedirs below creates, removed again if nothing is written
+    temporary = None
     try:
         with on_interrupt("no SavedModel written (its temporary directory is removed)"):
             os.makedirs(export_dir, exist_ok=True)
+            # The temporary directory is this export's alone (a random name, created exclusively, under the umask):
+            # two exports into one --export_dir in the same second shared `.tmp-<stamp>` and wrote their files
+            # into each other's.
+            path = os.path.join(export_dir, "{}{}-{}".format(SAVED_MODEL_TEMPORARY_PREFIX, stamp, uuid.uuid4().hex))
+            os.mkdir(path)
+            temporary = path
             tf.saved_model.save(module, temporary, signatures={"serving_default": serve, "predict": serve})
             if source is not None:
                 os.makedirs(os.path.join(temporary, os.path.dirname(SOURCE_FILE)), exist_ok=True)
                 with open(os.path.join(temporary, SOURCE_FILE), "w", encoding="utf-8") as handle:
                     json.dump(dict(source, image_size=image_size), handle, sort_keys=True)
-            os.replace(temporary, final)
+            final = _claim_stamp(temporary, export_dir, stamp)
     except (OSError, tf.errors.OpError) as error:
-        shutil.rmtree(temporary, ignore_errors=True)
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
         _remove_empty(created)
         raise UserError("cannot write the SavedModel under {}: {}".format(export_dir, first_line(error))) from None
     except BaseException:  # an interrupt, or a bug: no half-written directory is left either way
-        shutil.rmtree(temporary, ignore_errors=True)
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
         _remove_empty(created)
         raise
     return final
+
+
+def _claim_stamp(temporary, export_dir, stamp):
+    """Renames the complete export `temporary` to `<export_dir>/<stamp>`, or to the next free second when another
+    export holds that name (as TF1's export did): a rename onto an existing non-empty directory fails, so two
+    exports of the same second never end in one directory. Returns the final path."""
+    while True:
+        final = os.path.join(export_dir, str(stamp))
+        if not os.path.exists(final):
+            try:
+                os.rename(temporary, final)
+                return final
+            except OSError as error:
+                if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+        stamp += 1
 
 
 def _remove_empty(created):

@@ -582,6 +582,43 @@ def test_an_interrupted_saved_model_export_leaves_no_temporary_directory(tmp_pat
     assert os.listdir(tmp_path / "empty") == [] and os.listdir(tmp_path / "used") == ["1796361000"]
 
 
+def test_two_saved_model_exports_in_the_same_second_get_their_own_directories(tmp_path, monkeypatch):
+    """Until 2026-12-06 both took `.tmp-<stamp>` and `<stamp>` from int(time.time()): the loser's partial files
+    ended inside the winner's export (94 MB of another model's variables) and its error named a TF temp path."""
+    import threading
+    both_writing = threading.Barrier(2, timeout=30)
+
+    def save(module, path, signatures=None):  # each export writes its own files, both at once
+        os.makedirs(path, exist_ok=True)  # (as TensorFlow's)
+        with open(os.path.join(path, "saved_model.pb"), "w") as handle:
+            handle.write(threading.current_thread().name)
+        both_writing.wait()
+
+    monkeypatch.setattr(tf.saved_model, "save", save)
+    monkeypatch.setattr(export.time, "time", lambda: 1796574831.5)
+    model = tf.keras.Sequential([tf.keras.Input((SIZE, SIZE, 3)), tf.keras.layers.GlobalAveragePooling2D(),
+                                 tf.keras.layers.Dense(NUM_CLASSES)])
+    written, failed = {}, []
+
+    def run(who):
+        try:
+            written[who] = export.save_saved_model(model, SIZE, str(tmp_path / "E"), {"who": who})
+        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+            failed.append(error)
+
+    threads = [threading.Thread(target=run, args=(who,), name=who) for who in ("7", "9")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failed
+    assert sorted(os.listdir(tmp_path / "E")) == ["1796574831", "1796574832"]  # the loser took the next second
+    for who, path in written.items():
+        assert sorted(os.listdir(path)) == ["assets.extra", "saved_model.pb"]
+        assert open(os.path.join(path, "saved_model.pb")).read() == who
+        assert json.load(open(os.path.join(path, export.SOURCE_FILE)))["who"] == who
+
+
 def test_a_path_that_is_not_a_saved_model_gets_a_hint_of_what_to_pass(tmp_path):
     exports = tmp_path / "exports"
     # (.tmp-1796363000: an export killed after it wrote saved_model.pb, before its rename; it is no export)
