@@ -8,7 +8,8 @@
 #   bash scripts/quickstart.sh --amp           extra arguments go to both main.py calls
 #   OUT=/tmp/qs bash scripts/quickstart.sh     another output directory
 # Ctrl-C stops training after a checkpoint (status 130); the same command again continues that run where it
-# stopped (seeded: the same result as without the interrupt). Any other run starts afresh.
+# stopped (seeded: the same result as without the interrupt). Any other run starts afresh. While a run trains or
+# predicts in OUT (its .run.lock), another is refused before it touches OUT.
 #
 # The recipe keeps the shape of the original's ImageNet recipe (1 epoch of linear warmup, cosine decay, label
 # smoothing 0.1, momentum 0.875, weight decay 3.05e-5, fan_in init) with values chosen for 36,000 images seen:
@@ -33,6 +34,20 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 
 START=$SECONDS
+# A quickstart or training running in OUT (main.py holds OUT/.run.lock while it trains or predicts) must not lose
+# its directory to this run's rm -rf, nor have its data rewritten by a "continuing" dataprep: stop here, one line.
+"$PYTHON" - "$OUT" "$DATA" <<'PY' || exit $?
+import sys
+
+from utils.run_lock import describe_holder, live_holder
+
+for directory in sys.argv[1:]:
+    holder = live_holder(directory)
+    if holder is not None:
+        print("ERROR: {} is in use by another run ({}): a quickstart or training is running there; wait for it to end "
+              "or give this one another OUT=".format(directory, describe_holder(holder)), file=sys.stderr)
+        sys.exit(2)
+PY
 # What this run is; an unfinished run of the same is continued, anything else starts afresh.
 RUN="epochs=$EPOCHS size=$SIZE arguments=${EXTRA[*]+${EXTRA[*]}} $*"
 RESUME=()

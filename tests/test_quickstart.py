@@ -35,3 +35,27 @@ def test_ctrl_c_stops_the_quickstart_and_the_same_command_continues_it(tmp_path)
     assert "quickstart done in" in stdout and "(this run, which continued an interrupted one)" in stdout
     assert f"checkpoint   {out}/model.ckpt-{STEPS}" in stdout
     assert (out / ".quickstart-done").exists()
+
+
+def test_a_quickstart_into_the_out_of_a_running_one_stops_before_it_touches_it(tmp_path):
+    """Until 2026-12-06 a second quickstart with other settings rm -rf'd the running one's OUT (its lock file too),
+    and the same command said `continuing the interrupted quickstart` and re-ran dataprep into the live data dir."""
+    import os
+    import socket
+    from tests._cli import child_env, run_command
+    from utils.run_lock import RunLock, read_lock
+    out = tmp_path / "quickstart"
+    with RunLock(str(out), argv=["main.py", "--mode", "train_and_evaluate"]):  # the running quickstart's main.py
+        (out / ".quickstart-run").write_text("epochs=4 size=32 arguments= \n")
+        (out / "model.ckpt-3.index").write_text("its checkpoint")
+        before = sorted(os.listdir(out))
+        for epochs in ("2", "4"):  # other settings (rm -rf), then the same (continue)
+            result = run_command(["bash", "scripts/quickstart.sh"], check=False, env=child_env(
+                OUT=str(out), SIZE="32", EPOCHS=epochs, PYTHON=sys.executable))
+            assert result.returncode == 2, result.stdout + result.stderr
+            assert result.stderr.strip().splitlines() == [
+                f"ERROR: {out} is in use by another run (pid {os.getpid()} on host {socket.gethostname()}, started "
+                f"{read_lock(str(out))['started']}): a quickstart or training is running there; wait for it to end "
+                "or give this one another OUT="]
+            assert result.stdout == ""
+            assert sorted(os.listdir(out)) == before
