@@ -44,24 +44,23 @@ def no_checkpoint(model_dir):
                      "model.ckpt-* files)".format(where))
 
 
-def restore_for_inference(model, global_step, model_dir, arch, num_classes, *, path=None, use_final_conv=False,
+def restore_for_inference(model, global_step, model_dir, arch, num_classes, *, resolved=None, use_final_conv=False,
                           required=True, ema=False, note_raw=True, note_unsettled=True, log=print):
-    """Evaluate / predict / inference_benchmark: every variable of `model` from checkpoint `path` (the one the run's
-    settings were resolved from and its record names; a training in model_dir may have saved newer ones since), by
-    default model_dir's newest complete checkpoint (verified), `global_step` set to its step; returns its
-    CheckpointInfo. A `path` deleted meanwhile (a training's rotation) stops with a UserError saying so. `ema`: then the EMA weights
+    """Evaluate / predict / inference_benchmark: every variable of `model` from checkpoint `resolved` (the
+    CheckpointInfo the run's settings were resolved from and its record names; a training in model_dir may have
+    saved newer ones since, and its rotation deleted this one: its reader still reads it), by default model_dir's
+    newest complete checkpoint (verified), `global_step` set to its step; returns its CheckpointInfo. `ema`: then the EMA weights
     over the raw ones (a UserError if it has none); else, with `note_raw`, a line saying the raw ones are used when
     it has EMA weights too; with `note_unsettled`, a WARNING when it was trained too few steps for its BN moving
     statistics to be its own. With no checkpoint: a UserError when `required` or `ema`, else None (fresh weights,
     said so)."""
-    if path is None:
-        path = checkpoint.latest_checkpoint(model_dir, warn=log)
+    path = resolved.path if resolved is not None else checkpoint.latest_checkpoint(model_dir, warn=log)
     if path is None:
         if required or ema:
             raise no_checkpoint(model_dir)
         log("No checkpoint in {}: running with freshly initialised weights".format(model_dir))
         return None
-    info = checkpoint.inspect(path)
+    info = resolved if resolved is not None else checkpoint.inspect(path)
     check_fits(info, arch, num_classes)
     describe = checkpoint.describe_model(arch, num_classes, use_final_conv)
     report = checkpoint.restore_model(model, info, arch, describe)

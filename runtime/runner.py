@@ -137,11 +137,9 @@ class Runner:
         (runtime/checkpoints.py); its CheckpointInfo, or None."""
         model, global_step = self.inference_model()
         config = self.config
-        path = None
-        if config.mode in settings.INFERENCE_MODES and self.resolved_checkpoint is not None:
-            path = self.resolved_checkpoint.path
-        return checkpoints.restore_for_inference(model, global_step, config.model_dir, path=path, required=required,
-                                                 ema=ema,
+        resolved = self.resolved_checkpoint if config.mode in settings.INFERENCE_MODES else None
+        return checkpoints.restore_for_inference(model, global_step, config.model_dir, resolved=resolved,
+                                                 required=required, ema=ema,
                                                  note_raw=note_raw, note_unsettled=note_unsettled,
                                                  arch=config.arch, num_classes=config.num_classes,
                                                  use_final_conv=config.use_final_conv, log=self.logger.print)

@@ -471,7 +471,12 @@ def _checkpoint_read_by(config, log):
     path = checkpoint.latest_checkpoint(config.model_dir, warn=log)
     if path is None:
         return None, False
-    return checkpoint.inspect(path), config.mode in TRAINING_MODES
+    info = checkpoint.inspect(path)
+    if config.mode not in INFERENCE_MODES:
+        # Only an inference mode restores through this reader (Runner.restore_for_inference); held for a whole
+        # training it would keep a rotated-out checkpoint's disk space.
+        info = dataclasses.replace(info, reader=None)
+    return info, config.mode in TRAINING_MODES
 
 
 def _model_changes(config, info, given, log):

@@ -13,7 +13,7 @@ import json
 import math
 import os
 import re
-from typing import Optional
+from typing import Any, Optional
 
 import tensorflow as tf
 
@@ -53,6 +53,9 @@ class CheckpointInfo:
     diverged: Optional[dict] = None
     # {"id": the training's, "session": the run's that wrote it} (runtime/settings.lineage; None before 2026-12-06)
     lineage: Optional[dict] = None
+    # The open reader inspect() read it with (reader_of): its files stay readable through it after a training's
+    # rotation deletes them, so a restore reads the very checkpoint the settings were resolved from.
+    reader: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def recorded_settings(self):
         """{RunConfig field (and `images_per_step`): value} of every setting this checkpoint records (None-valued
@@ -432,9 +435,20 @@ def _checked_metadata(meta, path):
     return meta
 
 
+def reader_of(info):
+    """The reader of CheckpointInfo `info`: the one inspect() opened (still reading its files if they were deleted
+    since), else a new one."""
+    return info.reader if info.reader is not None else open_reader(info.path)
+
+
 def inspect(path):
-    """CheckpointInfo of the checkpoint at prefix `path` (see find_checkpoint)."""
+    """CheckpointInfo of the checkpoint at prefix `path` (see find_checkpoint), holding the reader it was read with
+    (`reader`; drop it with dataclasses.replace(info, reader=None) where the info is kept long)."""
     reader = open_reader(path)
+    return dataclasses.replace(_inspect(path, reader), reader=reader)
+
+
+def _inspect(path, reader):
     shapes = reader.get_variable_to_shape_map()
     if OBJECT_GRAPH_KEY in shapes:
         held = object_model(reader)

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from model import checkpoint_names
 from model.checkpoint.read import (GLOBAL_STEP_KEY, SLOT_SUFFIX, CheckpointInfo, find_checkpoint,
-                                   inspect, object_model, open_reader, read_tensor)
+                                   inspect, object_model, read_tensor, reader_of)
 from model.layers.quantization import QuantizationConfig, is_quantization_variable
 from model.resnet import averaged_variables, build_model
 from utils.ema import EMA_SUFFIX
@@ -143,7 +143,7 @@ def _read_object_model(info, describe):
         status.assert_existing_objects_matched()
     except (ValueError, AssertionError, IndexError, tf.errors.OpError) as error:
         _refuse(info, [first_line(error)], describe)
-    saved = object_model(open_reader(info.path)).variables
+    saved = object_model(reader_of(info)).variables
     if saved != len(twin.variables):
         _refuse(info, [f"it holds {saved} model variables, the model has {len(twin.variables)}"], describe)
     return twin
@@ -179,7 +179,7 @@ def restore_model(model, info, arch, describe, *, trainable_only=False, skip_cla
     if info.format == "object":
         return _restore_object(model, info, describe, trainable_only, skip_classifier)
     fresh = []
-    reader = open_reader(info.path)
+    reader = reader_of(info)
     shapes = reader.get_variable_to_shape_map()
     entries = model_entries(model, arch)
     wanted = {}
@@ -220,7 +220,7 @@ def restore_training(model, optimizer, global_step, info, arch, describe, averag
     if not info.has_optimizer_state:
         raise UserError(f"checkpoint {info.path} has no optimizer state (no */Momentum slots), so training cannot "
                         "resume from it; start a new --model_dir with --finetune_checkpoint to train from it")
-    reader = open_reader(info.path)
+    reader = reader_of(info)
     shapes = reader.get_variable_to_shape_map()
     entries = training_entries(model, optimizer, global_step, arch,
                                averages if info.has_weight_averages else None)
@@ -239,7 +239,7 @@ def load_averages(model, info, arch, describe):
     """Assign the checkpoint's EMA weights to the model's averaged variables (the raw values of the others, QAT
     ranges, stay); a UserError naming the missing ones when the checkpoint lacks any. Returns how many were
     assigned. The refusal in the terms of --use_ema_weights is require_averages' (runtime/checkpoints.py)."""
-    reader = open_reader(info.path)
+    reader = reader_of(info)
     wanted = average_keys(model, arch)
     _verify_shapes(info, reader.get_variable_to_shape_map(), wanted, (), describe)
     _assign(reader, list(wanted.items()), info.path)
