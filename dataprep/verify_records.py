@@ -25,9 +25,10 @@ from utils.tfrecord_framing import count_records
 
 
 def verify(tfrecord_dir: str, splits=("train", "validation"), log=print) -> list[str]:
-    """One `BAD <shard>: ...` line (also logged) per shard of `splits` that cannot be read to its end, and one
-    `BAD <dir> (<split>): ...` per split that training and evaluation refuse as it is (shards its manifest does not
-    record, missing ones: utils/dataset_manifest.check_complete); [] when all is well. A shard whose framing is broken is named by the framing check, before TensorFlow reads it."""
+    """One `BAD <shard>: ...` line (also logged) per shard of `splits` that cannot be read to its end, and one `BAD
+    <dir> (<split>): ...` per split that training and evaluation refuse as it is (shards its manifest does not record,
+    missing ones: utils/dataset_manifest.check_complete); [] when all is well. A shard whose framing is broken is named
+    by the framing check, before TensorFlow reads it."""
     names = [name for name in list_shards(tfrecord_dir) if name.split("-", 1)[0] in splits]
     if not names:
         raise UserError(f"no {' or '.join(split + '-*' for split in splits)} files in {tfrecord_dir}")

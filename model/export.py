@@ -282,7 +282,8 @@ def _what_to_pass_instead(path):
                          and os.path.isfile(os.path.join(path, name, "saved_model.pb")))
         if exports:
             return "it holds {} export(s): pass one, e.g. {}".format(len(exports), os.path.join(path, exports[-1]))
-        if os.path.isfile(os.path.join(path, "checkpoint")) or glob.glob(os.path.join(glob.escape(path), "model.ckpt-*.index")):
+        if os.path.isfile(os.path.join(path, "checkpoint")) or glob.glob(
+                os.path.join(glob.escape(path), "model.ckpt-*.index")):
             return ("it is a training directory: export its checkpoint with main.py --mode evaluate --model_dir {0} "
                     "--data_dir <TFRecords> --export_dir <dir>, then pass <dir>/<timestamp>; or, with no data, "
                     "python export_frozen_graph.py --checkpoint {0} --output_file <name>.pb, then python "

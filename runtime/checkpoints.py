@@ -47,13 +47,13 @@ def no_checkpoint(model_dir):
 def restore_for_inference(model, global_step, model_dir, arch, num_classes, *, resolved=None, use_final_conv=False,
                           required=True, ema=False, note_raw=True, note_unsettled=True, log=print):
     """Evaluate / predict / inference_benchmark: every variable of `model` from checkpoint `resolved` (the
-    CheckpointInfo the run's settings were resolved from and its record names; a training in model_dir may have
-    saved newer ones since, and its rotation deleted this one: its reader still reads it), by default model_dir's
-    newest complete checkpoint (verified), `global_step` set to its step; returns its CheckpointInfo. `ema`: then the EMA weights
-    over the raw ones (a UserError if it has none); else, with `note_raw`, a line saying the raw ones are used when
-    it has EMA weights too; with `note_unsettled`, a WARNING when it was trained too few steps for its BN moving
-    statistics to be its own. With no checkpoint: a UserError when `required` or `ema`, else None (fresh weights,
-    said so)."""
+    CheckpointInfo the run's settings were resolved from and its record names; a training in model_dir may have saved
+    newer ones since, and its rotation deleted this one: its reader still reads it), by default model_dir's newest
+    complete checkpoint (verified), `global_step` set to its step; returns its CheckpointInfo. `ema`: then the EMA
+    weights over the raw ones (a UserError if it has none); else, with `note_raw`, a line saying the raw ones are used
+    when it has EMA weights too; with `note_unsettled`, a WARNING when it was trained too few steps for its BN moving
+    statistics to be its own. With no checkpoint: a UserError when `required` or `ema`, else None (fresh weights, said
+    so)."""
     path = resolved.path if resolved is not None else checkpoint.latest_checkpoint(model_dir, warn=log)
     if path is None:
         if required or ema:

@@ -82,15 +82,15 @@ class RunSettings:
 
 
 def lineage(config, info, resumes):
-    """The `training` record of a run that trains into model_dir ({} for other modes): `session`, new for every
-    run; `id`, the training's: new for a new training or a fine-tune, the checkpoint's on a resume (kept through
-    resumes, and through copies, moves and links of model_dir); `resumes`, the session that wrote the checkpoint
-    it resumes (None: a new training, or a checkpoint of before 2026-12-06, which records none). The checkpoints
-    record `id` and `session` (runtime/runner.py), so the sessions of one training are found in a log whatever
-    path reached its model_dir, and a fork (a copy of model_dir resumed beside the original) is another branch
-    (utils/plot_log._sessions_continued_by, utils/logger.last_training_step). A resume of a checkpoint that records no id (before 2026-12-06) takes the id
-    of that checkpoint's training from the checkpoint itself (checkpoint_training_id), so every session resuming it,
-    or a copy of it, has the same one, and says so: `id_from`, the index file it was derived from."""
+    """The `training` record of a run that trains into model_dir ({} for other modes): `session`, new for every run;
+    `id`, the training's: new for a new training or a fine-tune, the checkpoint's on a resume (kept through resumes, and
+    through copies, moves and links of model_dir); `resumes`, the session that wrote the checkpoint it resumes (None: a
+    new training, or a checkpoint of before 2026-12-06, which records none). The checkpoints record `id` and `session`
+    (runtime/runner.py), so the sessions of one training are found in a log whatever path reached its model_dir, and a
+    fork (a copy of model_dir resumed beside the original) is another branch (utils/plot_log._sessions_continued_by,
+    utils/logger.last_training_step). A resume of a checkpoint that records no id (before 2026-12-06) takes the id of
+    that checkpoint's training from the checkpoint itself (checkpoint_training_id), so every session resuming it, or a
+    copy of it, has the same one, and says so: `id_from`, the index file it was derived from."""
     import uuid
     if config.mode not in TRAINING_MODES:
         return {}

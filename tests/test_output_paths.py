@@ -116,14 +116,15 @@ def test_a_path_tensorflow_reads_as_a_pattern_is_refused_and_only_such_a_path(tm
         assert (refused is not None) == (name in failing), name
     assert failing == ["a[b]", "a\\b", "[x]/y", "[/]"]
     assert error(output_paths.check_tensorflow_path, "--model_dir", tmp_path / "exp[lr=0.1]") == (
-        "--model_dir {} holds '[' and ']', which TensorFlow reads as a file-name pattern: it could not read back a checkpoint "
-        "or SavedModel there; use a path without them".format(tmp_path / "exp[lr=0.1]"))
+        "--model_dir {} holds '[' and ']', which TensorFlow reads as a file-name pattern: it could not read back a "
+        "checkpoint or SavedModel there; use a path without them".format(tmp_path / "exp[lr=0.1]"))
     output_paths.check_tensorflow_path("--export_dir", None)
 
 
 def test_an_empty_file_name_is_refused(tmp_path):
     """`export_onnx.py --output ""` said `Wrote  (opset 17, ...)` and wrote nothing."""
-    assert error(output_paths.check_output_file, "--output", "") == "--output is empty: give the name of the file to write"
+    assert error(output_paths.check_output_file, "--output", "") == (
+        "--output is empty: give the name of the file to write")
 
 
 def test_a_directory_given_for_a_file_is_named(tmp_path):
