@@ -1,6 +1,7 @@
 """`--mode predict` (docs/ORIGINAL.md#modes): top-5 classes of image files, in batches, with class names from a
 labels file when there is one. A file that cannot be used is reported and skipped; the others are still predicted."""
 
+import json
 import os
 import sys
 
@@ -87,7 +88,9 @@ def format_prediction(filename, probabilities, top, class_names):
         if class_names is not None and index < len(class_names):
             name = " ({})".format(class_names[index])
         parts.append("{}{} {:.4f}".format(index, name, probabilities[index]))
-    return "{}: {}".format(printable(filename), ", ".join(parts))
+    # A name holding ": " is quoted as a JSON string (a reader splits the line at its first ": ")
+    shown = printable(json.dumps(filename, ensure_ascii=False) if ": " in filename else filename)
+    return "{}: {}".format(shown, ", ".join(parts))
 
 
 def load_class_names(labels_file, config, warn=None, say=print):

@@ -95,10 +95,22 @@ def test_a_file_name_with_control_characters_is_printed_escaped_on_one_line(tmp_
     assert (counts.predicted, counts.failed) == (2, 1)
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
-    assert lines[0].startswith(str(images / "nl\\nFAKE.jpg: 0 (T-shirt) 1.0000.jpg") + ": 3 ")
+    # (a name holding ": " is quoted as a JSON string: a reader splits the line at its first ": ")
+    assert lines[0].startswith('"{}": 3 '.format(images / "nl\\nFAKE.jpg: 0 (T-shirt) 1.0000.jpg"))
     assert lines[1].startswith(str(images / "ansi\\x1b]0;PWN\\x07.jpg") + ": 3 ")
     assert "\x1b" not in captured.out + captured.err
     assert "SKIPPED {}: ".format(images / "bad\\x1b[31m.jpg") in captured.err
+
+
+def test_a_file_name_holding_colon_space_is_quoted_so_the_line_splits_at_the_right_place(tmp_path, capsys):
+    """`colon: 9 (Bag) 1.0000.jpg: 3 ...` read as class 9 to anything splitting at the first ": "."""
+    import json
+    names = ["colon: 9 (Bag) 1.0000.jpg", 'quote" and: x.jpg', "plain:x.jpg"]
+    images = photo_dir(tmp_path, names)
+    predict_files(fake_step, [str(images / name) for name in names], 16, 4)
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(line.split(": 3 ", 1)[0]) for line in lines[:2]] == [str(images / name) for name in names[:2]]
+    assert lines[2].startswith(str(images / "plain:x.jpg") + ": 3 ")
 
 
 def test_an_interrupt_says_how_many_files_were_predicted(tmp_path, capsys):
