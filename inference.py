@@ -313,17 +313,12 @@ def describe_given_model(args, saved_model_dir, onnx_model, log, image_size=None
     if onnx_model is not None:
         recorded = export.onnx_source(onnx_model, f"--model {printable(args.model, 300)}")
         source = export.agreeing_source(recorded, f"--model {args.model}'s metadata `{export.SOURCE_KEY}`",
-                                        image_size, num_classes, warn=log,
-                                        quantized=export.onnx_quantized(onnx_model),
-                                        arch=export.graph_architecture(export.onnx_node_names(onnx_model)))
+                                        image_size, num_classes, warn=log, **export.onnx_facts(onnx_model))
     elif saved_model_dir is not None:
         recorded = export.read_source(saved_model_dir)
         graph = export.saved_model_graph(saved_model_dir) if recorded is not None else None
         source = export.agreeing_source(recorded, os.path.join(saved_model_dir, export.SOURCE_FILE), image_size,
-                                        num_classes, warn=log,
-                                        quantized=export.graph_quantized(graph) if graph is not None else None,
-                                        arch=export.graph_architecture(export.graph_node_names(graph))
-                                        if graph is not None else None)
+                                        num_classes, warn=log, **(export.graph_facts(graph) if graph is not None else {}))
     else:
         recorded = source = None
     line = None

@@ -140,8 +140,9 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None, eng
                    | resolved.parameters()
                    | distribution.parameters() | frozen_weights
                    | startup.environment_parameters(engine, devices=platform.describe_devices()))
-    if logger.destination():
-        logger.print(logger.destination())
+    destination = logger.destination()
+    if destination:
+        logger.print(destination)
     if not config.cpu and not platform.gpu:
         logger.print(NO_GPU_LINE)
     if frozen_weights:

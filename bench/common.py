@@ -180,8 +180,7 @@ class FrozenGraph:
             raise UserError(f"{path}: expected one placeholder and one output, got {inputs} -> {outputs}")
         recorded = export.graph_source(graph_def, path)
         self.source = recorded or {}
-        quantized = export.graph_quantized(graph_def)
-        arch = export.graph_architecture(export.graph_node_names(graph_def))
+        facts = export.graph_facts(graph_def)  # what the record is held to
         placeholder = next(node for node in graph_def.node if node.name == inputs[0])
         shape = [dim.size for dim in placeholder.attr["shape"].shape.dim]
         self.layout, side = onnx_input_layout(shape)
@@ -189,7 +188,7 @@ class FrozenGraph:
             raise UserError(f"{path}: its input {shape} is not an image batch with 3 channels first or last")
         if side is not None:  # the graph's own size first; a record that contradicts it is refused below
             self.source = export.agreeing_source(recorded, f"{path}'s node {export.SOURCE_NODE}", side,
-                                                quantized=quantized, arch=arch) or {}
+                                                **facts) or {}
         self.image_size = side or self.source.get("image_size")
         if not self.image_size:
             raise UserError(f"{path}: its input {shape} has no fixed size and the graph records none")
@@ -209,7 +208,7 @@ class FrozenGraph:
         outputs = self.function.outputs[0].shape[-1]
         if self.source and outputs is not None:
             self.source = export.agreeing_source(self.source, f"{path}'s node {export.SOURCE_NODE}", None,
-                                                outputs, quantized=quantized, arch=arch) or {}
+                                                outputs, **facts) or {}
         self.num_classes = outputs or self.source.get("num_classes")
 
     def prepare(self, images):

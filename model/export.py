@@ -190,8 +190,8 @@ def agreeing_source(source, where, image_size=None, num_classes=None, warn=print
     ONNX model's metadata) when it agrees with the graph it describes: its image_size and num_classes with the
     graph's input size `image_size` and output count `num_classes` (None where the graph does not say), its
     class_names as many as the outputs, its `quantized` with whether the graph holds fake-quantisation ops
-    (`quantized`: graph_quantized or onnx_quantized; None where not known), its arch with the architecture the
-    graph's node names are scoped by (`arch`: graph_architecture; None where they name none). Its checkpoint and
+    (`quantized`), its arch with the architecture the graph's node names are scoped by (`arch`: graph_architecture;
+    None where they name none); graph_facts and onnx_facts give both, None where not known. Its checkpoint and
     step cannot be told from a graph and are taken as recorded. A record that contradicts its graph is another
     model's (copied or swapped beside it): all it says (architecture, checkpoint, step, class names) would be false
     of this model, so it is refused whole, with one WARNING line through `warn` naming `where` and the fields, and
@@ -524,8 +524,7 @@ def saved_model_to_onnx(saved_model_dir, output_path, opset=DEFAULT_OPSET, warn=
     _set_metadata(model_proto, INPUT_PIXELS, RAW)  # a serving signature takes raw pixels (save_saved_model)
     source = agreeing_source(source, os.path.join(saved_model_dir, SOURCE_FILE),
                              *onnx_image_size_and_classes(model_proto), warn=warn, ignored=NOT_CARRIED,
-                             quantized=onnx_quantized(model_proto),
-                             arch=graph_architecture(onnx_node_names(model_proto)))
+                             **onnx_facts(model_proto))
     if source is not None:
         _set_metadata(model_proto, SOURCE_KEY, json.dumps(source, sort_keys=True))
     _save_onnx(model_proto, output_path)
@@ -555,7 +554,7 @@ def frozen_graph_to_onnx(graph_def_path, output_path, opset=DEFAULT_OPSET, warn=
         _set_metadata(model_proto, INPUT_PIXELS, pixels)
     source = agreeing_source(source, f"{graph_def_path}'s node {SOURCE_NODE}",
                              *onnx_image_size_and_classes(model_proto), warn=warn, ignored=NOT_CARRIED,
-                             quantized=graph_quantized(graph_def), arch=graph_architecture(graph_node_names(graph_def)))
+                             **graph_facts(graph_def))
     if source is not None:
         _set_metadata(model_proto, SOURCE_KEY, json.dumps(source, sort_keys=True))
     _save_onnx(model_proto, output_path)
@@ -631,10 +630,37 @@ def graph_architecture(node_names):
     return found.pop() if len(found) == 1 else None
 
 
+def graph_nodes(graph_def):
+    """The nodes of a TF graph, its functions' included."""
+    return list(graph_def.node) + [node for function in graph_def.library.function for node in function.node_def]
+
+
 def graph_node_names(graph_def):
-    """The names of a TF graph's nodes, its functions' included."""
-    return [node.name for node in graph_def.node] + [
-        node.name for function in graph_def.library.function for node in function.node_def]
+    return [node.name for node in graph_nodes(graph_def)]
+
+
+def graph_quantized(graph_def):
+    """Whether a TF graph (its functions included) computes fake quantisation."""
+    return any(node.op in QUANTIZATION_OPS for node in graph_nodes(graph_def))
+
+
+def onnx_node_names(model_proto):
+    return [node.name for node in model_proto.graph.node]
+
+
+def onnx_quantized(model_proto):
+    """Whether an ONNX graph computes quantisation (QuantizeLinear/DequantizeLinear)."""
+    return any(node.op_type in ONNX_QUANTIZATION_OPS for node in model_proto.graph.node)
+
+
+def graph_facts(graph_def):
+    """What an export record is held to in a TF graph (agreeing_source's `quantized` and `arch`)."""
+    return {"quantized": graph_quantized(graph_def), "arch": graph_architecture(graph_node_names(graph_def))}
+
+
+def onnx_facts(model_proto):
+    """What an export record is held to in an ONNX model (agreeing_source's `quantized` and `arch`)."""
+    return {"quantized": onnx_quantized(model_proto), "arch": graph_architecture(onnx_node_names(model_proto))}
 
 
 def saved_model_graph(saved_model_dir):
@@ -650,28 +676,12 @@ def saved_model_graph(saved_model_dir):
     return saved_model.meta_graphs[0].graph_def if saved_model.meta_graphs else None
 
 
-def graph_quantized(graph_def):
-    """Whether a TF graph (its functions included) computes fake quantisation."""
-    nodes = list(graph_def.node) + [node for function in graph_def.library.function for node in function.node_def]
-    return any(node.op in QUANTIZATION_OPS for node in nodes)
-
-
-def onnx_quantized(model_proto):
-    """Whether an ONNX graph computes quantisation (QuantizeLinear/DequantizeLinear)."""
-    return any(node.op_type in ONNX_QUANTIZATION_OPS for node in model_proto.graph.node)
-
-
-def onnx_node_names(model_proto):
-    return [node.name for node in model_proto.graph.node]
-
-
 def graph_precision(graph_def):
     """"bfloat16", "float16" or "float32": what a TF graph's convolutions and matmuls compute in (its functions
     included), so a SavedModel exported under --amp can say so."""
     from tensorflow.core.framework import types_pb2
     names = {types_pb2.DT_BFLOAT16: "bfloat16", types_pb2.DT_HALF: "float16"}
-    nodes = list(graph_def.node) + [node for function in graph_def.library.function for node in function.node_def]
-    found = {names[node.attr["T"].type] for node in nodes
+    found = {names[node.attr["T"].type] for node in graph_nodes(graph_def)
              if node.op in ("Conv2D", "MatMul", "BatchMatMulV2", "Einsum") and node.attr["T"].type in names}
     return " and ".join(sorted(found)) or "float32"
 

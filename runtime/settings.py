@@ -774,13 +774,8 @@ def _note_another_schedule(config, info, count, replicas, log):
 
 
 def _steps_left(config, info, count, replicas):
-    """Whether a resume of checkpoint `info` trains any step (runner_utils.steps_this_run) on a train split of
-    `count` records."""
-    from runtime import runner_utils
-    num_steps, num_epochs, _ = runner_utils.count_steps(config.iter_unit, count, config.num_iter,
-                                                        images_per_step(config, replicas))
-    return runner_utils.steps_this_run(config.run_iter, config.iter_unit, num_steps / num_epochs, num_steps,
-                                       info.step or 0) > 0
+    """Whether a resume of checkpoint `info` trains any step on a train split of `count` records (_last_step)."""
+    return _last_step(config, info, count, replicas) > (info.step or 0)
 
 
 def _note_fewer_images_than_asked(config, info, count, replicas):
