@@ -331,18 +331,27 @@ def test_grouped_conv_forward_and_gradient(implementation, execution):
     np.testing.assert_allclose(grad_k.numpy(), expected_gk, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("size,kernel_size,stride", [(9, 3, 1), (10, 5, 1), (8, 1, 2), (7, 1, 2), (16, 7, 2),
-                                                      (5, 3, 1), (7, 3, 2), (6, 3, 2)])
+@pytest.mark.parametrize("size,kernel_size,stride,channels", [
+    (9, 3, 1, (6, 5)), (10, 5, 1, (6, 5)), (8, 1, 2, (6, 5)), (7, 1, 2, (6, 5)), (16, 7, 2, (6, 5)), (5, 3, 1, (6, 5)),
+    (7, 3, 2, (6, 5)), (6, 3, 2, (6, 5)), (5, 3, 1, (128, 128)), (2, 3, 1, (128, 128)), (3, 3, 2, (128, 128)),
+    (6, 3, 2, (64, 256)), (4, 5, 1, (256, 64)), (5, 2, 1, (128, 128)), (12, 3, 3, (128, 128)),
+    (14, 3, 2, (128, 128)), (3, 3, 1, (112, 112))])
 @pytest.mark.parametrize("execution", ["eager", "function", "jit"])
-def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, kernel_size, stride, execution):
+def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, kernel_size, stride, channels,
+                                                                         execution):
     # 9x9, 10x10 and 16x16 (> 49 output positions): native conv; 8x8 and 7x7 1x1 stride 2: 1x1 average pool +
-    # matmul; 5x5 3x3 and the stride-2 3x3 convs of odd and even maps: patches + matmul, whose input gradient is a
-    # backward conv.
+    # matmul; the kxk convs of maps down to 2x2, odd and even kernels, strides 1-3: patches + matmul. Their input
+    # gradient is a forward conv of the (spread-out) output gradient with the rotated kernel from 128 x 128
+    # channels in x out, a backward conv below that (112 x 112) and for the stride-2 conv from 14x14 (> 100 input
+    # positions).
     # Forward and both gradients against NumPy, eagerly, in a graph and under XLA.
+    channels_in, channels_out = channels
     rng = np.random.default_rng(11)
-    x = rng.normal(0, 1, (2, size, size, 6)).astype("f4")
-    kernel = rng.normal(0, 0.3, (kernel_size, kernel_size, 6, 5)).astype("f4")
-    layer = Conv2D(5, kernel_size, strides=stride, padding="same", use_bias=False, implementation="cpu")
+    x = rng.normal(0, 1, (2, size, size, channels_in)).astype("f4")
+    # Scaled with the channels so outputs spread alike: the loss's y * cos(y) amplifies rounding in a large y.
+    kernel = rng.normal(0, 0.3 * np.sqrt(6 / channels_in),
+                        (kernel_size, kernel_size, channels_in, channels_out)).astype("f4")
+    layer = Conv2D(channels_out, kernel_size, strides=stride, padding="same", use_bias=False, implementation="cpu")
     layer.build(x.shape)
     layer.kernel.assign(kernel)
 
@@ -364,9 +373,14 @@ def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, ker
     if execution == "function":  # the formulation the layer chose
         graph = step.get_concrete_function(tf.constant(x)).graph.as_graph_def()
         ops = [node.op for node in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
-        native = kernel_size > 1 and size * size // (stride * stride) > 49
-        assert ("Conv2D" in ops) == native and ("Conv2DBackpropInput" in ops) == (kernel_size > 1)
-        assert ("ExtractImagePatches" in ops) == (kernel_size > 1 and not native)
+        native = kernel_size > 1 and (-(-size // stride)) ** 2 > 49
+        patches = kernel_size > 1 and not native
+        backward_conv = native or (patches and (channels_in * channels_out < 128 * 128 or (stride > 1 and size * size > 100)))
+        assert ("Conv2DBackpropInput" in ops) == backward_conv
+        # The forward conv: a native layer's, or the one computing a patches conv's input gradient.
+        assert ("Conv2D" in ops) == (native or (patches and not backward_conv))
+        assert ("ExtractImagePatches" in ops) == patches
+        assert ("DepthToSpace" in ops) == (patches and stride > 1 and not backward_conv)
         assert not [op for op in ops if op in ("Einsum", "UnsortedSegmentSum")]
         # A strided 1x1 conv samples its input with a 1x1 average pool; no StridedSliceGrad, none from the kernel
         # either (reshaped, not sliced).

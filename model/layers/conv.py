@@ -16,6 +16,11 @@ import tensorflow as tf
 
 # Spatial positions (H*W of the output) up to which a kxk conv runs as patches + matmul on CPU.
 PATCHES_MAX_POSITIONS = 49
+# When a patches conv's input gradient is a forward conv (_input_gradient): its kernel has at least
+# ROTATED_MIN_CHANNELS input x output channels and, for a strided conv, its input at most DILATED_MAX_POSITIONS
+# positions (H*W).
+ROTATED_MIN_CHANNELS = 128 * 128
+DILATED_MAX_POSITIONS = 100
 IMPLEMENTATIONS = ("native", "cpu")
 
 
@@ -44,6 +49,34 @@ def _pointwise(inputs, kernel, strides):
     return _matmul_over_channels(inputs, tf.reshape(kernel, kernel.shape[2:]))
 
 
+def _input_gradient(upstream, kernel, inputs, strides):
+    """The gradient of a SAME conv with respect to its input. With at least ROTATED_MIN_CHANNELS channels in x out,
+    oneDNN's Conv2DBackpropInput on an AVX2 CPU runs 3-19x slower on small maps than the same sum computed as a
+    forward conv of the output gradient with the kernel rotated by 180 degrees (inputs and outputs swapped), which
+    is what this then does; for stride s the output gradient is first spread out with s-1 zeros between its
+    elements. Below that, and for a strided conv from more than DILATED_MAX_POSITIONS positions (where the zeros
+    cost more), Conv2DBackpropInput is the faster one and is kept (docs/PERFORMANCE.md#the-40-px-step)."""
+    size_h, size_w, channels_in, channels_out = kernel.shape
+    height, width = inputs.shape[1], inputs.shape[2]
+    if channels_in * channels_out < ROTATED_MIN_CHANNELS or (strides > 1 and height * width > DILATED_MAX_POSITIONS):
+        return tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(inputs), filter=kernel, out_backprop=upstream,
+                                              strides=[1, strides, strides, 1], padding="SAME")
+    rotated = tf.transpose(tf.reverse(kernel, [0, 1]), [0, 1, 3, 2])
+    if strides > 1:
+        # Each element of the output gradient goes to the first of its s x s cell; the others are zeros.
+        zeros = tf.zeros_like(upstream)
+        upstream = tf.nn.depth_to_space(tf.concat([upstream] + [zeros] * (strides * strides - 1), axis=3), strides)
+    paddings = [[0, 0]]
+    for size, extent, out_extent in ((size_h, height, upstream.shape[1]), (size_w, width, upstream.shape[2])):
+        before = max((-(-extent // strides) - 1) * strides + size - extent, 0) // 2  # SAME's padding before
+        paddings.append([size - 1 - before, extent + before - out_extent])
+    crop = [max(-after, 0) for _, after in paddings[1:]]
+    if any(crop):  # a spread gradient longer than the padded input needs: its last rows/columns are zeros
+        upstream = upstream[:, :upstream.shape[1] - crop[0], :upstream.shape[2] - crop[1]]
+    paddings = [[before, max(after, 0)] for before, after in paddings] + [[0, 0]]
+    return tf.nn.conv2d(tf.pad(upstream, paddings), rotated, 1, "VALID")
+
+
 def _patches(inputs, kernel, strides):
     size_h, size_w, channels_in, channels_out = kernel.shape
     depth = size_h * size_w * channels_in
@@ -57,13 +90,10 @@ def _patches(inputs, kernel, strides):
         outputs = _matmul_over_channels(patches, tf.reshape(kernel, [depth, channels_out]))
 
         def gradient(upstream):
-            # The kernel's gradient from the patches already made; the input's by oneDNN's backward conv, which
-            # is what ExtractImagePatches' own gradient (a scatter-add over every patch element) computes.
+            # The kernel's gradient from the patches already made; the input's by a convolution (what
+            # ExtractImagePatches' own gradient, a scatter-add over every patch element, computes).
             kernel_grad = tf.matmul(flat, tf.reshape(upstream, [-1, channels_out]), transpose_a=True)
-            input_grad = tf.raw_ops.Conv2DBackpropInput(
-                input_sizes=tf.shape(inputs), filter=kernel, out_backprop=upstream, strides=[1, strides, strides, 1],
-                padding="SAME")
-            return input_grad, tf.reshape(kernel_grad, kernel.shape)
+            return _input_gradient(upstream, kernel, inputs, strides), tf.reshape(kernel_grad, kernel.shape)
 
         return outputs, gradient
 
