@@ -7,12 +7,15 @@ Three tables, milliseconds per call (median of `--repeats` timings of 20 calls e
 after a check against the formulation the model uses: max relative difference printed):
 - `matmul`: the 1x1 and patches matmuls [M, K] x [K, N], forward, input gradient (transposed kernel) and kernel
   gradient (transposed input), with GFLOP/s;
-- `input_grad`: the stride-1 3x3 patches conv's input gradient by `Conv2DBackpropInput` (the model's), by a
-  forward conv with the rotated kernel, by patches of the output gradient times the rotated kernel, and by a
-  matmul to patch gradients folded back with nine shifted slices;
+- `input_grad`: a 3x3 conv's input gradient by `Conv2DBackpropInput` and by a forward conv of the (for stride 2
+  spread-out) output gradient with the rotated kernel (`model.layers.conv.rotated_input_gradient`), at the 40 px
+  step's 3x3 convs and around the channel count where the model switches between them (`model` names the one
+  the model takes); for stride 1 and square kernels also by patches of the output gradient times the rotated
+  kernel and by a matmul to patch gradients folded back with nine shifted slices;
 - `strided_sample`: a stride-2 1x1 conv's input sampling, forward and gradient, as a strided slice and as a 1x1
   average pool (the model's);
-  With `--size 224`, only this table, at the 1x1 convs' shapes of a 224 px step (maps 56x56 to 7x7);
+  With `--size 224`, only the matmul table, at the 1x1 convs' shapes of a 224 px step (maps 56x56 to 7x7), and
+  the input_grad table at its two patches shapes (7x7, and 14x14 -> 7x7);
 - `update_tail`: the weight-decay gradient (`grad + wd * w` on the kernels) and the TF1 momentum update
   (`ResourceApplyMomentum`) of ResNet-50's 161 variables, in a graph (the model's) and compiled by XLA as one
   cluster (the only part of the step XLA might speed up on CPU).
@@ -42,8 +45,14 @@ MATMULS_224 = [("56x56 1x1 64->64", 3136, 64, 64), ("56x56 1x1 64->256", 3136, 6
                ("28x28 1x1 512->256", 784, 512, 256), ("14x14 1x1 256->1024", 196, 256, 1024),
                ("14x14 1x1 1024->256", 196, 1024, 256), ("7x7 1x1 512->2048", 49, 512, 2048),
                ("7x7 1x1 2048->512", 49, 2048, 512)]
-# (map, channels) of the stride-1 3x3 convs (10x10 is native, the rest patches) and of the strided 1x1 samplings.
-PATCH_CONVS = [(10, 64), (5, 128), (3, 256), (2, 512)]
+# (input map, channels in, channels out, stride) of the 40 px step's 3x3 convs (10x10 stride 1 is native, the
+# rest patches), then of 3x3 maps around the model's channel threshold, then of ResNeXt's per-group convs at
+# 40 px; and of the 224 px step's patches convs.
+INPUT_GRADS = [(10, 64, 64, 1), (10, 128, 128, 2), (5, 128, 128, 1), (5, 256, 256, 2), (3, 256, 256, 1),
+               (3, 512, 512, 2), (2, 512, 512, 1), (3, 64, 64, 1), (3, 112, 112, 1), (3, 64, 256, 1), (3, 256, 64, 1),
+               (5, 8, 8, 1), (5, 16, 16, 2), (3, 16, 16, 1), (2, 32, 32, 1)]
+INPUT_GRADS_224 = [(14, 512, 512, 2), (7, 512, 512, 1)]
+# (map, channels) of the strided 1x1 samplings.
 STRIDED_SAMPLES = [(10, 256), (5, 512), (3, 1024)]
 
 
@@ -91,36 +100,42 @@ def matmul_rows(batch, repeats, shapes=MATMULS):
     return rows
 
 
-def input_grad_rows(batch, repeats):
+def input_grad_rows(batch, repeats, shapes=INPUT_GRADS):
     import tensorflow as tf
     from bench.conv_gradients import rotated_kernel
+    from model.layers import conv
     rows = []
-    for size, channels in PATCH_CONVS:
+    for size, channels_in, channels_out, stride in shapes:
+        out = -(-size // stride)
         generator = tf.random.Generator.from_seed(0)
-        x = generator.normal([batch, size, size, channels])
-        w = generator.normal([3, 3, channels, channels]) * 0.05
-        dy = generator.normal([batch, size, size, channels])
+        x = generator.normal([batch, size, size, channels_in])
+        w = generator.normal([3, 3, channels_in, channels_out]) * 0.05
+        dy = generator.normal([batch, out, out, channels_out])
 
         def patches_of_gradient():
             patches = tf.image.extract_patches(dy, [1, 3, 3, 1], [1, 1, 1, 1], [1, 1, 1, 1], "SAME")
-            flat = tf.matmul(tf.reshape(patches, [-1, 9 * channels]),
-                             tf.reshape(rotated_kernel(w), [9 * channels, channels]))
+            flat = tf.matmul(tf.reshape(patches, [-1, 9 * channels_out]),
+                             tf.reshape(rotated_kernel(w), [9 * channels_out, channels_in]))
             return tf.reshape(flat, x.shape)
 
         def matmul_and_fold():
             # Patch gradients [B, H, W, 3, 3, C]; input (h, w) collects tap (i, j) of output (h + 1 - i, w + 1 - j).
-            grads = tf.reshape(tf.matmul(tf.reshape(dy, [-1, channels]), tf.reshape(w, [9 * channels, channels]),
-                                         transpose_b=True), [batch, size, size, 3, 3, channels])
+            grads = tf.reshape(tf.matmul(tf.reshape(dy, [-1, channels_out]),
+                                         tf.reshape(w, [9 * channels_in, channels_out]), transpose_b=True),
+                               [batch, size, size, 3, 3, channels_in])
             padded = tf.pad(grads, [[0, 0], [1, 1], [1, 1], [0, 0], [0, 0], [0, 0]])
             return tf.add_n([padded[:, 2 - i:2 - i + size, 2 - j:2 - j + size, i, j, :]
                              for i in range(3) for j in range(3)])
 
-        variants = {
-            "backprop_input": lambda: tf.raw_ops.Conv2DBackpropInput(
-                input_sizes=tf.shape(x), filter=w, out_backprop=dy, strides=[1, 1, 1, 1], padding="SAME"),
-            "rotated_conv": lambda: tf.nn.conv2d(dy, rotated_kernel(w), 1, "SAME"),
-            "patches_of_gradient": patches_of_gradient, "matmul_and_fold": matmul_and_fold}
-        row = {"shape": f"{size}x{size} 3x3 {channels}"}
+        backprop = lambda: tf.raw_ops.Conv2DBackpropInput(  # noqa: E731
+            input_sizes=tf.shape(x), filter=w, out_backprop=dy, strides=[1, stride, stride, 1], padding="SAME")
+        variants = {"backprop_input": backprop,
+                    "rotated_conv": lambda: conv.rotated_input_gradient(dy, w, (size, size), stride)}
+        if stride == 1:
+            variants.update(patches_of_gradient=patches_of_gradient, matmul_and_fold=matmul_and_fold)
+        rotated = conv.takes_rotated_input_gradient(w.shape, (size, size), stride)
+        row = {"shape": f"{size}x{size}{f' -> {out}x{out}' if stride > 1 else ''} 3x3 {channels_in}->{channels_out}",
+               "stride": stride, "model": "rotated_conv" if rotated else "backprop_input"}
         rows.append(_compare({name: tf.function(fn) for name, fn in variants.items()}, "backprop_input", repeats,
                              row))
     return rows
@@ -187,7 +202,8 @@ def main(argv=None):
     measures = (("matmul", matmul_rows), ("input_grad", input_grad_rows),
                 ("strided_sample", strided_sample_rows), ("update_tail", update_tail_rows))
     if args.size == 224:
-        measures = (("matmul", lambda batch, repeats: matmul_rows(batch, repeats, MATMULS_224)),)
+        measures = (("matmul", lambda batch, repeats: matmul_rows(batch, repeats, MATMULS_224)),
+                    ("input_grad", lambda batch, repeats: input_grad_rows(batch, repeats, INPUT_GRADS_224)))
     for name, measure in measures:
         tables[name] = measure(args.batch, args.repeats)
         for row in tables[name]:

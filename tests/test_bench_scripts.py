@@ -51,7 +51,11 @@ def test_small_map_ops_alternatives_agree_with_the_model_formulations(tmp_path):
     small_map_ops.main(["--batch", "1", "--repeats", "1", "--json", str(out)])
     tables = json.loads(out.read_text())
     assert [row["shape"] for row in tables["matmul"]] == [shape[0] for shape in small_map_ops.MATMULS]
-    assert len(tables["input_grad"]) == len(small_map_ops.PATCH_CONVS)
+    assert len(tables["input_grad"]) == len(small_map_ops.INPUT_GRADS)
+    # the model's choice: the rotated conv from 128 x 128 channels, Conv2DBackpropInput below
+    assert [row["model"] for row in tables["input_grad"]] == ["rotated_conv" if ci * co >= 128 * 128 else
+                                                             "backprop_input"
+                                                             for _, ci, co, _ in small_map_ops.INPUT_GRADS]
     assert len(tables["strided_sample"]) == len(small_map_ops.STRIDED_SAMPLES)
     for row in tables["input_grad"] + tables["strided_sample"]:
         diffs = [row[key] for key in row if key.endswith("_max_rel_diff")]
@@ -71,7 +75,10 @@ def test_small_map_ops_at_224_times_only_the_matmuls_at_the_224_shapes(tmp_path)
     out = tmp_path / "ops224.json"
     small_map_ops.main(["--size", "224", "--batch", "1", "--repeats", "1", "--json", str(out)])
     tables = json.loads(out.read_text())
-    assert tables["size"] == 224 and set(tables) & {"input_grad", "strided_sample", "update_tail"} == set()
+    assert tables["size"] == 224 and set(tables) & {"strided_sample", "update_tail"} == set()
+    # the 224 px step's patches convs: from 14x14 (196 positions) stride 2 the backward conv, at 7x7 the rotated one
+    assert [row["model"] for row in tables["input_grad"]] == ["backprop_input", "rotated_conv"]
+    assert max(row["rotated_conv_max_rel_diff"] for row in tables["input_grad"]) < 1e-5
     assert [(row["m"], row["k"], row["n"]) for row in tables["matmul"]] == [
         (positions, k, n) for _, positions, k, n in small_map_ops.MATMULS_224]
     # rows per image are the map's positions at 224 px: 56x56 down to 7x7

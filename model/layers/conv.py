@@ -51,29 +51,39 @@ def _pointwise(inputs, kernel, strides):
 
 def _input_gradient(upstream, kernel, inputs, strides):
     """The gradient of a SAME conv with respect to its input. With at least ROTATED_MIN_CHANNELS channels in x out,
-    oneDNN's Conv2DBackpropInput on an AVX2 CPU runs 3-19x slower on small maps than the same sum computed as a
-    forward conv of the output gradient with the kernel rotated by 180 degrees (inputs and outputs swapped), which
-    is what this then does; for stride s the output gradient is first spread out with s-1 zeros between its
-    elements. Below that, and for a strided conv from more than DILATED_MAX_POSITIONS positions (where the zeros
-    cost more), Conv2DBackpropInput is the faster one and is kept (docs/PERFORMANCE.md#the-40-px-step)."""
-    size_h, size_w, channels_in, channels_out = kernel.shape
-    height, width = inputs.shape[1], inputs.shape[2]
-    if channels_in * channels_out < ROTATED_MIN_CHANNELS or (strides > 1 and height * width > DILATED_MAX_POSITIONS):
-        return tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(inputs), filter=kernel, out_backprop=upstream,
-                                              strides=[1, strides, strides, 1], padding="SAME")
+    oneDNN's Conv2DBackpropInput on an AVX2 CPU runs up to 19x slower on small maps than rotated_input_gradient's
+    forward conv, which computes the same sum. Below that neither is consistently faster and the one op is kept;
+    a strided conv from more than DILATED_MAX_POSITIONS positions keeps it too, where the zeros cost more
+    (docs/PERFORMANCE.md#the-input-gradient-on-an-avx2-cpu-2026-12-06)."""
+    if takes_rotated_input_gradient(kernel.shape, inputs.shape[1:3], strides):
+        return rotated_input_gradient(upstream, kernel, inputs.shape[1:3], strides)
+    return tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(inputs), filter=kernel, out_backprop=upstream,
+                                          strides=[1, strides, strides, 1], padding="SAME")
+
+
+def takes_rotated_input_gradient(kernel_shape, input_size, strides):
+    """Whether _input_gradient computes a patches conv's input gradient by rotated_input_gradient."""
+    return kernel_shape[2] * kernel_shape[3] >= ROTATED_MIN_CHANNELS and (
+        strides == 1 or input_size[0] * input_size[1] <= DILATED_MAX_POSITIONS)
+
+
+def rotated_input_gradient(upstream, kernel, input_size, strides):
+    """The input gradient of a SAME conv of an `input_size` (H, W) map as a forward conv of the output gradient
+    `upstream` with the kernel rotated by 180 degrees (inputs and outputs swapped); for stride s the output
+    gradient is first spread out with s-1 zeros between its elements."""
+    size_h, size_w = kernel.shape[0], kernel.shape[1]
     rotated = tf.transpose(tf.reverse(kernel, [0, 1]), [0, 1, 3, 2])
     if strides > 1:
         # Each element of the output gradient goes to the first of its s x s cell; the others are zeros.
         zeros = tf.zeros_like(upstream)
         upstream = tf.nn.depth_to_space(tf.concat([upstream] + [zeros] * (strides * strides - 1), axis=3), strides)
-    paddings = [[0, 0]]
-    for size, extent, out_extent in ((size_h, height, upstream.shape[1]), (size_w, width, upstream.shape[2])):
+    paddings = []
+    for size, extent, spread in zip((size_h, size_w), input_size, upstream.shape[1:3]):
         before = max((-(-extent // strides) - 1) * strides + size - extent, 0) // 2  # SAME's padding before
-        paddings.append([size - 1 - before, extent + before - out_extent])
-    crop = [max(-after, 0) for _, after in paddings[1:]]
-    if any(crop):  # a spread gradient longer than the padded input needs: its last rows/columns are zeros
-        upstream = upstream[:, :upstream.shape[1] - crop[0], :upstream.shape[2] - crop[1]]
-    paddings = [[before, max(after, 0)] for before, after in paddings] + [[0, 0]]
+        paddings.append([size - 1 - before, extent + before - spread])
+    if paddings[0][1] < 0 or paddings[1][1] < 0:  # spread longer than the padded input needs: its last are zeros
+        upstream = upstream[:, :upstream.shape[1] + min(paddings[0][1], 0), :upstream.shape[2] + min(paddings[1][1], 0)]
+    paddings = [[0, 0]] + [[before, max(after, 0)] for before, after in paddings] + [[0, 0]]
     return tf.nn.conv2d(tf.pad(upstream, paddings), rotated, 1, "VALID")
 
 
