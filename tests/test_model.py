@@ -375,7 +375,8 @@ def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, ker
         ops = [node.op for node in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
         native = kernel_size > 1 and (-(-size // stride)) ** 2 > 49
         patches = kernel_size > 1 and not native
-        backward_conv = native or (patches and (channels_in * channels_out < 128 * 128 or (stride > 1 and size * size > 100)))
+        backward_conv = native or (patches and (channels_in * channels_out < 128 * 128
+                                                or (stride > 1 and size * size > 100)))
         assert ("Conv2DBackpropInput" in ops) == backward_conv
         # The forward conv: a native layer's, or the one computing a patches conv's input gradient.
         assert ("Conv2D" in ops) == (native or (patches and not backward_conv))

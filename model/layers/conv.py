@@ -4,7 +4,8 @@
 - a 1x1 conv is a matmul over channels: TF's CPU Conv2DBackpropInput is much slower than the matmul gradient for
   1x1 kernels on small maps;
 - a kxk conv on a small feature map (<= PATCHES_MAX_POSITIONS output positions) is faster as patches + matmul; on
-  larger maps the native conv wins, so it is kept there.
+  larger maps the native conv wins, so it is kept there. The patches conv's input gradient is a forward conv with
+  the rotated kernel from ROTATED_MIN_CHANNELS channels (oneDNN's backward conv is slow there on AVX2 CPUs).
 `implementation="native"`: plain `tf.nn.conv2d` (cuDNN on GPU, oneDNN on CPU), the choice on GPU, in NCHW, and for
 CPU inference and export, where oneDNN's forward conv is the faster one and graphs hold plain Conv2D ops that
 deployment converters (tf2onnx, TensorRT) handle. The measurements are in docs/PERFORMANCE.md#on-cpu-measured.
@@ -81,8 +82,9 @@ def rotated_input_gradient(upstream, kernel, input_size, strides):
     for size, extent, spread in zip((size_h, size_w), input_size, upstream.shape[1:3]):
         before = max((-(-extent // strides) - 1) * strides + size - extent, 0) // 2  # SAME's padding before
         paddings.append([size - 1 - before, extent + before - spread])
-    if paddings[0][1] < 0 or paddings[1][1] < 0:  # spread longer than the padded input needs: its last are zeros
-        upstream = upstream[:, :upstream.shape[1] + min(paddings[0][1], 0), :upstream.shape[2] + min(paddings[1][1], 0)]
+    crop = [min(after, 0) for _, after in paddings]
+    if any(crop):  # a spread gradient longer than the padded input needs ends in zeros the conv must not see
+        upstream = upstream[:, :upstream.shape[1] + crop[0], :upstream.shape[2] + crop[1]]
     paddings = [[0, 0]] + [[before, max(after, 0)] for before, after in paddings] + [[0, 0]]
     return tf.nn.conv2d(tf.pad(upstream, paddings), rotated, 1, "VALID")
 
