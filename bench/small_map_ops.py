@@ -3,7 +3,7 @@
 
     .venv/bin/python -m bench.small_map_ops [--batch 32] [--repeats 7] [--size 40|224] [--json FILE]
 
-Three tables, milliseconds per call (median of `--repeats` timings of 20 calls each; each variant timed alone,
+Four tables, milliseconds per call (median of `--repeats` timings of 20 calls each; each variant timed alone,
 after a check against the formulation the model uses: max relative difference printed):
 - `matmul`: the 1x1 and patches matmuls [M, K] x [K, N], forward, input gradient (transposed kernel) and kernel
   gradient (transposed input), with GFLOP/s;

@@ -70,7 +70,7 @@ def test_small_map_ops_alternatives_agree_with_the_model_formulations(tmp_path):
                                                        rel=0.01, abs=0.051)
 
 
-def test_small_map_ops_at_224_times_only_the_matmuls_at_the_224_shapes(tmp_path):
+def test_small_map_ops_at_224_times_the_matmuls_and_the_patches_input_gradients_at_the_224_shapes(tmp_path):
     from bench import small_map_ops
     out = tmp_path / "ops224.json"
     small_map_ops.main(["--size", "224", "--batch", "1", "--repeats", "1", "--json", str(out)])
