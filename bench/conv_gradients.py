@@ -26,14 +26,9 @@ SHAPES = [("stem 224 7x7 3->64 s2", 224, 7, 3, 64, 2), ("56 3x3 64 s1", 56, 3, 6
           ("56->28 3x3 128 s2", 56, 3, 128, 128, 2), ("28->14 3x3 256 s2", 28, 3, 256, 256, 2)]
 
 
-def rotated_kernel(kernel):
-    """HWIO kernel of the stride-1 SAME conv (odd kernel) that maps an output gradient to the input gradient."""
-    import tensorflow as tf
-    return tf.transpose(tf.reverse(kernel, [0, 1]), [0, 1, 3, 2])
-
-
 def measure(shape, batch, repeats):
     import tensorflow as tf
+    from model.layers import conv
     name, size, k, channels_in, channels_out, stride = shape
     generator = tf.random.Generator.from_seed(0)
     x = generator.normal([batch, size, size, channels_in])
@@ -57,7 +52,7 @@ def measure(shape, batch, repeats):
     variants = {"forward": lambda: tf.nn.conv2d(x, w, stride, "SAME"), "input_grad_tf": input_grad_tf,
                 "kernel_grad_tf": kernel_grad_tf, "kernel_grad_patches": kernel_grad_patches}
     if stride == 1:
-        variants["input_grad_rotated_conv"] = lambda: tf.nn.conv2d(dy, rotated_kernel(w), 1, "SAME")
+        variants["input_grad_rotated_conv"] = lambda: tf.nn.conv2d(dy, conv.rotated_kernel(w), 1, "SAME")
     row = {"shape": name}
     checks = {"input_grad_rotated_conv": "input_grad_tf", "kernel_grad_patches": "kernel_grad_tf"}
     for key, fn in variants.items():

@@ -102,7 +102,6 @@ def matmul_rows(batch, repeats, shapes=MATMULS):
 
 def input_grad_rows(batch, repeats, shapes=INPUT_GRADS):
     import tensorflow as tf
-    from bench.conv_gradients import rotated_kernel
     from model.layers import conv
     rows = []
     for size, channels_in, channels_out, stride in shapes:
@@ -115,7 +114,7 @@ def input_grad_rows(batch, repeats, shapes=INPUT_GRADS):
         def patches_of_gradient():
             patches = tf.image.extract_patches(dy, [1, 3, 3, 1], [1, 1, 1, 1], [1, 1, 1, 1], "SAME")
             flat = tf.matmul(tf.reshape(patches, [-1, 9 * channels_out]),
-                             tf.reshape(rotated_kernel(w), [9 * channels_out, channels_in]))
+                             tf.reshape(conv.rotated_kernel(w), [9 * channels_out, channels_in]))
             return tf.reshape(flat, x.shape)
 
         def matmul_and_fold():

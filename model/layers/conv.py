@@ -68,12 +68,18 @@ def takes_rotated_input_gradient(kernel_shape, input_size, strides):
         strides == 1 or input_size[0] * input_size[1] <= DILATED_MAX_POSITIONS)
 
 
+def rotated_kernel(kernel):
+    """The HWIO kernel rotated by 180 degrees with inputs and outputs swapped: the kernel of the forward conv that
+    maps a conv's output gradient to its input gradient."""
+    return tf.transpose(tf.reverse(kernel, [0, 1]), [0, 1, 3, 2])
+
+
 def rotated_input_gradient(upstream, kernel, input_size, strides):
     """The input gradient of a SAME conv of an `input_size` (H, W) map as a forward conv of the output gradient
     `upstream` with the kernel rotated by 180 degrees (inputs and outputs swapped); for stride s the output
     gradient is first spread out with s-1 zeros between its elements."""
     size_h, size_w = kernel.shape[0], kernel.shape[1]
-    rotated = tf.transpose(tf.reverse(kernel, [0, 1]), [0, 1, 3, 2])
+    rotated = rotated_kernel(kernel)
     if strides > 1:
         # Each element of the output gradient goes to the first of its s x s cell; the others are zeros.
         zeros = tf.zeros_like(upstream)
