@@ -5,17 +5,20 @@
 
 Four tables, milliseconds per call (median of `--repeats` timings of 20 calls each; each variant timed alone,
 after a check against the formulation the model uses: max relative difference printed):
-- `matmul`: the 1x1 and patches matmuls [M, K] x [K, N], forward, input gradient (transposed kernel) and kernel
-  gradient (transposed input), with GFLOP/s;
+- `matmul`: the 1x1 and patches matmuls [M, K] x [K, N], forward, input gradient (transposed kernel; and
+  `input_grad_other_way`, the product kernel x upstream^T transposed, `model.layers.conv`'s up to
+  TRANSPOSED_MAX_ROWS rows: `model` names the one the model takes) and kernel gradient (transposed input), with
+  GFLOP/s;
 - `input_grad`: a 3x3 conv's input gradient by `Conv2DBackpropInput` and by a forward conv of the (for stride 2
   spread-out) output gradient with the rotated kernel (`model.layers.conv.rotated_input_gradient`), at the 40 px
   step's 3x3 convs and around the channel count where the model switches between them (`model` names the one
-  the model takes); for stride 1 and square kernels also by patches of the output gradient times the rotated
-  kernel and by a matmul to patch gradients folded back with nine shifted slices;
+  the model takes, `model.layers.conv.input_gradient_formulation`); for stride 1 on maps of at most 49 positions
+  also by patches of the output gradient times the rotated kernel and by a matmul to patch gradients folded back
+  with nine shifted slices;
 - `strided_sample`: a stride-2 1x1 conv's input sampling, forward and gradient, as a strided slice and as a 1x1
   average pool (the model's);
   With `--size 224`, only the matmul table, at the 1x1 convs' shapes of a 224 px step (maps 56x56 to 7x7), and
-  the input_grad table at its two patches shapes (7x7, and 14x14 -> 7x7);
+  the input_grad table at its two patches shapes (7x7, and 14x14 -> 7x7) and its stride-1 native convs;
 - `update_tail`: the weight-decay gradient (`grad + wd * w` on the kernels) and the TF1 momentum update
   (`ResourceApplyMomentum`) of ResNet-50's 161 variables, in a graph (the model's) and compiled by XLA as one
   cluster (the only part of the step XLA might speed up on CPU).
@@ -47,11 +50,11 @@ MATMULS_224 = [("56x56 1x1 64->64", 3136, 64, 64), ("56x56 1x1 64->256", 3136, 6
                ("7x7 1x1 2048->512", 49, 2048, 512)]
 # (input map, channels in, channels out, stride) of the 40 px step's 3x3 convs (10x10 stride 1 is native, the
 # rest patches), then of 3x3 maps around the model's channel threshold, then of ResNeXt's per-group convs at
-# 40 px; and of the 224 px step's patches convs.
+# 40 px; and of the 224 px step's patches convs and stride-1 native convs.
 INPUT_GRADS = [(10, 64, 64, 1), (10, 128, 128, 2), (5, 128, 128, 1), (5, 256, 256, 2), (3, 256, 256, 1),
                (3, 512, 512, 2), (2, 512, 512, 1), (3, 64, 64, 1), (3, 112, 112, 1), (3, 64, 256, 1), (3, 256, 64, 1),
                (5, 8, 8, 1), (5, 16, 16, 2), (3, 16, 16, 1), (2, 32, 32, 1)]
-INPUT_GRADS_224 = [(14, 512, 512, 2), (7, 512, 512, 1)]
+INPUT_GRADS_224 = [(14, 512, 512, 2), (7, 512, 512, 1), (14, 256, 256, 1), (28, 128, 128, 1), (56, 64, 64, 1)]
 # (map, channels) of the strided 1x1 samplings.
 STRIDED_SAMPLES = [(10, 256), (5, 512), (3, 1024)]
 
@@ -85,14 +88,19 @@ def _compare(variants, reference, repeats, row):
 
 def matmul_rows(batch, repeats, shapes=MATMULS):
     import tensorflow as tf
+    from model.layers import conv
     rows = []
     for name, positions, k, n in shapes:
         generator = tf.random.Generator.from_seed(0)
         m = batch * positions
         a, b, g = generator.normal([m, k]), generator.normal([k, n]), generator.normal([m, n])
-        row = {"shape": name, "m": m, "k": k, "n": n}
+        row = {"shape": name, "m": m, "k": k, "n": n,
+               # a patches conv's input gradient is a conv (the input_grad table), not this product
+               "model": "conv" if "patches" in name else
+               "other_way" if m <= conv.TRANSPOSED_MAX_ROWS else "transposed_kernel"}
         for key, fn in (("forward", lambda: tf.matmul(a, b)),
                         ("input_grad", lambda: tf.matmul(g, b, transpose_b=True)),
+                        ("input_grad_other_way", lambda: tf.transpose(tf.matmul(b, g, transpose_b=True))),
                         ("kernel_grad", lambda: tf.matmul(a, g, transpose_a=True))):
             row[key + "_ms"] = _time(tf.function(fn), repeats)
             row[key + "_gflop_s"] = round(2 * m * k * n / row[key + "_ms"] / 1e6, 1)
@@ -130,9 +138,9 @@ def input_grad_rows(batch, repeats, shapes=INPUT_GRADS):
             input_sizes=tf.shape(x), filter=w, out_backprop=dy, strides=[1, stride, stride, 1], padding="SAME")
         variants = {"backprop_input": backprop,
                     "rotated_conv": lambda: conv.rotated_input_gradient(dy, w, (size, size), stride)}
-        if stride == 1:
+        if stride == 1 and size * size <= conv.PATCHES_MAX_POSITIONS:
             variants.update(patches_of_gradient=patches_of_gradient, matmul_and_fold=matmul_and_fold)
-        rotated = conv.takes_rotated_input_gradient(w.shape, (size, size), stride)
+        rotated = conv.input_gradient_formulation(w.shape, (size, size), stride) == "rotated"
         row = {"shape": f"{size}x{size}{f' -> {out}x{out}' if stride > 1 else ''} 3x3 {channels_in}->{channels_out}",
                "stride": stride, "model": "rotated_conv" if rotated else "backprop_input"}
         rows.append(_compare({name: tf.function(fn) for name, fn in variants.items()}, "backprop_input", repeats,

@@ -56,6 +56,9 @@ def test_small_map_ops_alternatives_agree_with_the_model_formulations(tmp_path):
     assert [row["model"] for row in tables["input_grad"]] == ["rotated_conv" if ci * co >= 128 * 128 else
                                                              "backprop_input"
                                                              for _, ci, co, _ in small_map_ops.INPUT_GRADS]
+    # at batch 1 every 1x1 product has at most 256 rows: its input gradient computed the other way round
+    assert [row["model"] for row in tables["matmul"]] == ["conv" if "patches" in row["shape"] else "other_way"
+                                                          for row in tables["matmul"]]
     assert len(tables["strided_sample"]) == len(small_map_ops.STRIDED_SAMPLES)
     for row in tables["input_grad"] + tables["strided_sample"]:
         diffs = [row[key] for key in row if key.endswith("_max_rel_diff")]
@@ -76,8 +79,10 @@ def test_small_map_ops_at_224_times_the_matmuls_and_the_patches_input_gradients_
     small_map_ops.main(["--size", "224", "--batch", "1", "--repeats", "1", "--json", str(out)])
     tables = json.loads(out.read_text())
     assert tables["size"] == 224 and set(tables) & {"strided_sample", "update_tail"} == set()
-    # the 224 px step's patches convs: from 14x14 (196 positions) stride 2 the backward conv, at 7x7 the rotated one
-    assert [row["model"] for row in tables["input_grad"]] == ["backprop_input", "rotated_conv"]
+    # the 224 px step's patches convs: from 14x14 (196 positions) stride 2 the backward conv, at 7x7 the rotated
+    # one; its stride-1 native convs: the rotated conv from 128 x 128 channels (14x14, 28x28), not at 56x56 (64)
+    assert [row["model"] for row in tables["input_grad"]] == ["backprop_input", "rotated_conv", "rotated_conv",
+                                                             "rotated_conv", "backprop_input"]
     assert max(row["rotated_conv_max_rel_diff"] for row in tables["input_grad"]) < 1e-5
     assert [(row["m"], row["k"], row["n"]) for row in tables["matmul"]] == [
         (positions, k, n) for _, positions, k, n in small_map_ops.MATMULS_224]

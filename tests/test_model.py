@@ -335,19 +335,21 @@ def test_grouped_conv_forward_and_gradient(implementation, execution):
     (9, 3, 1, (6, 5)), (10, 5, 1, (6, 5)), (8, 1, 2, (6, 5)), (7, 1, 2, (6, 5)), (16, 7, 2, (6, 5)), (5, 3, 1, (6, 5)),
     (7, 3, 2, (6, 5)), (6, 3, 2, (6, 5)), (5, 3, 1, (128, 128)), (2, 3, 1, (128, 128)), (3, 3, 2, (128, 128)),
     (6, 3, 2, (64, 256)), (4, 5, 1, (256, 64)), (5, 2, 1, (128, 128)), (12, 3, 3, (128, 128)),
-    (14, 3, 2, (128, 128)), (3, 3, 1, (112, 112))])
+    (14, 3, 2, (128, 128)), (3, 3, 1, (112, 112)), (8, 3, 1, (128, 128)),
+    (16, 3, 2, (128, 128)), (10, 1, 1, (6, 5))])
 @pytest.mark.parametrize("execution", ["eager", "function", "jit"])
 def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, kernel_size, stride, channels,
                                                                          execution):
-    # 9x9, 10x10 and 16x16 (> 49 output positions): native conv; 8x8 and 7x7 1x1 stride 2: 1x1 average pool +
-    # matmul; the kxk convs of maps down to 2x2, odd and even kernels, strides 1-3: patches + matmul. Their input
-    # gradient is a forward conv of the (spread-out) output gradient with the rotated kernel from 128 x 128
-    # channels in x out, a backward conv below that (112 x 112) and for the stride-2 conv from 14x14 (> 100 input
-    # positions).
+    # 8x8 to 16x16 kxk (> 49 output positions): native conv; 1x1: matmul (stride 2 after a 1x1 average pool); the
+    # kxk convs of maps down to 2x2, odd and even kernels, strides 1-3: patches + matmul. A kxk conv's input
+    # gradient is, from 128 x 128 channels in x out, a forward conv of the (spread-out) output gradient with the
+    # rotated kernel, and a backward conv below that (112 x 112) and for strided convs from more than 100 input
+    # positions (14x14, 16x16). A 1x1 conv's input gradient is the product computed the other way round up to 256
+    # rows, batch 3 x positions (10x10: 300 rows, the plain product).
     # Forward and both gradients against NumPy, eagerly, in a graph and under XLA.
     channels_in, channels_out = channels
     rng = np.random.default_rng(11)
-    x = rng.normal(0, 1, (2, size, size, channels_in)).astype("f4")
+    x = rng.normal(0, 1, (3, size, size, channels_in)).astype("f4")
     # Scaled with the channels so outputs spread alike: the loss's y * cos(y) amplifies rounding in a large y.
     kernel = rng.normal(0, 0.3 * np.sqrt(6 / channels_in),
                         (kernel_size, kernel_size, channels_in, channels_out)).astype("f4")
@@ -373,15 +375,19 @@ def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, ker
     if execution == "function":  # the formulation the layer chose
         graph = step.get_concrete_function(tf.constant(x)).graph.as_graph_def()
         ops = [node.op for node in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
-        native = kernel_size > 1 and (-(-size // stride)) ** 2 > 49
+        rows = 3 * (-(-size // stride)) ** 2
+        native = kernel_size > 1 and rows > 3 * 49
         patches = kernel_size > 1 and not native
-        backward_conv = native or (patches and (channels_in * channels_out < 128 * 128
-                                                or (stride > 1 and size * size > 100)))
+        backward_conv = kernel_size > 1 and (channels_in * channels_out < 128 * 128
+                                             or (stride > 1 and size * size > 100))
+        rotated = kernel_size > 1 and not backward_conv
         assert ("Conv2DBackpropInput" in ops) == backward_conv
-        # The forward conv: a native layer's, or the one computing a patches conv's input gradient.
-        assert ("Conv2D" in ops) == (native or (patches and not backward_conv))
+        # The forward conv: a native layer's, or the one computing the rotated input gradient.
+        assert ("Conv2D" in ops) == (native or rotated)
         assert ("ExtractImagePatches" in ops) == patches
-        assert ("DepthToSpace" in ops) == (patches and stride > 1 and not backward_conv)
+        assert ("DepthToSpace" in ops) == (rotated and stride > 1)
+        if kernel_size == 1:  # the product computed the other way round, then transposed
+            assert ("Transpose" in ops) == (rows <= 256)
         assert not [op for op in ops if op in ("Einsum", "UnsortedSegmentSum")]
         # A strided 1x1 conv samples its input with a 1x1 average pool; no StridedSliceGrad, none from the kernel
         # either (reshaped, not sliced).

@@ -4,8 +4,10 @@
 - a 1x1 conv is a matmul over channels: TF's CPU Conv2DBackpropInput is much slower than the matmul gradient for
   1x1 kernels on small maps;
 - a kxk conv on a small feature map (<= PATCHES_MAX_POSITIONS output positions) is faster as patches + matmul; on
-  larger maps the native conv wins, so it is kept there. The patches conv's input gradient is a forward conv with
-  the rotated kernel from ROTATED_MIN_CHANNELS channels (oneDNN's backward conv is slow there on AVX2 CPUs).
+  larger maps the native conv wins, so it is kept there;
+- the input gradients, where oneDNN's backward conv and Eigen's product with a transposed matrix are slow on AVX2
+  CPUs, by formulations that compute the same sums: a forward conv with the rotated kernel
+  (input_gradient_formulation), a product computed the other way round (_pointwise).
 `implementation="native"`: plain `tf.nn.conv2d` (cuDNN on GPU, oneDNN on CPU), the choice on GPU, in NCHW, and for
 CPU inference and export, where oneDNN's forward conv is the faster one and graphs hold plain Conv2D ops that
 deployment converters (tf2onnx, TensorRT) handle. The measurements are in docs/PERFORMANCE.md#on-cpu-measured.
@@ -17,11 +19,13 @@ import tensorflow as tf
 
 # Spatial positions (H*W of the output) up to which a kxk conv runs as patches + matmul on CPU.
 PATCHES_MAX_POSITIONS = 49
-# When a patches conv's input gradient is a forward conv (_input_gradient): its kernel has at least
+# When a conv's input gradient is not oneDNN's backward conv (input_gradient_formulation): its kernel has at least
 # ROTATED_MIN_CHANNELS input x output channels and, for a strided conv, its input at most DILATED_MAX_POSITIONS
 # positions (H*W).
 ROTATED_MIN_CHANNELS = 128 * 128
 DILATED_MAX_POSITIONS = 100
+# Rows (batch x positions) up to which a matmul's input gradient is computed as (kernel x upstream^T)^T.
+TRANSPOSED_MAX_ROWS = 256
 IMPLEMENTATIONS = ("native", "cpu")
 
 
@@ -32,12 +36,34 @@ def resolve_implementation(implementation, data_format):
     return "native" if data_format == "channels_first" else implementation
 
 
-def _matmul_over_channels(inputs, matrix):
-    """[B, H, W, K] x [K, O] -> [B, H, W, O] as one 2-D MatMul: its gradients are two MatMuls, where an Einsum's
-    gradients add Transpose ops (docs/PERFORMANCE.md#the-40-px-step)."""
+def _matmul_over_channels(inputs, matrix, product=tf.matmul):
+    """[B, H, W, K] x [K, O] -> [B, H, W, O] as one 2-D `product` (MatMul): its gradients are two MatMuls, where an
+    Einsum's gradients add Transpose ops (docs/PERFORMANCE.md#the-40-px-step)."""
     shape = tf.shape(inputs)
-    outputs = tf.matmul(tf.reshape(inputs, [-1, matrix.shape[0]]), matrix)
+    outputs = product(tf.reshape(inputs, [-1, matrix.shape[0]]), matrix)
     return tf.reshape(outputs, tf.concat([shape[:3], [matrix.shape[1]]], axis=0))
+
+
+def _static_rows(shape):
+    """Batch x positions of an NHWC shape, None when a dimension is unknown when the graph is built."""
+    rows = 1
+    for extent in shape[:-1]:
+        if extent is None:
+            return None
+        rows *= extent
+    return rows
+
+
+@tf.custom_gradient
+def _matmul_input_gradient_other_way(flat, matrix):
+    """flat x matrix, whose input gradient upstream x matrix^T is computed as (matrix x upstream^T)^T: with a few
+    hundred rows or fewer, Eigen's product with the transposed [K, N] matrix runs up to 3x slower on an AVX2 CPU
+    than the product the other way round plus the transpose of the small result."""
+    def gradient(upstream):
+        return (tf.transpose(tf.matmul(matrix, upstream, transpose_b=True)),
+                tf.matmul(flat, upstream, transpose_a=True))
+
+    return tf.matmul(flat, matrix), gradient
 
 
 def _pointwise(inputs, kernel, strides):
@@ -46,26 +72,31 @@ def _pointwise(inputs, kernel, strides):
         # pool picks exactly those elements (a mean of one) and, with its gradient, runs ~3x faster than the
         # strided slice and its StridedSliceGrad (docs/PERFORMANCE.md#the-40-px-step).
         inputs = tf.nn.avg_pool2d(inputs, 1, strides, "SAME")
+    rows = _static_rows(inputs.shape)
+    product = _matmul_input_gradient_other_way if rows is not None and rows <= TRANSPOSED_MAX_ROWS else tf.matmul
     # A reshape, not kernel[0, 0]: a slice's gradient writes a zero-filled copy of the kernel.
-    return _matmul_over_channels(inputs, tf.reshape(kernel, kernel.shape[2:]))
+    return _matmul_over_channels(inputs, tf.reshape(kernel, kernel.shape[2:]), product)
 
 
 def _input_gradient(upstream, kernel, inputs, strides):
-    """The gradient of a SAME conv with respect to its input. With at least ROTATED_MIN_CHANNELS channels in x out,
-    oneDNN's Conv2DBackpropInput on an AVX2 CPU runs up to 19x slower on small maps than rotated_input_gradient's
-    forward conv, which computes the same sum. Below that neither is consistently faster and the one op is kept;
-    a strided conv from more than DILATED_MAX_POSITIONS positions keeps it too, where the zeros cost more
-    (docs/PERFORMANCE.md#the-input-gradient-on-an-avx2-cpu-2026-12-06)."""
-    if takes_rotated_input_gradient(kernel.shape, inputs.shape[1:3], strides):
+    """The gradient of a SAME conv with respect to its input, by input_gradient_formulation's choice."""
+    if input_gradient_formulation(kernel.shape, inputs.shape[1:3], strides) == "rotated":
         return rotated_input_gradient(upstream, kernel, inputs.shape[1:3], strides)
     return tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(inputs), filter=kernel, out_backprop=upstream,
                                           strides=[1, strides, strides, 1], padding="SAME")
 
 
-def takes_rotated_input_gradient(kernel_shape, input_size, strides):
-    """Whether _input_gradient computes a patches conv's input gradient by rotated_input_gradient."""
-    return kernel_shape[2] * kernel_shape[3] >= ROTATED_MIN_CHANNELS and (
-        strides == 1 or input_size[0] * input_size[1] <= DILATED_MAX_POSITIONS)
+def input_gradient_formulation(kernel_shape, input_size, strides):
+    """How a CPU conv's input gradient is computed: "rotated" (rotated_input_gradient) or "backward_conv" (oneDNN's
+    Conv2DBackpropInput). With at least ROTATED_MIN_CHANNELS channels in x out, oneDNN's backward conv on an AVX2
+    CPU runs up to 19x slower on small maps, and 1.7-1.9x slower on the 224 px step's 14x14 maps, than the rotated
+    conv, which computes the same sum. Below that neither is consistently faster and the one op is kept; a strided
+    conv from more than DILATED_MAX_POSITIONS positions keeps it too, where the zeros cost more
+    (docs/PERFORMANCE.md#the-input-gradient-on-an-avx2-cpu-2026-12-06)."""
+    if kernel_shape[2] * kernel_shape[3] < ROTATED_MIN_CHANNELS or (
+            strides > 1 and input_size[0] * input_size[1] > DILATED_MAX_POSITIONS):
+        return "backward_conv"
+    return "rotated"
 
 
 def rotated_kernel(kernel):
@@ -118,6 +149,25 @@ def _patches(inputs, kernel, strides):
     return patches_conv(inputs, tf.convert_to_tensor(kernel))
 
 
+def _native(inputs, kernel, strides):
+    """tf.nn.conv2d, with its input gradient by input_gradient_formulation's choice where that is not the backward
+    conv (TF's own gradient otherwise: it skips the input gradient of a conv of the images)."""
+    if input_gradient_formulation(kernel.shape, inputs.shape[1:3], strides) == "backward_conv":
+        return tf.nn.conv2d(inputs, kernel, strides, "SAME")
+
+    @tf.custom_gradient
+    def native_conv(inputs, kernel):
+        def gradient(upstream):
+            kernel_grad = tf.raw_ops.Conv2DBackpropFilter(input=inputs, filter_sizes=tf.shape(kernel),
+                                                          out_backprop=upstream, strides=[1, strides, strides, 1],
+                                                          padding="SAME")
+            return _input_gradient(upstream, kernel, inputs, strides), kernel_grad
+
+        return tf.nn.conv2d(inputs, kernel, strides, "SAME"), gradient
+
+    return native_conv(inputs, tf.convert_to_tensor(kernel))
+
+
 def conv2d_nhwc(inputs, kernel, strides, implementation="cpu"):
     """SAME conv of NHWC `inputs` with HWIO `kernel` (no groups), by the formulation fastest on CPU."""
     if implementation == "native":
@@ -130,6 +180,7 @@ def conv2d_nhwc(inputs, kernel, strides, implementation="cpu"):
         out_positions = -(-height // strides) * -(-width // strides)
         if out_positions <= PATCHES_MAX_POSITIONS:
             return _patches(inputs, kernel, strides)
+        return _native(inputs, kernel, strides)
     return tf.nn.conv2d(inputs, kernel, strides, "SAME")
 
 
