@@ -97,7 +97,7 @@ def matmul_rows(batch, repeats, shapes=MATMULS):
         row = {"shape": name, "m": m, "k": k, "n": n,
                # a patches conv's input gradient is a conv (the input_grad table), not this product
                "model": "conv" if "patches" in name else
-               "other_way" if m <= conv.TRANSPOSED_MAX_ROWS else "transposed_kernel"}
+               "other_way" if conv.takes_other_way_input_gradient(m) else "transposed_kernel"}
         for key, fn in (("forward", lambda: tf.matmul(a, b)),
                         ("input_grad", lambda: tf.matmul(g, b, transpose_b=True)),
                         ("input_grad_other_way", lambda: tf.transpose(tf.matmul(b, g, transpose_b=True))),

@@ -44,6 +44,12 @@ def _matmul_over_channels(inputs, matrix, product=tf.matmul):
     return tf.reshape(outputs, tf.concat([shape[:3], [matrix.shape[1]]], axis=0))
 
 
+def takes_other_way_input_gradient(rows):
+    """Whether a 1x1 conv's product of `rows` rows (None: unknown when the graph is built) computes its input
+    gradient the other way round (_matmul_input_gradient_other_way)."""
+    return rows is not None and rows <= TRANSPOSED_MAX_ROWS
+
+
 def _static_rows(shape):
     """Batch x positions of an NHWC shape, None when a dimension is unknown when the graph is built."""
     rows = 1
@@ -72,8 +78,8 @@ def _pointwise(inputs, kernel, strides):
         # pool picks exactly those elements (a mean of one) and, with its gradient, runs ~3x faster than the
         # strided slice and its StridedSliceGrad (docs/PERFORMANCE.md#the-40-px-step).
         inputs = tf.nn.avg_pool2d(inputs, 1, strides, "SAME")
-    rows = _static_rows(inputs.shape)
-    product = _matmul_input_gradient_other_way if rows is not None and rows <= TRANSPOSED_MAX_ROWS else tf.matmul
+    product = _matmul_input_gradient_other_way if takes_other_way_input_gradient(_static_rows(inputs.shape)) \
+        else tf.matmul
     # A reshape, not kernel[0, 0]: a slice's gradient writes a zero-filled copy of the kernel.
     return _matmul_over_channels(inputs, tf.reshape(kernel, kernel.shape[2:]), product)
 
@@ -150,8 +156,8 @@ def _patches(inputs, kernel, strides):
 
 
 def _native(inputs, kernel, strides):
-    """tf.nn.conv2d, with its input gradient by input_gradient_formulation's choice where that is not the backward
-    conv (TF's own gradient otherwise: it skips the input gradient of a conv of the images)."""
+    """tf.nn.conv2d; where input_gradient_formulation chooses the rotated conv, with that as its input gradient (TF's
+    own gradient otherwise: it skips the input gradient of a conv of the images)."""
     if input_gradient_formulation(kernel.shape, inputs.shape[1:3], strides) == "backward_conv":
         return tf.nn.conv2d(inputs, kernel, strides, "SAME")
 
@@ -161,7 +167,7 @@ def _native(inputs, kernel, strides):
             kernel_grad = tf.raw_ops.Conv2DBackpropFilter(input=inputs, filter_sizes=tf.shape(kernel),
                                                           out_backprop=upstream, strides=[1, strides, strides, 1],
                                                           padding="SAME")
-            return _input_gradient(upstream, kernel, inputs, strides), kernel_grad
+            return rotated_input_gradient(upstream, kernel, inputs.shape[1:3], strides), kernel_grad
 
         return tf.nn.conv2d(inputs, kernel, strides, "SAME"), gradient
 
