@@ -688,10 +688,13 @@ def _run(args):
 @command
 def main(argv=None):
     args = parse_args(argv)
-    if args.backend == "tf" and __name__ == "__main__":
-        # A serving process: it loads one model and never changes its weights (utils/devices.assume_frozen_weights).
+    if __name__ == "__main__":
         from utils import devices
-        devices.assume_frozen_weights()
+        devices.pool_cpu_memory()
+        if args.backend == "tf":
+            # A serving process: it loads one model and never changes its weights
+            # (utils/devices.assume_frozen_weights).
+            devices.assume_frozen_weights()
     run(args)
 
 

@@ -52,6 +52,8 @@ def run(argv=None, runner_class=None, own_process=False):
         os.environ.setdefault(key, value)
 
     from utils import devices
+    if own_process:  # (TensorFlow's pool for CPU tensors: large ones are not faulted in again every step)
+        devices.pool_cpu_memory()
     if config.mode in FIXED_WEIGHT_MODES and own_process:
         devices.assume_frozen_weights()
     elif config.mode not in FIXED_WEIGHT_MODES and devices.frozen_weights_assumed():

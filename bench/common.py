@@ -17,6 +17,21 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from utils import devices  # noqa: E402
+
+
+def started_as_a_benchmark():
+    """Whether this process was started as one of bench/'s modules (`python -m bench.<name>`), not imported by
+    another program (the tests)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec is not None and spec.name.startswith("bench.")
+
+
+# A benchmark process keeps freed CPU memory as main.py's and inference.py's processes do
+# (utils/devices.pool_cpu_memory), so that it times what they run; TF_CPU_ALLOCATOR_USE_BFC=false times malloc's.
+if started_as_a_benchmark():
+    devices.pool_cpu_memory()
+
 # ResNet-50 v1.5 at 224: 4.09 G multiply-adds forward per image (python -m model.resnet --arch resnet50).
 RESNET50_FORWARD_GFLOP = 2 * 4.09
 # Training = forward + two backward matmuls (input and weight gradients) ~ 3x forward.
@@ -43,6 +58,7 @@ def machine_info():
         "simd": sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "f16c"))),
         "tensorflow": tf.__version__,
         "onednn_opts": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on)"),
+        "cpu_allocator": "pooled (BFC)" if devices.cpu_memory_pooled() else "malloc",
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],

@@ -111,6 +111,8 @@ def test_predict_run_as_a_script_fixes_the_weights_and_still_predicts_what_the_m
     assert devices.FROZEN_WEIGHTS_NOTE in result.stdout
     parameters = next(r["data"] for r in read_log(str(tmp_path / "log.json")) if r.get("step") == "PARAMETER")
     assert parameters["onednn_frozen_weights"] is True  # the log records the setting the run used
+    # ... and that the process pooled its CPU memory (utils/devices.pool_cpu_memory)
+    assert parameters["environment"]["variables"][devices.POOLED_CPU_MEMORY_ENV] == "true"
     assert_predicts_what_the_model_computes(result.stdout, model, photos)
 
 

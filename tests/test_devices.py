@@ -101,6 +101,47 @@ def test_frozen_weights_are_assumed_only_before_tensorflow_starts_and_never_over
     assert devices.frozen_weights_assumed({devices.FROZEN_WEIGHTS_ENV: "true"})
 
 
+def test_cpu_memory_is_pooled_only_before_tensorflow_starts_and_never_over_the_users_value(monkeypatch):
+    from utils import devices
+    environ = {}
+    assert devices.pool_cpu_memory(environ) is False and environ == {}  # TensorFlow is imported here
+    monkeypatch.delitem(sys.modules, "tensorflow")
+    assert devices.pool_cpu_memory(environ) is True and environ == {devices.POOLED_CPU_MEMORY_ENV: "true"}
+    said_no = {devices.POOLED_CPU_MEMORY_ENV: "false"}
+    assert devices.pool_cpu_memory(said_no) is False and said_no == {devices.POOLED_CPU_MEMORY_ENV: "false"}
+    assert devices.cpu_memory_pooled({devices.POOLED_CPU_MEMORY_ENV: "1"})
+
+
+# A child process: the minor page faults per call of an op whose 64 MB result is dropped after each call, as a
+# share of the result's pages.
+FAULTS_PER_RESULT_PAGE = """
+import resource
+import tensorflow as tf
+values = tf.ones([16 * 1024 * 1024])
+double = tf.function(lambda tensor: tensor * 2.0)
+for _ in range(2):
+    double(values)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    double(values)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5 / (64 * 1024 * 1024 / resource.getpagesize()))
+"""
+
+
+def test_pooled_cpu_memory_stops_each_large_tensor_from_being_faulted_in_again():
+    """What utils/devices.pool_cpu_memory is for, held to TensorFlow itself: with malloc a 64 MB result is mapped
+    afresh and faulted in again on every call; in the pool its memory is reused."""
+    from tests._cli import child_env, run_command
+    from utils import devices
+    shares = {}
+    for pooled in ("false", "true"):
+        result = run_command([sys.executable, "-c", FAULTS_PER_RESULT_PAGE],
+                             env=child_env(**{devices.POOLED_CPU_MEMORY_ENV: pooled}))
+        shares[pooled] = float(result.stdout.strip().splitlines()[-1])
+    # (relative: where transparent huge pages are always on, malloc faults once per 2 MB instead of per page)
+    assert shares["false"] > 0 and shares["true"] < 0.1 * shares["false"], shares
+
+
 @pytest.mark.parametrize("mode", ["train", "train_and_evaluate", "evaluate", "training_benchmark"])
 def test_a_mode_that_changes_or_swaps_weights_refuses_the_frozen_weights_setting(mode, monkeypatch, tmp_path):
     """With TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 a oneDNN conv keeps the first weights it saw: training, or evaluate's

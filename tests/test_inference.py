@@ -132,6 +132,7 @@ def test_run_as_a_script_the_tf_backend_fixes_the_weights_and_scores_what_in_pro
     assert final_record(tmp_path / "script.json")["accuracy"] == final_record(tmp_path / "here.json")["accuracy"]
     parameters = [parameter_record(tmp_path / name) for name in ("script.json", "here.json")]
     assert parameters[0]["onednn_frozen_weights"] is True and "onednn_frozen_weights" not in parameters[1]
+    assert parameters[0]["environment"]["variables"][devices.POOLED_CPU_MEMORY_ENV] == "true"
 
 
 def test_onnxruntime_backend_random_inputs_with_periodic_logs(saved_model, tmp_path):

@@ -93,6 +93,27 @@ def assume_frozen_weights(environ=os.environ):
     return frozen_weights_assumed(environ)
 
 
+POOLED_CPU_MEMORY_ENV = "TF_CPU_ALLOCATOR_USE_BFC"
+
+
+def cpu_memory_pooled(environ=os.environ):
+    """Whether the environment asks TensorFlow for its pooling (BFC) allocator for CPU tensors."""
+    return environ.get(POOLED_CPU_MEMORY_ENV, "").strip().lower() in ("1", "true")
+
+
+def pool_cpu_memory(environ=os.environ):
+    """For a process run as a script: TensorFlow keeps the memory of freed CPU tensors in its own pool (the BFC
+    allocator it uses for a GPU's host memory) instead of handing each one to malloc. malloc maps a buffer above
+    32 MB (a 224 px activation at batch 32 is 103 MB) afresh from the kernel on every allocation, so every step
+    faulted in and zeroed its largest tensors again, page by page (docs/PERFORMANCE.md, CPU memory). The pool keeps
+    the process's resident memory at its peak instead of returning it between steps. Read once, when TensorFlow
+    makes its first CPU tensor: so this is done before TensorFlow is imported, or not at all; a value the user set
+    is kept. Returns whether the process pools its CPU memory."""
+    if "tensorflow" not in sys.modules:
+        environ.setdefault(POOLED_CPU_MEMORY_ENV, "true")
+    return cpu_memory_pooled(environ)
+
+
 def setup_devices(**options):
     """_setup_devices(**options), where a process whose TensorFlow already runs with another device set-up (a second
     run called in-process with other devices, replicas or --cpu) gets one line instead of TensorFlow's RuntimeError:
