@@ -65,21 +65,34 @@ def machine_info():
     }
 
 
-def interleaved(variants, rounds, warmup=1, log=print):
+def minor_faults():
+    """The minor page faults this process has taken so far (memory mapped in on first touch)."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def interleaved(variants, rounds, warmup=1, log=print, faults=None):
     """Runs `variants` ({name: callable doing one step and fetching its result}) `warmup` times each, then
-    `rounds` times each in the order A B C A B C ...; returns {name: [seconds, ...]} of the measured runs."""
+    `rounds` times each in the order A B C A B C ...; returns {name: [seconds, ...]} of the measured runs. A dict
+    given as `faults` gets {name: [minor page faults, ...]} of the same runs."""
     for name, step in variants.items():
         for index in range(warmup):
             start = time.perf_counter()
             step()
             log(f"  warmup {name} #{index}: {time.perf_counter() - start:.2f} s")
     times = {name: [] for name in variants}
+    faulted = {name: [] for name in variants}
     for index in range(rounds):
         for name, step in variants.items():
+            before = minor_faults()
             start = time.perf_counter()
             step()
             times[name].append(time.perf_counter() - start)
-            log(f"  round {index} {name}: {times[name][-1]:.3f} s  load {os.getloadavg()[0]:.1f}")
+            faulted[name].append(minor_faults() - before)
+            log(f"  round {index} {name}: {times[name][-1]:.3f} s  load {os.getloadavg()[0]:.1f}  "
+                f"page faults {faulted[name][-1]}")
+    if faults is not None:
+        faults.update(faulted)
     return times
 
 

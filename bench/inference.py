@@ -144,14 +144,16 @@ def main(argv=None):
             images = common.synthetic_batch(batch, args.size)[0]
             for name, run in makers.items():
                 variants[f"{name}_b{batch}"] = lambda run=run, images=images: run(images)
-        times = common.interleaved(variants, args.rounds, args.warmup, log=log)
+        faults = {}
+        times = common.interleaved(variants, args.rounds, args.warmup, log=log, faults=faults)
     results = {}
     for batch in batches:
         base = times.get(f"keras_b{batch}")
         for name in makers:
             key = f"{name}_b{batch}"
             seconds = common.median(times[key])
-            row = {"batch": batch, "ms_per_batch": round(seconds * 1e3, 1), "img_per_s": round(batch / seconds, 2)}
+            row = {"batch": batch, "ms_per_batch": round(seconds * 1e3, 1), "img_per_s": round(batch / seconds, 2),
+                   "page_faults_per_batch": round(common.median(faults[key]))}
             if base:
                 row["speedup_vs_keras"] = round(common.median(base) / seconds, 3)
             if args.arch == "resnet50" and args.size == 224:

@@ -74,7 +74,8 @@ def main(argv=None):
     for name in args.variants.split(","):
         log(f"building {name}")
         variants[name] = build_variant(name, args, images, labels)
-    times = common.interleaved(variants, args.rounds, args.warmup, log=log)
+    faults = {}
+    times = common.interleaved(variants, args.rounds, args.warmup, log=log, faults=faults)
     ceiling = None
     if not args.no_ceiling:
         from bench.matmul_ceiling import best_tf_gflops, blas_gflops
@@ -89,7 +90,7 @@ def main(argv=None):
     for name, values in times.items():
         seconds = common.median(values)
         row = {"s_per_step": round(seconds, 3), "img_per_s": round(args.batch / seconds, 2),
-               "all_s": [round(v, 3) for v in values]}
+               "all_s": [round(v, 3) for v in values], "page_faults_per_step": round(common.median(faults[name]))}
         if base:
             row["speedup_vs_keras"] = round(base / seconds, 3)
         if flop_per_image:

@@ -100,7 +100,28 @@ def test_inference_benchmark_times_every_serving_form(tmp_path):
                            "--rounds", "1", "--json", str(out)]) == 0
     results = json.loads(out.read_text())["results"]
     assert set(results) == {f"{name}_b{batch}" for name in variants for batch in (1, 2)}
-    assert all(row["ms_per_batch"] > 0 and row["batch"] in (1, 2) for row in results.values())
+    assert all(row["ms_per_batch"] > 0 and row["batch"] in (1, 2) and row["page_faults_per_batch"] >= 0
+               for row in results.values())
+
+
+def test_interleaved_counts_each_runs_page_faults():
+    """bench/common.interleaved's fault counts: a run that maps 64 MB afresh and writes it faults once per page (or
+    per 2 MB huge page); a run that touches nothing new, ~never."""
+    import mmap
+
+    import numpy as np
+    from bench import common
+
+    def fresh():
+        mapped = mmap.mmap(-1, 64 * 1024 * 1024)
+        np.frombuffer(mapped, np.uint8)[:] = 1
+        mapped.close()
+
+    faults = {}
+    times = common.interleaved({"fresh": fresh, "none": lambda: None}, rounds=3, warmup=1, log=lambda text: None,
+                               faults=faults)
+    assert {name: len(values) for name, values in times.items()} == {"fresh": 3, "none": 3}
+    assert min(faults["fresh"]) >= 32 and max(faults["none"]) < 16, faults
 
 
 @pytest.mark.slow
