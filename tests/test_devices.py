@@ -90,26 +90,23 @@ def test_cpu_bfloat16_support_reads_the_cpu_flags(tmp_path):
     assert cpu_bfloat16_support(str(tmp_path / "absent")) is None
 
 
-def test_frozen_weights_are_assumed_only_before_tensorflow_starts_and_never_over_the_users_value(monkeypatch):
+@pytest.mark.parametrize("setting", ["frozen weights", "pooled CPU memory"])
+def test_a_process_setting_is_made_only_before_tensorflow_starts_and_never_over_the_users_value(setting,
+                                                                                               monkeypatch):
     from utils import devices
+    make, made, variable, yes, no, also_yes = {
+        "frozen weights": (devices.assume_frozen_weights, devices.frozen_weights_assumed, devices.FROZEN_WEIGHTS_ENV,
+                           "1", "0", "true"),
+        "pooled CPU memory": (devices.pool_cpu_memory, devices.cpu_memory_pooled, devices.POOLED_CPU_MEMORY_ENV,
+                              "true", "false", "1"),
+    }[setting]
     environ = {}
-    assert devices.assume_frozen_weights(environ) is False and environ == {}  # TensorFlow is imported here
+    assert make(environ) is False and environ == {}  # TensorFlow is imported here
     monkeypatch.delitem(sys.modules, "tensorflow")
-    assert devices.assume_frozen_weights(environ) is True and environ == {devices.FROZEN_WEIGHTS_ENV: "1"}
-    said_no = {devices.FROZEN_WEIGHTS_ENV: "0"}
-    assert devices.assume_frozen_weights(said_no) is False and said_no == {devices.FROZEN_WEIGHTS_ENV: "0"}
-    assert devices.frozen_weights_assumed({devices.FROZEN_WEIGHTS_ENV: "true"})
-
-
-def test_cpu_memory_is_pooled_only_before_tensorflow_starts_and_never_over_the_users_value(monkeypatch):
-    from utils import devices
-    environ = {}
-    assert devices.pool_cpu_memory(environ) is False and environ == {}  # TensorFlow is imported here
-    monkeypatch.delitem(sys.modules, "tensorflow")
-    assert devices.pool_cpu_memory(environ) is True and environ == {devices.POOLED_CPU_MEMORY_ENV: "true"}
-    said_no = {devices.POOLED_CPU_MEMORY_ENV: "false"}
-    assert devices.pool_cpu_memory(said_no) is False and said_no == {devices.POOLED_CPU_MEMORY_ENV: "false"}
-    assert devices.cpu_memory_pooled({devices.POOLED_CPU_MEMORY_ENV: "1"})
+    assert make(environ) is True and environ == {variable: yes}
+    said_no = {variable: no}
+    assert make(said_no) is False and said_no == {variable: no}
+    assert made({variable: also_yes})
 
 
 # A child process: the minor page faults per call of an op whose 64 MB result is dropped after each call, as a
