@@ -51,6 +51,7 @@ def machine_info():
     except OSError:
         model = platform.processor()
     import tensorflow as tf
+    from runtime import startup
     return {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "cpu": model,
@@ -61,6 +62,9 @@ def machine_info():
         "cpu_allocator": "pooled (BFC)" if devices.cpu_memory_pooled() else "malloc",
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+        # the variables a run's PARAMETER record lists (threads, oneDNN's switches, ...): set ones only
+        "variables": startup.recorded_variables(),
+        "code_version": startup.code_version(),
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
     }
 

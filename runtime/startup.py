@@ -63,6 +63,12 @@ def _recorded_variable(name):
         not any(word in name for word in SECRET_WORDS)
 
 
+def recorded_variables(environ=None):
+    """{name: value} of the variables above that are set in `environ` (the process's by default), by name."""
+    environ = os.environ if environ is None else environ
+    return {name: environ[name] for name in sorted(environ) if _recorded_variable(name)}
+
+
 def environment_parameters(engine=None, environ=None, devices=None):
     """The PARAMETER record's `environment`: what decides a run's arithmetic beyond its flags, and where it ran. The
     same seeded run gave other losses from step 1 under OMP_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1 taskset -c 0, or
@@ -86,7 +92,7 @@ def environment_parameters(engine=None, environ=None, devices=None):
         "cpu_cores": number_ranges(cores),
         "intra_op_threads": threads(tf.config.threading.get_intra_op_parallelism_threads()),
         "inter_op_threads": threads(tf.config.threading.get_inter_op_parallelism_threads()),
-        "variables": {name: environ[name] for name in sorted(environ) if _recorded_variable(name)},
+        "variables": recorded_variables(environ),
         **({"devices": list(devices)} if devices is not None else {}),
         "host": socket.gethostname(),
         "tensorflow": tf.__version__,

@@ -124,6 +124,22 @@ def test_interleaved_counts_each_runs_page_faults():
     assert min(faults["fresh"]) >= 32 and max(faults["none"]) < 16, faults
 
 
+def test_machine_record_names_the_variables_set_and_the_code(monkeypatch):
+    """A result's `machine` lists the set variables a run's PARAMETER record lists (a benchmark run under
+    TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 or TF_NUM_INTEROP_THREADS=1 says so), none of another program's TF_* ones, and
+    the code's commit."""
+    from bench import common
+    from runtime import startup
+    monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "1")
+    monkeypatch.setenv("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", "1")
+    monkeypatch.setenv("TF_TOKEN_app_example_com", "not for a log")
+    machine = common.machine_info()
+    assert machine["variables"]["TF_NUM_INTEROP_THREADS"] == "1"
+    assert machine["variables"]["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] == "1"
+    assert not any(name.startswith("TF_TOKEN") for name in machine["variables"])
+    assert machine["code_version"] == startup.code_version()
+
+
 @pytest.mark.slow
 def test_extensions_benchmark_times_the_pipeline_and_every_variant(tmp_path):
     from bench import extensions
