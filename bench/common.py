@@ -15,22 +15,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 from utils import devices  # noqa: E402
 
-
-def started_as_a_benchmark():
-    """Whether this process was started as one of bench/'s modules (`python -m bench.<name>`), not imported by
-    another program (the tests)."""
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return spec is not None and spec.name.startswith("bench.")
-
-
-# A benchmark process keeps freed CPU memory as main.py's and inference.py's processes do
-# (utils/devices.pool_cpu_memory), so that it times what they run; TF_CPU_ALLOCATOR_USE_BFC=false times malloc's.
-if started_as_a_benchmark():
-    devices.pool_cpu_memory()
 
 # ResNet-50 v1.5 at 224: 4.09 G multiply-adds forward per image (python -m model.resnet --arch resnet50).
 RESNET50_FORWARD_GFLOP = 2 * 4.09

@@ -68,7 +68,8 @@ def main(argv=None):
     parser.add_argument("--sizes", default="1024,2048,3072")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
-    result = {"loadavg": [round(x, 2) for x in os.getloadavg()]}
+    from bench import common
+    result = {"loadavg": [round(x, 2) for x in os.getloadavg()], "machine": common.machine_info()}
     for dtype in ("float32", "bfloat16"):
         result[dtype] = {size: matmul_gflops(dtype, int(size), args.repeats) for size in args.sizes.split(",")}
     result["numpy_blas_float32"] = blas_gflops(repeats=args.repeats)

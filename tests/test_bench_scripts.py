@@ -1,6 +1,7 @@
 """The benchmark scripts run end to end (tiny sizes; the numbers themselves are for docs/BENCHMARKS.md only)."""
 import json
 import os
+import sys
 
 import pytest
 
@@ -122,6 +123,32 @@ def test_interleaved_counts_each_runs_page_faults():
                                faults=faults)
     assert {name: len(values) for name, values in times.items()} == {"fresh": 3, "none": 3}
     assert min(faults["fresh"]) >= 32 and max(faults["none"]) < 16, faults
+
+
+def test_a_benchmark_process_is_told_from_an_importer_by_its_command_line():
+    import bench
+    assert bench.started_as_a_benchmark([".venv/bin/python", "-m", "bench.matmul_ceiling", "--sizes", "64"])
+    assert bench.started_as_a_benchmark(["python3", "-X", "importtime", "-m", "bench.train_step"])
+    assert not bench.started_as_a_benchmark(["python", "-m", "pytest", "tests/test_bench_scripts.py"])
+    assert not bench.started_as_a_benchmark(["python", "-c", "import bench.common"])
+    assert not bench.started_as_a_benchmark(["python", "main.py", "-m", "x"])
+    assert not bench.started_as_a_benchmark(sys.orig_argv)  # this test's own process imported bench
+
+
+def test_a_benchmark_run_as_a_module_pools_its_memory_and_drops_tensorflows_start_up_lines():
+    """Every bench/ module, also one that never imports bench/common.py at its top (matmul_ceiling), starts as
+    main.py does: the pool on, and no `absl::InitializeLog` or CUDA-probe lines on stderr (this machine has no GPU);
+    its result on stdout as before."""
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    environ = {name: value for name, value in os.environ.items()
+               if name not in ("TF_CPP_MIN_LOG_LEVEL", "RN50_VERBOSE", "TF_CPU_ALLOCATOR_USE_BFC")}
+    done = subprocess.run([sys.executable, "-m", "bench.matmul_ceiling", "--sizes", "64", "--repeats", "1"],
+                          cwd=root, env=environ, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "64" in result["float32"] and result["machine"]["cpu_allocator"] == "pooled (BFC)"
+    assert "absl::InitializeLog" not in done.stderr and "cuda" not in done.stderr.lower(), done.stderr
 
 
 def test_machine_record_names_the_variables_set_and_the_code(monkeypatch):
