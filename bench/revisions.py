@@ -7,13 +7,13 @@ machine, so a drift in the machine's speed falls on both: the before/after ratio
         --control onnx_b1 -- bench.inference --variants ours,frozen,onnx --batches 1
 
 Each revision is checked out once into a temporary `git worktree` (the current venv runs both); each process runs
-the benchmark module given after `--`, which must print one JSON line with `results` (bench/train_step.py and
-bench/inference.py do). `--head_env KEY=VALUE` (repeatable) sets a variable in the head's processes only: with
-`--head` left at the base's revision that measures a setting that must be made before TensorFlow starts. The
-per-pair ratio is head / base of `s_per_step` (or `ms_per_batch`) per variant; with `--control VARIANT` every time
-is first divided by that variant's time in the same process (a variant the change cannot touch, e.g. ONNX
-Runtime, so the process-to-process drift cancels). The report gives every process's medians and the median of the
-pair ratios.
+the benchmark module given after `--`, which must print one JSON line with `results` (bench/train_step.py,
+bench/inference.py and bench/model_build.py do). `--head_env KEY=VALUE` (repeatable) sets a variable in the head's
+processes only: with `--head` left at the base's revision that measures a setting that must be made before
+TensorFlow starts. The per-pair ratio is head / base of `s_per_step` (or `ms_per_batch`, or `seconds`) per variant;
+with `--control VARIANT` every time is first divided by that variant's time in the same process (a variant the
+change cannot touch, e.g. ONNX Runtime, so the process-to-process drift cancels). The report gives every process's
+medians and the median of the pair ratios.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import tempfile
 from utils.errors import doc_part
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TIME_KEYS = ("s_per_step", "ms_per_batch")
+TIME_KEYS = ("s_per_step", "ms_per_batch", "seconds")
 
 
 def _git(*args):

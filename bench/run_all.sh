@@ -8,6 +8,7 @@ PY=.venv/bin/python
 OUT=bench/results
 mkdir -p "$OUT"
 $PY -m bench.matmul_ceiling | tee "$OUT/matmul_ceiling.json"
+$PY -m bench.model_build --json "$OUT/model_build.json"
 $PY -m bench.train_step --variants ours,keras,ours_xla,ours_amp --warmup 2 --rounds 5 --json "$OUT/train_step_rn50_224.json"
 $PY -m bench.conv_gradients --json "$OUT/conv_gradients_224.json"
 $PY -m bench.small_map_ops --json "$OUT/small_map_ops_40.json"

@@ -105,6 +105,18 @@ def test_inference_benchmark_times_every_serving_form(tmp_path):
                for row in results.values())
 
 
+def test_model_build_times_each_architecture_and_purpose(tmp_path):
+    from bench import model_build
+    out = tmp_path / "build.json"
+    assert model_build.main(["--archs", "resnet50", "--purposes", "train,inference", "--size", "32", "--repeats", "1",
+                             "--json", str(out)]) == 0
+    from model.resnet import build_model
+    results = json.loads(out.read_text())["results"]
+    assert set(results) == {"resnet50_train", "resnet50_inference"}
+    variables = len(build_model("resnet50", image_size=32).variables)  # (the suite's ResNet-50: tests/_shallow.py)
+    assert all(row["seconds"] > 0 and row["variables"] == variables for row in results.values()), results
+
+
 def test_interleaved_counts_each_runs_page_faults():
     """bench/common.interleaved's fault counts: a run that maps 64 MB afresh and writes it faults once per page (or
     per 2 MB huge page); a run that touches nothing new, ~never."""
