@@ -43,6 +43,19 @@ class Conv2DBlock(keras.layers.Layer):
                 self.quant_step = quantization.create_step(self)
             self.act_quant = ActivationQuantizer(quantization, name="act_quant")
 
+    def build(self, input_shape):
+        # The sublayers in the order call() first uses them. With build() and compute_output_shape() defined, Keras
+        # builds a functional model from shapes alone instead of tracing every block's call() in a scratch graph
+        # (ResNeXt101: 44 s -> see docs/PERFORMANCE.md, Start-up).
+        self.conv.build(input_shape)
+        output_shape = self.conv.compute_output_shape(input_shape)
+        self.bn.build(output_shape)
+        if self._quantization is not None:
+            self.act_quant.build(output_shape)
+
+    def compute_output_shape(self, input_shape):
+        return self.conv.compute_output_shape(input_shape)
+
     def call(self, inputs, training=None):
         if self._quantization is not None and self._quantization.quantizes(training):
             return self._quantized_call(inputs, training)

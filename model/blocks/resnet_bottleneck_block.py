@@ -64,6 +64,27 @@ class BottleneckBlock(keras.layers.Layer):
             # contrib.quantize quantised the residual add's output after its ReLU.
             self.act_quant = ActivationQuantizer(quantization, name="act_quant")
 
+    def build(self, input_shape):
+        # The sublayers in the order call() first uses them, from shapes alone (Conv2DBlock.build says why).
+        shape = input_shape
+        for block in (self.bottleneck_1, self.bottleneck_2, self.bottleneck_3):
+            block.build(shape)
+            shape = block.compute_output_shape(shape)
+        if self.se is not None:
+            self.se.build(shape)
+        if self.shortcut is not None:
+            self.shortcut.build(input_shape)
+        elif self.shortcut_pool is not None:
+            self.shortcut_pool.build(input_shape)
+        if self._quantization is not None:
+            self.act_quant.build(shape)
+
+    def compute_output_shape(self, input_shape):
+        shape = input_shape
+        for block in (self.bottleneck_1, self.bottleneck_2, self.bottleneck_3):
+            shape = block.compute_output_shape(shape)
+        return shape
+
     def call(self, inputs, training=None):
         residual = self.bottleneck_1(inputs, training=training)
         residual = self.bottleneck_2(residual, training=training)

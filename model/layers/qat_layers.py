@@ -103,12 +103,14 @@ class QuantizedSqueezeExcitation(SqueezeExcitation):
         self.squeeze_quant = ActivationQuantizer(state, name="squeeze_act_quant")
         self.excite_quant = ActivationQuantizer(state, name="excite_act_quant")
 
+    def build(self, input_shape):
+        super().build(input_shape)
+        for quantizer in (self.squeeze_quant, self.excite_quant):  # their range variables, after the kernels
+            quantizer.build(())
+
     def call(self, inputs, training=None):
         state = self._state
         if not state.quantizes(training):
-            for quantizer in (self.squeeze_quant, self.excite_quant):
-                if not quantizer.built:
-                    quantizer.build(())
             return super().call(inputs)
         x = tf.cast(inputs, tf.float32)
         pooled = tf.reduce_mean(x, axis=spatial_axes(self.data_format))
