@@ -46,7 +46,7 @@ class Conv2DBlock(keras.layers.Layer):
     def build(self, input_shape):
         # The sublayers in the order call() first uses them. With build() and compute_output_shape() defined, Keras
         # builds a functional model from shapes alone instead of tracing every block's call() in a scratch graph
-        # (ResNeXt101: 44 s -> see docs/PERFORMANCE.md, Start-up).
+        # (docs/PERFORMANCE.md, Start-up: the model built from its shapes).
         self.conv.build(input_shape)
         output_shape = self.conv.compute_output_shape(input_shape)
         self.bn.build(output_shape)
