@@ -2,7 +2,7 @@
 # Quickstart on the embedded Fashion-MNIST subset (datasets/fashion_mnist: 9,000 train / 2,000 test images).
 # Run after `bash scripts/install.sh`; no root, no downloads. Everything goes to results/quickstart/ (recreated).
 #   bash scripts/quickstart.sh                 4 epochs (1,124 steps of 32 images at 40x40, 5-11 min on 2 cores:
-#                                              36,000 images at the step's img/s plus 30-40 s)
+#                                              36,000 images at the step's img/s plus 30-50 s)
 #   EPOCHS=10 bash scripts/quickstart.sh       longer (the recipe's cosine schedule stretches with it)
 #   SIZE=32 bash scripts/quickstart.sh         another image size (40 by default; see the recipe below)
 #   bash scripts/quickstart.sh --amp           extra arguments go to both main.py calls
