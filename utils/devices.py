@@ -66,6 +66,18 @@ def cpu_bfloat16_support(cpuinfo="/proc/cpuinfo"):
     return None
 
 
+def _switched_on(environ, name):
+    """Whether the environment variable `name` says yes, as TensorFlow reads its boolean switches ("1" or "true")."""
+    return environ.get(name, "").strip().lower() in ("1", "true")
+
+
+def _set_before_tensorflow(environ, name, value):
+    """A process-wide TensorFlow setting read once at start-up: set only while TensorFlow is not imported yet, and
+    never over a value the user gave."""
+    if "tensorflow" not in sys.modules:
+        environ.setdefault(name, value)
+
+
 FROZEN_WEIGHTS_ENV = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
 FROZEN_WEIGHTS_NOTE = ("Weights fixed for this process ({}=1): oneDNN reorders each conv weight once, not on every "
                        "call".format(FROZEN_WEIGHTS_ENV))
@@ -73,7 +85,7 @@ FROZEN_WEIGHTS_NOTE = ("Weights fixed for this process ({}=1): oneDNN reorders e
 
 def frozen_weights_assumed(environ=os.environ):
     """Whether oneDNN is told (by the environment) that every conv and matmul weight never changes."""
-    return environ.get(FROZEN_WEIGHTS_ENV, "").strip().lower() in ("1", "true")
+    return _switched_on(environ, FROZEN_WEIGHTS_ENV)
 
 
 def frozen_weights_parameters(environ=os.environ):
@@ -88,8 +100,7 @@ def assume_frozen_weights(environ=os.environ):
     swapped after a first call, or an eager conv would silently compute with stale weights. So only a tool run as a
     script, in a mode that loads its weights once, calls this, before TensorFlow is imported; a value the user set
     is kept. Returns whether the process now assumes frozen weights."""
-    if "tensorflow" not in sys.modules:
-        environ.setdefault(FROZEN_WEIGHTS_ENV, "1")
+    _set_before_tensorflow(environ, FROZEN_WEIGHTS_ENV, "1")
     return frozen_weights_assumed(environ)
 
 
@@ -98,7 +109,7 @@ POOLED_CPU_MEMORY_ENV = "TF_CPU_ALLOCATOR_USE_BFC"
 
 def cpu_memory_pooled(environ=os.environ):
     """Whether the environment asks TensorFlow for its pooling (BFC) allocator for CPU tensors."""
-    return environ.get(POOLED_CPU_MEMORY_ENV, "").strip().lower() in ("1", "true")
+    return _switched_on(environ, POOLED_CPU_MEMORY_ENV)
 
 
 def pool_cpu_memory(environ=os.environ):
@@ -109,8 +120,7 @@ def pool_cpu_memory(environ=os.environ):
     the process's resident memory at its peak instead of returning it between steps. Read once, when TensorFlow
     makes its first CPU tensor: so this is done before TensorFlow is imported, or not at all; a value the user set
     is kept. Returns whether the process pools its CPU memory."""
-    if "tensorflow" not in sys.modules:
-        environ.setdefault(POOLED_CPU_MEMORY_ENV, "true")
+    _set_before_tensorflow(environ, POOLED_CPU_MEMORY_ENV, "true")
     return cpu_memory_pooled(environ)
 
 
