@@ -18,10 +18,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from utils import devices  # noqa: E402
 
 
-# ResNet-50 v1.5 at 224: 4.09 G multiply-adds forward per image (python -m model.resnet --arch resnet50).
-RESNET50_FORWARD_GFLOP = 2 * 4.09
 # Training = forward + two backward matmuls (input and weight gradients) ~ 3x forward.
 TRAIN_FLOP_FACTOR = 3
+
+
+def forward_gflop(arch, image_size, num_classes=1001):
+    """The model's forward GFLOP per image (2 x its conv and dense multiply-adds, `model.resnet.forward_macs`: the
+    nominal count, without the zeros that SAME padding adds to a patches product); ResNet-50 at 224: 8.18."""
+    from model.resnet import forward_macs
+    return 2 * sum(forward_macs(arch, num_classes, image_size).values()) / 1e9
 
 
 def machine_info():

@@ -146,6 +146,7 @@ def main(argv=None):
                 variants[f"{name}_b{batch}"] = lambda run=run, images=images: run(images)
         faults = {}
         times = common.interleaved(variants, args.rounds, args.warmup, log=log, faults=faults)
+    forward_gflop = common.forward_gflop(args.arch, args.size)
     results = {}
     for batch in batches:
         base = times.get(f"keras_b{batch}")
@@ -156,8 +157,7 @@ def main(argv=None):
                    "page_faults_per_batch": round(common.median(faults[key]))}
             if base:
                 row["speedup_vs_keras"] = round(common.median(base) / seconds, 3)
-            if args.arch == "resnet50" and args.size == 224:
-                row["model_gflop_per_s"] = round(common.RESNET50_FORWARD_GFLOP * batch / seconds, 1)
+            row["model_gflop_per_s"] = round(forward_gflop * batch / seconds, 1)
             results[key] = row
     common.report(args.json, {"benchmark": "inference", "arch": args.arch, "size": args.size,
                               "warmup": args.warmup, "rounds": args.rounds, "machine": info, "results": results})

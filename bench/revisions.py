@@ -5,6 +5,8 @@ machine, so a drift in the machine's speed falls on both: the before/after ratio
         bench.train_step --variants ours --size 40 --batch 32 --rounds 6 --no_ceiling
     .venv/bin/python -m bench.revisions --base HEAD --head_env TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 \
         --control onnx_b1 -- bench.inference --variants ours,frozen,onnx --batches 1
+    .venv/bin/python -m bench.revisions --base 7b04848 --pairs 4 -- main.py --mode training_benchmark \
+        --synthetic_data_size 40 --batch_size 32 --num_classes 10 --num_iter 100 --iter_unit batch
 
 Each revision is checked out once into a temporary `git worktree` (the current venv runs both); each process runs
 the benchmark module given after `--`, which must print one JSON line with `results` (bench/train_step.py,
@@ -14,12 +16,16 @@ TensorFlow starts. The per-pair ratio is head / base of `s_per_step` (or `ms_per
 with `--control VARIANT` every time is first divided by that variant's time in the same process (a variant the
 change cannot touch, e.g. ONNX Runtime, so the process-to-process drift cancels). The report gives every process's
 medians and the median of the pair ratios.
+`-- main.py ARGS` times the training as users run it instead, at any revision (one whose bench/ modules differ or
+are missing too): each process is that tree's `main.py ARGS --results_dir <a fresh directory>`, and its time per
+image is 1 / the `train_throughput_total` of its log (warm-up steps excluded), reported as the variant `main.py`.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -28,7 +34,8 @@ import tempfile
 from utils.errors import doc_part
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TIME_KEYS = ("s_per_step", "ms_per_batch", "seconds")
+TIME_KEYS = ("s_per_step", "ms_per_batch", "seconds", "s_per_image")
+MAIN_PY = "main.py"
 
 
 def _git(*args):
@@ -37,7 +44,9 @@ def _git(*args):
 
 def _run(tree, module_args, env=None):
     """One benchmark process in `tree` with `env` added to this one's environment; {variant: seconds} from its JSON
-    line."""
+    line (or, for `main.py ARGS`, its log's throughput)."""
+    if module_args[0] == MAIN_PY:
+        return _run_main_py(tree, module_args, env)
     command = [sys.executable, "-m", *module_args]
     done = subprocess.run(command, cwd=tree, capture_output=True, text=True, env={**os.environ, **(env or {})})
     if done.returncode != 0:
@@ -49,6 +58,21 @@ def _run(tree, module_args, env=None):
         key = next(key for key in TIME_KEYS if key in row)
         times[variant] = row[key]
     return times
+
+
+def _run_main_py(tree, args, env=None):
+    """One `main.py` training in `tree`: {"main.py": {"s_per_image": 1 / its log's train_throughput_total}}."""
+    from bench.step_data_source import read_throughput
+    results = tempfile.mkdtemp(prefix="bench_revisions_run_")
+    try:
+        command = [sys.executable, *args, "--results_dir", results]
+        done = subprocess.run(command, cwd=tree, capture_output=True, text=True, env={**os.environ, **(env or {})})
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+            raise SystemExit(f"main.py failed in {tree} (exit {done.returncode}): {last}")
+        return {MAIN_PY: 1.0 / read_throughput(os.path.join(results, "log.json"))}
+    finally:
+        shutil.rmtree(results, ignore_errors=True)
 
 
 def _assignment(text):

@@ -82,9 +82,7 @@ def main(argv=None):
         gc.collect()
         ceiling = {"float32": best_tf_gflops("float32"), "bfloat16": best_tf_gflops("bfloat16"),
                    "numpy_blas_float32": blas_gflops()["median"]}
-    flop_per_image = common.RESNET50_FORWARD_GFLOP * common.TRAIN_FLOP_FACTOR
-    if args.arch != "resnet50" or args.size != 224:
-        flop_per_image = None
+    flop_per_image = common.forward_gflop(args.arch, args.size) * common.TRAIN_FLOP_FACTOR
     results = {}
     base = common.median(times["keras"]) if "keras" in times else None
     for name, values in times.items():
@@ -93,14 +91,13 @@ def main(argv=None):
                "all_s": [round(v, 3) for v in values], "page_faults_per_step": round(common.median(faults[name]))}
         if base:
             row["speedup_vs_keras"] = round(base / seconds, 3)
-        if flop_per_image:
-            gflops = flop_per_image * args.batch / seconds
-            row["model_gflop_per_s"] = round(gflops, 1)
-            if ceiling:
-                key = "bfloat16" if name.startswith("ours_amp") else "float32"
-                row["fraction_of_matmul_ceiling"] = round(gflops / ceiling[key], 3)
-                if key == "float32":
-                    row["fraction_of_numpy_blas"] = round(gflops / ceiling["numpy_blas_float32"], 3)
+        gflops = flop_per_image * args.batch / seconds
+        row["model_gflop_per_s"] = round(gflops, 1)
+        if ceiling:
+            key = "bfloat16" if name.startswith("ours_amp") else "float32"
+            row["fraction_of_matmul_ceiling"] = round(gflops / ceiling[key], 3)
+            if key == "float32":
+                row["fraction_of_numpy_blas"] = round(gflops / ceiling["numpy_blas_float32"], 3)
         results[name] = row
     common.report(args.json, {"benchmark": "train_step", "arch": args.arch, "batch": args.batch, "size": args.size,
                               "warmup": args.warmup, "rounds": args.rounds, "machine": info,

@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from bench import common
+
 pytestmark = pytest.mark.shallow
 
 
@@ -103,6 +105,21 @@ def test_inference_benchmark_times_every_serving_form(tmp_path):
     assert set(results) == {f"{name}_b{batch}" for name in variants for batch in (1, 2)}
     assert all(row["ms_per_batch"] > 0 and row["batch"] in (1, 2) and row["page_faults_per_batch"] >= 0
                for row in results.values())
+    # the model's rate at any size: its multiply-adds at 32 px over the time (before, only at 224 px)
+    assert all(row["model_gflop_per_s"] == pytest.approx(common.forward_gflop("resnet50", 32) * row["img_per_s"],
+                                                         rel=0.01, abs=0.1)
+               for row in results.values())
+
+
+def test_train_step_reports_the_rate_of_the_models_training_flops(tmp_path):
+    from bench import train_step
+    out = tmp_path / "train_step.json"
+    assert train_step.main(["--variants", "ours", "--size", "32", "--batch", "2", "--warmup", "0", "--rounds", "1",
+                            "--no_ceiling", "--json", str(out)]) == 0
+    row = json.loads(out.read_text())["results"]["ours"]
+    assert row["s_per_step"] > 0 and row["img_per_s"] == pytest.approx(2 / row["s_per_step"], rel=0.05)
+    assert row["model_gflop_per_s"] == pytest.approx(3 * common.forward_gflop("resnet50", 32) * row["img_per_s"],
+                                                     rel=0.01, abs=0.1)
 
 
 def test_model_build_times_each_architecture_and_purpose(tmp_path):
@@ -313,6 +330,37 @@ def test_revisions_alternates_the_two_checkouts_and_reports_the_pair_ratios(monk
     assert result["speedup_median_of_pairs"] == 2.0 and result["base_median"] == 0.44
     after = subprocess.run(["git", "-C", revisions.ROOT, "worktree", "list"], capture_output=True, text=True).stdout
     assert after == before
+
+
+def test_revisions_times_main_py_itself_at_each_revision(monkeypatch, capsys):
+    """`-- main.py ARGS`: each process is that checkout's main.py with a fresh --results_dir, timed by its log's
+    train_throughput_total (so a revision without today's bench/ modules can be measured too)."""
+    import subprocess
+    from bench import revisions
+    throughputs = {"base": iter([50.0, 40.0]), "head": iter([100.0, 60.0])}
+    seen_dirs = []
+
+    real_run = subprocess.run
+
+    def fake_subprocess_run(command, **kwargs):
+        if command[:2] != [sys.executable, "main.py"]:
+            return real_run(command, **kwargs)  # git
+        label = os.path.basename(kwargs["cwd"])
+        assert os.path.isfile(os.path.join(kwargs["cwd"], "main.py"))
+        assert command[:4] == [sys.executable, "main.py", "--mode", "training_benchmark"]
+        assert command[-2] == "--results_dir" and command[-1] not in seen_dirs and os.path.isdir(command[-1])
+        seen_dirs.append(command[-1])
+        record = {"type": "LOG", "step": [], "data": {"train_throughput_total": next(throughputs[label])}}
+        with open(os.path.join(command[-1], "log.json"), "w") as handle:
+            handle.write("DLLL " + json.dumps(record) + "\n")
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(revisions.subprocess, "run", fake_subprocess_run)
+    assert revisions.main(["--base", "HEAD", "--pairs", "2", "--", "main.py", "--mode", "training_benchmark"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"]["main.py"]
+    assert result["base"] == [1 / 50.0, 1 / 40.0] and result["head"] == [1 / 100.0, 1 / 60.0]
+    assert result["pair_speedups"] == [2.0, 1.5] and result["speedup_median_of_pairs"] == 1.75
+    assert not any(os.path.exists(path) for path in seen_dirs)  # each run's directory is removed
 
 
 def test_revisions_sets_the_head_env_in_head_processes_only_and_divides_by_the_control(monkeypatch, capsys):

@@ -93,6 +93,13 @@ def test_forward_macs_formula():
     # Stage 0 by hand, all at 56x56: 1x1 (64 or 256 -> 64), 3x3 64->64, 1x1 64->256, one projection 64->256.
     expected = 56 * 56 * ((64 + 256 + 256) * 64 + 3 * (9 * 64 * 64 + 64 * 256) + 64 * 256)
     assert macs["stage 0"] == expected
+    # At the quick start's 40 px: the stem's 20x20 pooled to 10x10, then 10, 5, 3 and 2 px maps (SAME rounds up).
+    macs = forward_macs("resnet50", 10, 40)
+    assert macs["stem"] == 20 * 20 * 7 * 7 * 3 * 64
+    # stage 3: block 0 reduces 1024 channels at 3x3 before its strided 3x3 conv to 2x2; blocks 1 and 2 at 2x2
+    assert macs["stage 3"] == 3 * 3 * 1024 * 512 + 2 * 2 * (9 * 512 * 512 + 512 * 2048 + 1024 * 2048) \
+        + 2 * 2 * 2 * (2048 * 512 + 9 * 512 * 512 + 512 * 2048)
+    assert macs["output"] == 2048 * 10
 
 
 # --- topology ---------------------------------------------------------------------------------------------------
