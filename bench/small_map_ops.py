@@ -12,9 +12,11 @@ after a check against the formulation the model uses: max relative difference pr
 - `input_grad`: a 3x3 conv's input gradient by `Conv2DBackpropInput` and by a forward conv of the (for stride 2
   spread-out) output gradient with the rotated kernel (`model.layers.conv.rotated_input_gradient`), at the 40 px
   step's 3x3 convs and around the channel count where the model switches between them (`model` names the one
-  the model takes, `model.layers.conv.input_gradient_formulation`); for stride 1 on maps of at most 49 positions
-  also by patches of the output gradient times the rotated kernel and by a matmul to patch gradients folded back
-  with nine shifted slices;
+  the model takes: `model.layers.conv.patches_input_gradient_formulation` for a patches conv, of at most 49
+  output positions, `input_gradient_formulation` for a native one); for a patches conv also by the patch
+  gradients folded back by one segment sum (`model.layers.conv.folded_input_gradient`), and for stride 1 by
+  patches of the output gradient times the rotated kernel and by a matmul to patch gradients folded back with
+  nine shifted slices;
 - `strided_sample`: a stride-2 1x1 conv's input sampling, forward and gradient, as a strided slice and as a 1x1
   average pool (the model's);
   With `--size 224`, only the matmul table, at the 1x1 convs' shapes of a 224 px step (maps 56x56 to 7x7), and
@@ -140,9 +142,15 @@ def input_grad_rows(batch, repeats, shapes=INPUT_GRADS):
                     "rotated_conv": lambda: conv.rotated_input_gradient(dy, w, (size, size), stride)}
         if stride == 1 and size * size <= conv.PATCHES_MAX_POSITIONS:
             variants.update(patches_of_gradient=patches_of_gradient, matmul_and_fold=matmul_and_fold)
-        rotated = conv.input_gradient_formulation(w.shape, (size, size), stride) == "rotated"
+        if out * out <= conv.PATCHES_MAX_POSITIONS:  # a patches conv in the model
+            variants["segment_fold"] = lambda: conv.folded_input_gradient(dy, w, (size, size), stride)
+            model = {"fold": "segment_fold", "backward_conv": "backprop_input"}[
+                conv.patches_input_gradient_formulation(w.shape)]
+        else:
+            rotated = conv.input_gradient_formulation(w.shape, (size, size), stride) == "rotated"
+            model = "rotated_conv" if rotated else "backprop_input"
         row = {"shape": f"{size}x{size}{f' -> {out}x{out}' if stride > 1 else ''} 3x3 {channels_in}->{channels_out}",
-               "stride": stride, "model": "rotated_conv" if rotated else "backprop_input"}
+               "stride": stride, "model": model}
         rows.append(_compare({name: tf.function(fn) for name, fn in variants.items()}, "backprop_input", repeats,
                              row))
     return rows

@@ -370,16 +370,17 @@ def test_grouped_conv_forward_and_gradient(implementation, execution):
     (7, 3, 2, (6, 5)), (6, 3, 2, (6, 5)), (5, 3, 1, (128, 128)), (2, 3, 1, (128, 128)), (3, 3, 2, (128, 128)),
     (6, 3, 2, (64, 256)), (4, 5, 1, (256, 64)), (5, 2, 1, (128, 128)), (12, 3, 3, (128, 128)),
     (14, 3, 2, (128, 128)), (3, 3, 1, (112, 112)), (8, 3, 1, (128, 128)),
-    (16, 3, 2, (128, 128)), (10, 1, 1, (6, 5))])
+    (16, 3, 2, (128, 128)), (10, 1, 1, (6, 5)), (2, 3, 1, (256, 256))])
 @pytest.mark.parametrize("execution", ["eager", "function", "jit"])
 def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, kernel_size, stride, channels,
                                                                          execution):
     # 8x8 to 16x16 kxk (> 49 output positions): native conv; 1x1: matmul (stride 2 after a 1x1 average pool); the
-    # kxk convs of maps down to 2x2, odd and even kernels, strides 1-3: patches + matmul. A kxk conv's input
-    # gradient is, from 128 x 128 channels in x out, a forward conv of the (spread-out) output gradient with the
-    # rotated kernel, and a backward conv below that (112 x 112) and for strided convs from more than 100 input
-    # positions (14x14, 16x16). A 1x1 conv's input gradient is the product computed the other way round up to 256
-    # rows, batch 3 x positions (10x10: 300 rows, the plain product).
+    # kxk convs of maps down to 2x2, odd and even kernels, strides 1-3: patches + matmul. From 128 x 128 channels
+    # in x out, a patches conv's input gradient is its patch gradients folded back by a segment sum (the product
+    # computed the other way round from 256 output channels), a native conv's a forward conv of the (spread-out)
+    # output gradient with the rotated kernel; below that (112 x 112), and for strided native convs from more than
+    # 100 input positions (16x16), a backward conv. A 1x1 conv's input gradient is the product computed the other
+    # way round up to 256 rows, batch 3 x positions (10x10: 300 rows, the plain product).
     # Forward and both gradients against NumPy, eagerly, in a graph and under XLA.
     channels_in, channels_out = channels
     rng = np.random.default_rng(11)
@@ -412,17 +413,21 @@ def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, ker
         rows = 3 * (-(-size // stride)) ** 2
         native = kernel_size > 1 and rows > 3 * 49
         patches = kernel_size > 1 and not native
-        backward_conv = kernel_size > 1 and (channels_in * channels_out < 128 * 128
-                                             or (stride > 1 and size * size > 100))
-        rotated = kernel_size > 1 and not backward_conv
+        wide = channels_in * channels_out >= 128 * 128
+        fold = patches and wide
+        backward_conv = kernel_size > 1 and (not wide or (native and stride > 1 and size * size > 100))
+        rotated = native and not backward_conv
         assert ("Conv2DBackpropInput" in ops) == backward_conv
         # The forward conv: a native layer's, or the one computing the rotated input gradient.
         assert ("Conv2D" in ops) == (native or rotated)
         assert ("ExtractImagePatches" in ops) == patches
+        assert ("UnsortedSegmentSum" in ops) == fold
         assert ("DepthToSpace" in ops) == (rotated and stride > 1)
         if kernel_size == 1:  # the product computed the other way round, then transposed
             assert ("Transpose" in ops) == (rows <= 256)
-        assert not [op for op in ops if op in ("Einsum", "UnsortedSegmentSum")]
+        if fold:  # the patch gradients computed the other way round, then transposed, from 256 output channels
+            assert ("Transpose" in ops) == (channels_out >= 256)
+        assert "Einsum" not in ops
         # A strided 1x1 conv samples its input with a 1x1 average pool; no StridedSliceGrad, none from the kernel
         # either (reshaped, not sliced).
         assert ("AvgPoolGrad" in ops) == (kernel_size == 1 and stride > 1) and "StridedSliceGrad" not in ops

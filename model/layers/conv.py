@@ -6,8 +6,9 @@
 - a kxk conv on a small feature map (<= PATCHES_MAX_POSITIONS output positions) is faster as patches + matmul; on
   larger maps the native conv wins, so it is kept there;
 - the input gradients, where oneDNN's backward conv and Eigen's product with a transposed matrix are slow on AVX2
-  CPUs, by formulations that compute the same sums: a forward conv with the rotated kernel
-  (input_gradient_formulation), a product computed the other way round (_pointwise).
+  CPUs, by formulations that compute the same sums: for a patches conv the patches' gradient added back to the
+  positions each patch read (folded_input_gradient), for a native conv a forward conv with the rotated kernel
+  (input_gradient_formulation), for a 1x1 conv a product computed the other way round (_pointwise).
 `implementation="native"`: plain `tf.nn.conv2d` (cuDNN on GPU, oneDNN on CPU), the choice on GPU, in NCHW, and for
 CPU inference and export, where oneDNN's forward conv is the faster one and graphs hold plain Conv2D ops that
 deployment converters (tf2onnx, TensorRT) handle. The measurements are in docs/PERFORMANCE.md#on-cpu-measured.
@@ -15,15 +16,18 @@ A layer uses the formulation it was built with in every call, training or not.
 """
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 # Spatial positions (H*W of the output) up to which a kxk conv runs as patches + matmul on CPU.
 PATCHES_MAX_POSITIONS = 49
 # When a conv's input gradient is not oneDNN's backward conv (input_gradient_formulation): its kernel has at least
-# ROTATED_MIN_CHANNELS input x output channels and, for a strided conv, its input at most DILATED_MAX_POSITIONS
-# positions (H*W).
+# ROTATED_MIN_CHANNELS input x output channels and, for a strided native conv, its input at most
+# DILATED_MAX_POSITIONS positions (H*W).
 ROTATED_MIN_CHANNELS = 128 * 128
 DILATED_MAX_POSITIONS = 100
+# Output channels from which a patches conv's patch gradient is computed as (kernel x upstream^T)^T.
+FOLD_OTHER_WAY_MIN_CHANNELS = 256
 # Rows (batch x positions) up to which a matmul's input gradient is computed as (kernel x upstream^T)^T.
 TRANSPOSED_MAX_ROWS = 256
 IMPLEMENTATIONS = ("native", "cpu")
@@ -84,17 +88,59 @@ def _pointwise(inputs, kernel, strides):
     return _matmul_over_channels(inputs, tf.reshape(kernel, kernel.shape[2:]), product)
 
 
-def _input_gradient(upstream, kernel, inputs, strides):
-    """The gradient of a SAME conv with respect to its input, by input_gradient_formulation's choice."""
-    if input_gradient_formulation(kernel.shape, inputs.shape[1:3], strides) == "rotated":
-        return rotated_input_gradient(upstream, kernel, inputs.shape[1:3], strides)
-    return tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(inputs), filter=kernel, out_backprop=upstream,
-                                          strides=[1, strides, strides, 1], padding="SAME")
+def patches_input_gradient_formulation(kernel_shape):
+    """How a patches conv's input gradient is computed: "fold" (folded_input_gradient) from ROTATED_MIN_CHANNELS
+    channels in x out, where it ran 1.0-2.9x faster than the rotated conv at the 40 px step's shapes and 2.2x faster
+    than oneDNN's backward conv at the 224 px step's strided 14x14 -> 7x7 one, on an AVX2 CPU; "backward_conv"
+    (Conv2DBackpropInput) below, as input_gradient_formulation (docs/PERFORMANCE.md#the-40-px-step)."""
+    return "fold" if kernel_shape[2] * kernel_shape[3] >= ROTATED_MIN_CHANNELS else "backward_conv"
+
+
+def _same_padding_before(extent, size, strides):
+    """The zeros SAME padding puts before an axis of `extent` elements for a kernel of `size` at `strides`."""
+    return max((-(-extent // strides) - 1) * strides + size - extent, 0) // 2
+
+
+def fold_positions(input_size, kernel_size, strides):
+    """For each element of a SAME patches conv's patches of one image, in extract_patches' order (output row,
+    output column, kernel row, kernel column), the input position (row * W + column) it reads, or -1 where it
+    reads SAME padding: a NumPy int32 vector of out_h * out_w * k_h * k_w entries, fixed when the graph is built."""
+    (height, width), (size_h, size_w) = input_size, kernel_size
+    top, left = _same_padding_before(height, size_h, strides), _same_padding_before(width, size_w, strides)
+    rows = np.arange(-(-height // strides))[:, None, None, None] * strides - top \
+        + np.arange(size_h)[None, None, :, None]
+    columns = np.arange(-(-width // strides))[None, :, None, None] * strides - left \
+        + np.arange(size_w)[None, None, None, :]
+    inside = (rows >= 0) & (rows < height) & (columns >= 0) & (columns < width)
+    return np.where(inside, rows * width + columns, -1).astype(np.int32).reshape(-1)
+
+
+def folded_input_gradient(upstream, kernel, input_size, strides):
+    """The input gradient of a SAME patches conv of an `input_size` (H, W) map: the patches' gradient upstream x
+    kernel^T ([rows, k_h * k_w * C_in]; from FOLD_OTHER_WAY_MIN_CHANNELS output channels as (kernel x upstream^T)^T,
+    as _matmul_input_gradient_other_way), each element added to the input position its patch read by one
+    UnsortedSegmentSum, the elements read from SAME padding dropped. The same sum as ExtractImagePatches' own
+    gradient, without its transposes, and as the backward conv."""
+    size_h, size_w, channels_in, channels_out = kernel.shape
+    flat_kernel = tf.reshape(kernel, [size_h * size_w * channels_in, channels_out])
+    flat_upstream = tf.reshape(upstream, [-1, channels_out])
+    if channels_out >= FOLD_OTHER_WAY_MIN_CHANNELS:
+        patch_grads = tf.transpose(tf.matmul(flat_kernel, flat_upstream, transpose_b=True))
+    else:
+        patch_grads = tf.matmul(flat_upstream, flat_kernel, transpose_b=True)
+    height, width = input_size
+    positions = fold_positions(input_size, (size_h, size_w), strides)
+    batch = tf.shape(upstream)[0]
+    # image n's positions are n * H * W + its own; padding stays -1, which UnsortedSegmentSum drops
+    segments = tf.where(positions < 0, -1, positions + height * width * tf.range(batch)[:, None])
+    grads = tf.math.unsorted_segment_sum(tf.reshape(patch_grads, [-1, channels_in]), tf.reshape(segments, [-1]),
+                                         batch * height * width)
+    return tf.reshape(grads, [batch, height, width, channels_in])
 
 
 def input_gradient_formulation(kernel_shape, input_size, strides):
-    """How a CPU conv's input gradient is computed: "rotated" (rotated_input_gradient) or "backward_conv" (oneDNN's
-    Conv2DBackpropInput). With at least ROTATED_MIN_CHANNELS channels in x out, oneDNN's backward conv on an AVX2
+    """How a native CPU conv's input gradient is computed: "rotated" (rotated_input_gradient) or "backward_conv"
+    (oneDNN's Conv2DBackpropInput). With at least ROTATED_MIN_CHANNELS channels in x out, oneDNN's backward conv on an AVX2
     CPU runs up to 19x slower on small maps, and 1.7-1.9x slower on the 224 px step's 14x14 maps, than the rotated
     conv, which computes the same sum. Below that neither is consistently faster and the one op is kept; a strided
     conv from more than DILATED_MAX_POSITIONS positions keeps it too, where the zeros cost more
@@ -123,7 +169,7 @@ def rotated_input_gradient(upstream, kernel, input_size, strides):
         upstream = tf.nn.depth_to_space(tf.concat([upstream] + [zeros] * (strides * strides - 1), axis=3), strides)
     paddings = []
     for size, extent, spread in zip((size_h, size_w), input_size, upstream.shape[1:3]):
-        before = max((-(-extent // strides) - 1) * strides + size - extent, 0) // 2  # SAME's padding before
+        before = _same_padding_before(extent, size, strides)
         paddings.append([size - 1 - before, extent + before - spread])
     crop = [min(after, 0) for _, after in paddings]
     if any(crop):  # a spread gradient longer than the padded input needs ends in zeros the conv must not see
@@ -145,10 +191,15 @@ def _patches(inputs, kernel, strides):
         outputs = _matmul_over_channels(patches, tf.reshape(kernel, [depth, channels_out]))
 
         def gradient(upstream):
-            # The kernel's gradient from the patches already made; the input's by a convolution (what
-            # ExtractImagePatches' own gradient, a scatter-add over every patch element, computes).
+            # The kernel's gradient from the patches already made; the input's by patches_input_gradient_formulation.
             kernel_grad = tf.matmul(flat, tf.reshape(upstream, [-1, channels_out]), transpose_a=True)
-            return _input_gradient(upstream, kernel, inputs, strides), tf.reshape(kernel_grad, kernel.shape)
+            if patches_input_gradient_formulation(kernel.shape) == "fold":
+                input_grad = folded_input_gradient(upstream, kernel, inputs.shape[1:3], strides)
+            else:
+                input_grad = tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(inputs), filter=kernel,
+                                                             out_backprop=upstream, strides=[1, strides, strides, 1],
+                                                             padding="SAME")
+            return input_grad, tf.reshape(kernel_grad, kernel.shape)
 
         return outputs, gradient
 
