@@ -14,7 +14,8 @@ after a check against the formulation the model uses: max relative difference pr
   step's 3x3 convs and around the channel count where the model switches between them (`model` names the one
   the model takes: `model.layers.conv.patches_input_gradient_formulation` for a patches conv, of at most 49
   output positions, `input_gradient_formulation` for a native one); for a patches conv also by the patch
-  gradients folded back by one segment sum (`model.layers.conv.folded_input_gradient`), and for stride 1 by
+  gradients folded back by one segment sum (`model.layers.conv.folded_input_gradient`; `segment_fold_flipped`: its
+  patch gradients' product in the direction the model does not take at that channel count), and for stride 1 by
   patches of the output gradient times the rotated kernel and by a matmul to patch gradients folded back with
   nine shifted slices;
 - `strided_sample`: a stride-2 1x1 conv's input sampling, forward and gradient, as a strided slice and as a 1x1
@@ -144,8 +145,11 @@ def input_grad_rows(batch, repeats, shapes=INPUT_GRADS):
             variants.update(patches_of_gradient=patches_of_gradient, matmul_and_fold=matmul_and_fold)
         if out * out <= conv.PATCHES_MAX_POSITIONS:  # a patches conv in the model
             variants["segment_fold"] = lambda: conv.folded_input_gradient(dy, w, (size, size), stride)
-            model = {"fold": "segment_fold", "backward_conv": "backprop_input"}[
-                conv.patches_input_gradient_formulation(w.shape)]
+            flipped = channels_out < conv.FOLD_OTHER_WAY_MIN_CHANNELS  # the product's other direction
+            variants["segment_fold_flipped"] = lambda: conv.folded_input_gradient(dy, w, (size, size), stride,
+                                                                                  other_way=flipped)
+            model = {"fold": "segment_fold", "rotated": "rotated_conv", "backward_conv": "backprop_input"}[
+                conv.patches_input_gradient_formulation(w.shape, (out, out), stride)]
         else:
             rotated = conv.input_gradient_formulation(w.shape, (size, size), stride) == "rotated"
             model = "rotated_conv" if rotated else "backprop_input"

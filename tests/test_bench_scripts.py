@@ -55,11 +55,11 @@ def test_small_map_ops_alternatives_agree_with_the_model_formulations(tmp_path):
     tables = json.loads(out.read_text())
     assert [row["shape"] for row in tables["matmul"]] == [shape[0] for shape in small_map_ops.MATMULS]
     assert len(tables["input_grad"]) == len(small_map_ops.INPUT_GRADS)
-    # the model's choice: from 128 x 128 channels the patch gradients folded back (every such shape at 40 px is a
-    # patches conv), Conv2DBackpropInput below
-    assert [row["model"] for row in tables["input_grad"]] == ["segment_fold" if ci * co >= 128 * 128 else
-                                                             "backprop_input"
-                                                             for _, ci, co, _ in small_map_ops.INPUT_GRADS]
+    # the model's choice: from 128 x 128 channels (every such shape at 40 px is a patches conv) the patch gradients
+    # folded back, but the rotated conv at 5x5 stride 1; Conv2DBackpropInput below
+    assert [row["model"] for row in tables["input_grad"]] == [
+        "backprop_input" if ci * co < 128 * 128 else "rotated_conv" if (size, stride) == (5, 1) else "segment_fold"
+        for size, ci, co, stride in small_map_ops.INPUT_GRADS]
     # at batch 1 every 1x1 product has at most 256 rows: its input gradient computed the other way round
     assert [row["model"] for row in tables["matmul"]] == ["conv" if "patches" in row["shape"] else "other_way"
                                                           for row in tables["matmul"]]
@@ -83,12 +83,13 @@ def test_small_map_ops_at_224_times_the_matmuls_and_the_patches_input_gradients_
     small_map_ops.main(["--size", "224", "--batch", "1", "--repeats", "1", "--json", str(out)])
     tables = json.loads(out.read_text())
     assert tables["size"] == 224 and set(tables) & {"strided_sample", "update_tail"} == set()
-    # the 224 px step's patches convs (14x14 -> 7x7 stride 2, 7x7): the patch gradients folded back; its stride-1
-    # native convs: the rotated conv from 128 x 128 channels (14x14, 28x28), not at 56x56 (64)
-    assert [row["model"] for row in tables["input_grad"]] == ["segment_fold", "segment_fold", "rotated_conv",
+    # the 224 px step's patches convs: 14x14 -> 7x7 stride 2 the patch gradients folded back, 7x7 the rotated conv;
+    # its stride-1 native convs: the rotated conv from 128 x 128 channels (14x14, 28x28), not at 56x56 (64)
+    assert [row["model"] for row in tables["input_grad"]] == ["segment_fold", "rotated_conv", "rotated_conv",
                                                              "rotated_conv", "backprop_input"]
     assert max(row["rotated_conv_max_rel_diff"] for row in tables["input_grad"]) < 1e-5
-    assert max(row["segment_fold_max_rel_diff"] for row in tables["input_grad"][:2]) < 1e-5
+    assert max(row[f"segment_fold{way}_max_rel_diff"] for row in tables["input_grad"][:2]
+               for way in ("", "_flipped")) < 1e-5
     assert [(row["m"], row["k"], row["n"]) for row in tables["matmul"]] == [
         (positions, k, n) for _, positions, k, n in small_map_ops.MATMULS_224]
     # rows per image are the map's positions at 224 px: 56x56 down to 7x7

@@ -376,10 +376,11 @@ def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, ker
                                                                          execution):
     # 8x8 to 16x16 kxk (> 49 output positions): native conv; 1x1: matmul (stride 2 after a 1x1 average pool); the
     # kxk convs of maps down to 2x2, odd and even kernels, strides 1-3: patches + matmul. From 128 x 128 channels
-    # in x out, a patches conv's input gradient is its patch gradients folded back by a segment sum (the product
-    # computed the other way round from 256 output channels), a native conv's a forward conv of the (spread-out)
-    # output gradient with the rotated kernel; below that (112 x 112), and for strided native convs from more than
-    # 100 input positions (16x16), a backward conv. A 1x1 conv's input gradient is the product computed the other
+    # in x out, a patches conv's input gradient is, strided or on maps of at most 9 positions, its patch gradients
+    # folded back by a segment sum (the product computed the other way round from 256 output channels), and
+    # otherwise, as a native conv's, a forward conv of the (spread-out) output gradient with the rotated kernel;
+    # below that (112 x 112), and for strided native convs from more than 100 input positions (16x16), a backward
+    # conv. A 1x1 conv's input gradient is the product computed the other
     # way round up to 256 rows, batch 3 x positions (10x10: 300 rows, the plain product).
     # Forward and both gradients against NumPy, eagerly, in a graph and under XLA.
     channels_in, channels_out = channels
@@ -414,9 +415,9 @@ def test_conv_layer_cpu_formulations_forward_and_gradients_match_numpy(size, ker
         native = kernel_size > 1 and rows > 3 * 49
         patches = kernel_size > 1 and not native
         wide = channels_in * channels_out >= 128 * 128
-        fold = patches and wide
+        fold = patches and wide and (stride > 1 or rows <= 3 * 9)
         backward_conv = kernel_size > 1 and (not wide or (native and stride > 1 and size * size > 100))
-        rotated = native and not backward_conv
+        rotated = kernel_size > 1 and not (backward_conv or fold)
         assert ("Conv2DBackpropInput" in ops) == backward_conv
         # The forward conv: a native layer's, or the one computing the rotated input gradient.
         assert ("Conv2D" in ops) == (native or rotated)

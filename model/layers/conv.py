@@ -28,6 +28,8 @@ ROTATED_MIN_CHANNELS = 128 * 128
 DILATED_MAX_POSITIONS = 100
 # Output channels from which a patches conv's patch gradient is computed as (kernel x upstream^T)^T.
 FOLD_OTHER_WAY_MIN_CHANNELS = 256
+# Output positions (H*W) up to which a stride-1 patches conv's input gradient is folded back (above: rotated conv).
+FOLD_MAX_POSITIONS = 9
 # Rows (batch x positions) up to which a matmul's input gradient is computed as (kernel x upstream^T)^T.
 TRANSPOSED_MAX_ROWS = 256
 IMPLEMENTATIONS = ("native", "cpu")
@@ -88,12 +90,16 @@ def _pointwise(inputs, kernel, strides):
     return _matmul_over_channels(inputs, tf.reshape(kernel, kernel.shape[2:]), product)
 
 
-def patches_input_gradient_formulation(kernel_shape):
-    """How a patches conv's input gradient is computed: "fold" (folded_input_gradient) from ROTATED_MIN_CHANNELS
-    channels in x out, where it ran 1.0-2.9x faster than the rotated conv at the 40 px step's shapes and 2.2x faster
-    than oneDNN's backward conv at the 224 px step's strided 14x14 -> 7x7 one, on an AVX2 CPU; "backward_conv"
-    (Conv2DBackpropInput) below, as input_gradient_formulation (docs/PERFORMANCE.md#the-40-px-step)."""
-    return "fold" if kernel_shape[2] * kernel_shape[3] >= ROTATED_MIN_CHANNELS else "backward_conv"
+def patches_input_gradient_formulation(kernel_shape, output_size, strides):
+    """How a patches conv's input gradient is computed, on an AVX2 CPU the fastest by measurement: from
+    ROTATED_MIN_CHANNELS channels in x out "fold" (folded_input_gradient) for a strided conv and on maps of at most
+    FOLD_MAX_POSITIONS positions (1.1-2.4x faster than the rotated conv at the 40 px step's, 2.2-2.7x faster than
+    the backward conv at the 224 px step's 14x14 -> 7x7), "rotated" (rotated_input_gradient) on larger maps at
+    stride 1 (5x5, 7x7: 1.1-1.4x faster than the fold); "backward_conv" (Conv2DBackpropInput) below, as
+    input_gradient_formulation (docs/PERFORMANCE.md#the-patches-input-gradient-folded-back-2026-12-07)."""
+    if kernel_shape[2] * kernel_shape[3] < ROTATED_MIN_CHANNELS:
+        return "backward_conv"
+    return "fold" if strides > 1 or output_size[0] * output_size[1] <= FOLD_MAX_POSITIONS else "rotated"
 
 
 def _same_padding_before(extent, size, strides):
@@ -115,16 +121,19 @@ def fold_positions(input_size, kernel_size, strides):
     return np.where(inside, rows * width + columns, -1).astype(np.int32).reshape(-1)
 
 
-def folded_input_gradient(upstream, kernel, input_size, strides):
+def folded_input_gradient(upstream, kernel, input_size, strides, other_way=None):
     """The input gradient of a SAME patches conv of an `input_size` (H, W) map: the patches' gradient upstream x
     kernel^T ([rows, k_h * k_w * C_in]; from FOLD_OTHER_WAY_MIN_CHANNELS output channels as (kernel x upstream^T)^T,
     as _matmul_input_gradient_other_way), each element added to the input position its patch read by one
     UnsortedSegmentSum, the elements read from SAME padding dropped. The same sum as ExtractImagePatches' own
-    gradient, without its transposes, and as the backward conv."""
+    gradient, without its transposes, and as the backward conv. `other_way` overrides the product's direction
+    (bench.small_map_ops times both)."""
     size_h, size_w, channels_in, channels_out = kernel.shape
     flat_kernel = tf.reshape(kernel, [size_h * size_w * channels_in, channels_out])
     flat_upstream = tf.reshape(upstream, [-1, channels_out])
-    if channels_out >= FOLD_OTHER_WAY_MIN_CHANNELS:
+    if other_way is None:
+        other_way = channels_out >= FOLD_OTHER_WAY_MIN_CHANNELS
+    if other_way:
         patch_grads = tf.transpose(tf.matmul(flat_kernel, flat_upstream, transpose_b=True))
     else:
         patch_grads = tf.matmul(flat_upstream, flat_kernel, transpose_b=True)
@@ -193,8 +202,11 @@ def _patches(inputs, kernel, strides):
         def gradient(upstream):
             # The kernel's gradient from the patches already made; the input's by patches_input_gradient_formulation.
             kernel_grad = tf.matmul(flat, tf.reshape(upstream, [-1, channels_out]), transpose_a=True)
-            if patches_input_gradient_formulation(kernel.shape) == "fold":
+            formulation = patches_input_gradient_formulation(kernel.shape, upstream.shape[1:3], strides)
+            if formulation == "fold":
                 input_grad = folded_input_gradient(upstream, kernel, inputs.shape[1:3], strides)
+            elif formulation == "rotated":
+                input_grad = rotated_input_gradient(upstream, kernel, inputs.shape[1:3], strides)
             else:
                 input_grad = tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(inputs), filter=kernel,
                                                              out_backprop=upstream, strides=[1, strides, strides, 1],
