@@ -149,10 +149,10 @@ def folded_input_gradient(upstream, kernel, input_size, strides, other_way=None)
 
 def input_gradient_formulation(kernel_shape, input_size, strides):
     """How a native CPU conv's input gradient is computed: "rotated" (rotated_input_gradient) or "backward_conv"
-    (oneDNN's Conv2DBackpropInput). With at least ROTATED_MIN_CHANNELS channels in x out, oneDNN's backward conv on an AVX2
-    CPU runs up to 19x slower on small maps, and 1.7-1.9x slower on the 224 px step's 14x14 maps, than the rotated
-    conv, which computes the same sum. Below that neither is consistently faster and the one op is kept; a strided
-    conv from more than DILATED_MAX_POSITIONS positions keeps it too, where the zeros cost more
+    (oneDNN's Conv2DBackpropInput). With at least ROTATED_MIN_CHANNELS channels in x out, oneDNN's backward conv on
+    an AVX2 CPU runs up to 19x slower on small maps, and 1.7-1.9x slower on the 224 px step's 14x14 maps, than the
+    rotated conv, which computes the same sum. Below that neither is consistently faster and the one op is kept; a
+    strided conv from more than DILATED_MAX_POSITIONS positions keeps it too, where the zeros cost more
     (docs/PERFORMANCE.md#the-input-gradient-on-an-avx2-cpu-2026-12-06)."""
     if kernel_shape[2] * kernel_shape[3] < ROTATED_MIN_CHANNELS or (
             strides > 1 and input_size[0] * input_size[1] > DILATED_MAX_POSITIONS):
@@ -202,7 +202,8 @@ def _patches(inputs, kernel, strides):
         def gradient(upstream):
             # The kernel's gradient from the patches already made; the input's by patches_input_gradient_formulation.
             kernel_grad = tf.matmul(flat, tf.reshape(upstream, [-1, channels_out]), transpose_a=True)
-            formulation = patches_input_gradient_formulation(kernel.shape, upstream.shape[1:3], strides)
+            output_size = [-(-extent // strides) for extent in inputs.shape[1:3]]  # static: patches need it
+            formulation = patches_input_gradient_formulation(kernel.shape, output_size, strides)
             if formulation == "fold":
                 input_grad = folded_input_gradient(upstream, kernel, inputs.shape[1:3], strides)
             elif formulation == "rotated":
