@@ -810,9 +810,12 @@ def _recipe_in_effect(recipe, amp):
     return {name: value for name, value in recipe.items() if name not in unused}
 
 
-def _note_another_recipe(config, info, log):
+def _note_another_recipe(config, info, log, finetune=False):
     """A resume with other RECIPE_FLAGS than the checkpoint's run: said, not refused (retuning a run is
-    legitimate), so that a run's log says what its steps were trained with."""
+    legitimate), so that a run's log says what its steps were trained with. A fine-tune (`finetune`) from a
+    checkpoint that records its recipe says the same of its own flags: on the checkpoint's data they usually
+    continue its recipe, and the original's defaults (crops down to 5% of the image, no label smoothing) left in
+    by omission are a different training."""
     recorded_settings = info.recorded_settings()
     recorded = recorded_settings.get("recipe")
     if recorded is None:
@@ -821,9 +824,9 @@ def _note_another_recipe(config, info, log):
     now = _recipe_in_effect({name: getattr(config, name) for name in RECIPE_FLAGS}, config.amp)
     changed = [name for name in RECIPE_FLAGS if name in was and name in now and was[name] != now[name]]
     if changed:
-        log("Note: this run continues checkpoint {} with other training flags than it was trained with: {}".format(
-            info.path, ", ".join("--{} {} (was {})".format(name, _shown(now[name]), _shown(was[name]))
-                                 for name in changed)))
+        log("Note: this {} checkpoint {} with other training flags than it was trained with: {}".format(
+            "fine-tune starts from" if finetune else "run continues", info.path,
+            ", ".join("--{} {} (was {})".format(name, _shown(now[name]), _shown(was[name])) for name in changed)))
 
 
 def files_fingerprint(files):
@@ -877,6 +880,7 @@ def _finetune_changes(config, given, log):
     if info.has_quantization_ranges and not config.quantize:
         log("Checkpoint {} holds quantisation ranges: this fine-tune without --quantize trains the float model and "
             "leaves them out".format(info.path))
+    _note_another_recipe(config, info, log, finetune=True)
     if config.moving_average_decay > 0:  # a fine-tune restores the weights only (runtime/checkpoints.py)
         log("EMA: the averages start from the weights restored from checkpoint {}{}".format(
             info.path, " (not from its averages)" if info.has_weight_averages else ""))

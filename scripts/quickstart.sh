@@ -112,10 +112,11 @@ print("""
 next:
    predict on your own photo (any size; it is resized to {size}x{size}; the model's settings come from its checkpoint):
      .venv/bin/python main.py --mode predict --to_predict my.jpg --model_dir {out}{device} --batch_size 1
-   fine-tune from this checkpoint (another dataset: its --data_dir and --num_classes):
+   fine-tune from this checkpoint (another dataset: its --data_dir and --num_classes; the last line is this recipe's):
      .venv/bin/python main.py --mode train_and_evaluate --finetune_checkpoint {out} {args} \\
        --data_dir {out}/data --batch_size 32 --num_iter 1 --lr_init 0.01 --lr_warmup_epochs 0 --cosine_lr \\
-       --results_dir /tmp/finetuned
+       --results_dir /tmp/finetuned \\
+       --momentum 0.875 --weight_decay 3.0517578125e-05 --label_smoothing 0.1 --min_crop_area 0.75
    export a SavedModel / a frozen graph:
      .venv/bin/python main.py --mode evaluate --model_dir {out}{device} --data_dir {out}/data --batch_size 32 \\
        --export_dir /tmp/quickstart_savedmodel

@@ -889,6 +889,29 @@ def test_a_resume_with_other_recipe_flags_says_which_of_those_in_effect_changed(
     assert notes(mixup=0.2, cutmix=1.0, mixup_switch_prob=0.9)[0].endswith(": --mixup 0.2 (was 0), --cutmix 1 (was 0)")
 
 
+def test_a_finetune_with_other_recipe_flags_than_its_checkpoint_says_which(tmp_path):
+    """The quick start's checkpoint (crops of 75-100%, label smoothing 0.1) fine-tuned with the original's defaults
+    left in (crops down to 5%, none): a 20-step fine-tune of it so evaluated 67% against its 81%, and the run said
+    nothing that told the two trainings apart."""
+    recipe = dict(min_crop_area=0.75, label_smoothing=0.1, momentum=0.875, weight_decay=3.0517578125e-05)
+    source = fake_checkpoint(tmp_path / "quickstart", num_classes=10, image_size=40,
+                             training=settings.training_state(RunConfig(mode="train", **recipe)))
+
+    def notes(**flags):
+        lines = resolve(tmp_path / "tuned", mode="train", finetune_checkpoint=source, **flags)[1]
+        return [line for line in lines if "other training flags" in line]
+
+    assert notes() == [
+        f"Note: this fine-tune starts from checkpoint {source} with other training flags than it was trained with: "
+        "--weight_decay 0.0001 (was 3.05176e-05), --momentum 0.9 (was 0.875), --label_smoothing 0 (was 0.1), "
+        "--min_crop_area 0.05 (was 0.75)"]
+    assert notes(**recipe) == []
+    # A checkpoint that records no recipe (the original's, or ours before the records): nothing to compare.
+    assert not [line for line in resolve(tmp_path / "tuned2", mode="train",
+                                         finetune_checkpoint=fake_checkpoint(tmp_path / "plain"))[1]
+                if "other training flags" in line]
+
+
 def test_flags_the_mode_leaves_unused_are_said_once_each(tmp_path):
     _, lines = resolve(tmp_path / "new", mode="train", export_dir=str(tmp_path / "export"), to_predict="x.jpg",
                        use_ema_weights=True, moving_average_decay=0.5)
