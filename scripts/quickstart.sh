@@ -8,8 +8,8 @@
 #   bash scripts/quickstart.sh --amp           extra arguments go to both main.py calls
 #   OUT=/tmp/qs bash scripts/quickstart.sh     another output directory
 # Ctrl-C stops training after a checkpoint (status 130); the same command again continues that run where it
-# stopped (seeded: the same result as without the interrupt). Any other run starts afresh. While a run trains or
-# predicts in OUT (its .run.lock), another is refused before it touches OUT.
+# stopped (seeded: the same result as without the interrupt). Any other run starts afresh. While a quickstart runs
+# into OUT (any of its steps), or a training or predict (OUT/.run.lock), another is refused before it touches OUT.
 #
 # The recipe keeps the shape of the original's ImageNet recipe (1 epoch of linear warmup, cosine decay, label
 # smoothing 0.1, momentum 0.875, weight decay 3.05e-5, fan_in init) with values chosen for 36,000 images seen:
@@ -34,6 +34,20 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 
 START=$SECONDS
+# The whole quickstart holds a lock beside OUT (flock: released when its last process ends, however it ends), so a
+# second one into the same OUT stops here also in the seconds between the steps below, when neither dataprep nor
+# main.py holds a lock in OUT. (Without util-linux's flock only the check below guards OUT.)
+if command -v flock >/dev/null 2>&1; then
+  mkdir -p "$(dirname "$OUT")"
+  SCRIPT_LOCK="$(dirname "$OUT")/.$(basename "$OUT").quickstart.lock"
+  exec 9>>"$SCRIPT_LOCK"
+  if ! flock -n 9; then
+    echo "ERROR: $OUT is in use by another quickstart ($(head -c 200 "$SCRIPT_LOCK" 2>/dev/null)); wait for it to end" \
+      "or give this one another OUT=" >&2
+    exit 2
+  fi
+  printf 'pid %s on host %s, started %s' "$$" "$(uname -n)" "$(date -u +%Y-%m-%dT%H:%M:%S+00:00)" > "$SCRIPT_LOCK"
+fi
 # A quickstart or training running in OUT (main.py holds OUT/.run.lock while it trains or predicts) must not lose
 # its directory to this run's rm -rf, nor have its data rewritten by a "continuing" dataprep: stop here, one line.
 "$PYTHON" - "$OUT" "$DATA" <<'PY' || exit $?

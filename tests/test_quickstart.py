@@ -59,3 +59,28 @@ def test_a_quickstart_into_the_out_of_a_running_one_stops_before_it_touches_it(t
                 "or give this one another OUT="]
             assert result.stdout == ""
             assert sorted(os.listdir(out)) == before
+
+
+def test_a_quickstart_into_the_out_of_another_quickstart_between_its_steps_stops_before_it_touches_it(tmp_path):
+    """Between the first one's steps (dataprep done, main.py not yet started; training done, predict not yet) no lock
+    in OUT is held: the script's own lock beside OUT, held for its whole run, stops the second one there. Until
+    2026-12-07 it rm -rf'd the first one's OUT in those seconds."""
+    import fcntl
+    import os
+    from tests._cli import child_env, run_command
+    out = tmp_path / "quickstart"
+    out.mkdir()
+    (out / "model.ckpt-3.index").write_text("its checkpoint")
+    lock = tmp_path / ".quickstart.quickstart.lock"
+    with open(lock, "a", encoding="utf-8") as handle:  # the first quickstart, between two of its steps
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.write_text("pid 12345 on host first, started 2026-12-07T11:00:00+00:00")
+        result = run_command(["bash", "scripts/quickstart.sh"], check=False, env=child_env(
+            OUT=str(out), SIZE="32", PYTHON=sys.executable))
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert result.stderr.strip().splitlines() == [
+            f"ERROR: {out} is in use by another quickstart (pid 12345 on host first, started "
+            "2026-12-07T11:00:00+00:00); wait for it to end or give this one another OUT="]
+        assert result.stdout == ""
+        assert os.listdir(out) == ["model.ckpt-3.index"]
+        assert lock.read_text() == "pid 12345 on host first, started 2026-12-07T11:00:00+00:00"
