@@ -116,7 +116,7 @@ def input_grad_rows(batch, repeats, shapes=INPUT_GRADS):
     from model.layers import conv
     rows = []
     for size, channels_in, channels_out, stride in shapes:
-        out = -(-size // stride)
+        out = conv.same_output_extent(size, stride)
         generator = tf.random.Generator.from_seed(0)
         x = generator.normal([batch, size, size, channels_in])
         w = generator.normal([3, 3, channels_in, channels_out]) * 0.05

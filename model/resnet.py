@@ -17,6 +17,7 @@ from model.blocks.resnet_bottleneck_block import BottleneckBlock
 from model.kernels import Kernels, check_purpose, choose_kernels
 from model.layers.classifier import Classifier
 from model.layers.initializers import Initializers
+from model.layers.conv import same_output_extent
 from model.layers.layout import KERAS_DATA_FORMATS, ToChannelsFirst
 from model.layers.normalization import InputNormalization
 from model.layers.pooling import MaxPool2D
@@ -171,22 +172,18 @@ def averaged_variables(model):
 
 # --- summary ---------------------------------------------------------------------------------------------------
 
-def _same_size(size, strides):
-    return -(-size // strides)
-
-
 def forward_macs(arch, num_classes=defaults.NUM_CLASSES, image_size=defaults.IMAGE_SIZE):
     """Multiply-adds per image of every conv and dense layer, as {row name: MACs} in network order."""
     spec = get_arch(arch)
-    size = _same_size(image_size, 2)
+    size = same_output_extent(image_size, 2)
     macs = {"stem": size * size * STEM_KERNEL * STEM_KERNEL * 3 * STEM_FILTERS}
-    size = _same_size(size, 2)
+    size = same_output_extent(size, 2)
     in_channels = STEM_FILTERS
     for stage, num_blocks in enumerate(spec.layers):
         width, out_channels = spec.widths[stage], spec.out_channels(stage)
         total = 0
         for index in range(num_blocks):
-            out_size = _same_size(size, block_strides(stage, index))
+            out_size = same_output_extent(size, block_strides(stage, index))
             total += size * size * in_channels * width                                  # bottleneck_1
             total += out_size * out_size * 9 * (width // spec.cardinality) * width     # bottleneck_2
             total += out_size * out_size * width * out_channels                        # bottleneck_3

@@ -107,9 +107,14 @@ def patches_input_gradient_formulation(kernel_shape, output_size, strides):
     return "fold" if strides > 1 or output_size[0] * output_size[1] <= FOLD_MAX_POSITIONS else "rotated"
 
 
+def same_output_extent(extent, strides):
+    """The output elements of a SAME conv or pool along an axis of `extent` input elements at `strides`."""
+    return -(-extent // strides)
+
+
 def _same_padding_before(extent, size, strides):
     """The zeros SAME padding puts before an axis of `extent` elements for a kernel of `size` at `strides`."""
-    return max((-(-extent // strides) - 1) * strides + size - extent, 0) // 2
+    return max((same_output_extent(extent, strides) - 1) * strides + size - extent, 0) // 2
 
 
 def fold_positions(input_size, kernel_size, strides):
@@ -118,9 +123,9 @@ def fold_positions(input_size, kernel_size, strides):
     reads SAME padding: a NumPy int32 vector of out_h * out_w * k_h * k_w entries, fixed when the graph is built."""
     (height, width), (size_h, size_w) = input_size, kernel_size
     top, left = _same_padding_before(height, size_h, strides), _same_padding_before(width, size_w, strides)
-    rows = np.arange(-(-height // strides))[:, None, None, None] * strides - top \
+    rows = np.arange(same_output_extent(height, strides))[:, None, None, None] * strides - top \
         + np.arange(size_h)[None, None, :, None]
-    columns = np.arange(-(-width // strides))[None, :, None, None] * strides - left \
+    columns = np.arange(same_output_extent(width, strides))[None, :, None, None] * strides - left \
         + np.arange(size_w)[None, None, None, :]
     inside = (rows >= 0) & (rows < height) & (columns >= 0) & (columns < width)
     return np.where(inside, rows * width + columns, -1).astype(np.int32).reshape(-1)
@@ -207,7 +212,8 @@ def _patches(inputs, kernel, strides):
         def gradient(upstream):
             # The kernel's gradient from the patches already made; the input's by patches_input_gradient_formulation.
             kernel_grad = tf.matmul(flat, tf.reshape(upstream, [-1, channels_out]), transpose_a=True)
-            output_size = [-(-extent // strides) for extent in inputs.shape[1:3]]  # static: patches need it
+            # (static: patches need it)
+            output_size = [same_output_extent(extent, strides) for extent in inputs.shape[1:3]]
             formulation = patches_input_gradient_formulation(kernel.shape, output_size, strides)
             if formulation == "fold":
                 input_grad = folded_input_gradient(upstream, kernel, inputs.shape[1:3], strides)
@@ -252,7 +258,7 @@ def conv2d_nhwc(inputs, kernel, strides, implementation="cpu"):
         return _pointwise(inputs, kernel, strides)
     height, width = inputs.shape[1], inputs.shape[2]
     if height is not None and width is not None:
-        out_positions = -(-height // strides) * -(-width // strides)
+        out_positions = same_output_extent(height, strides) * same_output_extent(width, strides)
         if out_positions <= PATCHES_MAX_POSITIONS:
             return _patches(inputs, kernel, strides)
         return _native(inputs, kernel, strides)
