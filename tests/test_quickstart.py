@@ -1,10 +1,15 @@
 """scripts/quickstart.sh: a Ctrl-C stops it (status 130, nothing after the training runs) and the same command then
 continues the interrupted run from its checkpoint instead of deleting it. A short run (8 steps at 32 px) in a child
-shell, signalled as a terminal's Ctrl-C is: the whole process group."""
+shell, signalled as a terminal's Ctrl-C is: the whole process group. Its ResNet-50 has one block per stage
+(tests/_shallow.py): the script's steps, signals and continuation do not depend on the depth."""
 import signal
 import sys
 
+import pytest
+
 from tests._reliability_helpers import Process
+
+pytestmark = pytest.mark.shallow
 
 STEPS = 8
 
