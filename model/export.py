@@ -189,7 +189,9 @@ def agreeing_source(source, where, image_size=None, num_classes=None, warn=print
     """`source` (an export's record, read from `where`: a SavedModel's source.json, a frozen graph's SOURCE_NODE, an
     ONNX model's metadata) when it agrees with the graph it describes: its image_size and num_classes with the
     graph's input size `image_size` and output count `num_classes` (None where the graph does not say), its
-    class_names as many as the outputs, its `quantized` with whether the graph holds fake-quantisation ops
+    class_names no more than the outputs (output k is name k; a model trained with more outputs than its dataset
+    has classes, the original's 1001 for ImageNet's 1000 or a fine-tune at --num_classes K + 1, names the first
+    ones, as runner_utils.class_names_for_export records them), its `quantized` with whether the graph holds fake-quantisation ops
     (`quantized`), its arch with the architecture the graph's node names are scoped by (`arch`: graph_architecture;
     None where they name none); graph_facts and onnx_facts give both, None where not known. Its checkpoint and
     step cannot be told from a graph and are taken as recorded. A record that contradicts its graph is another
@@ -209,7 +211,7 @@ def agreeing_source(source, where, image_size=None, num_classes=None, warn=print
             bool(source.get("quantized")), "" if quantized else "no "))
     names = source.get("class_names")
     outputs = num_classes if num_classes is not None else source.get("num_classes")
-    if names is not None and (not isinstance(names, list) or (outputs is not None and len(names) != outputs)):
+    if names is not None and (not isinstance(names, list) or (outputs is not None and len(names) > outputs)):
         contradictions.append("class_names ({} names for {} outputs)".format(
             len(names) if isinstance(names, list) else "not a list of", outputs))
     if not contradictions:

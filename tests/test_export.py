@@ -303,6 +303,19 @@ def test_an_export_records_the_class_names_kept_beside_its_checkpoint(tmp_path, 
     # An edited record's text reaches the terminal escaped (inference.py's Model line), and shortened.
     edited = dict(source, class_names=["\x1b]0;PWN\x07X" + "y" * 2_000_000], checkpoint="\x1b[31m/x")
     assert "\x1b" not in export.describe_source(edited) and len(export.describe_source(edited)) == 1000
+    # Fewer names than outputs (the original's 1000 for 1001, a dataset of K classes trained at K + 1 or more):
+    # recorded for the first outputs, and read back by export_onnx.py (until 2026-12-07 it refused the record it was
+    # given as another model's, and the ONNX model lost its architecture and checkpoint too).
+    for count in (NUM_CLASSES - 1, 2):
+        (tmp_path / "run" / "labels.txt").write_text("".join(f"{name}\n" for name in names[:count]))
+        export_frozen_graph.export(export_args("resnet50", output, "--checkpoint", prefix), log=lines.append)
+        assert export.graph_source(load_graph_def(output))["class_names"] == names[:count]
+        result = run_cli("export_onnx.py", "--input", output, "--output", tmp_path / "g.onnx")
+        assert result.returncode == 0 and "WARNING" not in result.stdout + result.stderr, result.stdout
+        assert f"It carries the {count} class names its input records (output k is name k)" in \
+            result.stdout.splitlines()
+        source = export.onnx_source(onnx.load(str(tmp_path / "g.onnx")))
+        assert source["class_names"] == names[:count] and source["checkpoint"] == prefix
     (tmp_path / "run" / "labels.txt").write_text("".join(f"{i}\n" for i in range(NUM_CLASSES + 1)))
     lines.clear()
     export_frozen_graph.export(export_args("resnet50", output, "--checkpoint", prefix), log=lines.append)

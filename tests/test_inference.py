@@ -559,7 +559,7 @@ def test_a_record_that_contradicts_its_models_graph_is_refused_by_inference_and_
     os.makedirs(os.path.dirname(record))
     with open(record, "w", encoding="utf-8") as handle:
         json.dump({"arch": "resnext101-32x4d", "num_classes": 1001, "image_size": 40, "checkpoint": "/o/model.ckpt-4",
-                   "step": 4, "weights": "raw", "class_names": ["a", "b"]}, handle)
+                   "step": 4, "weights": "raw", "class_names": list("abcdefghijklm")}, handle)
     data = tmp_path / "data"
     write_tfrecord_shards(str(data), "validation", 1, 4, num_classes=11, image_size=32)
     log_path = str(tmp_path / "log.json")
@@ -568,7 +568,7 @@ def test_a_record_that_contradicts_its_models_graph_is_refused_by_inference_and_
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     assert f"WARNING: {record} is not this model's record: its arch 'resnext101-32x4d' (the graph's: resnet50), " \
-           "image_size 40 (the graph's: 32), num_classes 1001 (the graph's: 11), class_names (2 names for 11 " \
+           "image_size 40 (the graph's: 32), num_classes 1001 (the graph's: 11), class_names (13 names for 11 " \
            "outputs) contradict the model's graph; it is ignored (another model's, copied beside it?): the model is " \
            "described from its graph alone" in lines
     assert [line for line in lines if line.startswith("Model:")] == [
@@ -582,7 +582,7 @@ def test_a_record_that_contradicts_its_models_graph_is_refused_by_inference_and_
     assert converted.returncode == 0, converted.stderr[-2000:]
     assert converted.stdout.splitlines()[0] == (
         f"WARNING: {record} is not this model's record: its arch 'resnext101-32x4d' (the graph's: resnet50), "
-        "image_size 40 (the graph's: 32), num_classes 1001 (the graph's: 11), class_names (2 names for 11 outputs) "
+        "image_size 40 (the graph's: 32), num_classes 1001 (the graph's: 11), class_names (13 names for 11 outputs) "
         "contradict the model's graph; it is ignored (another model's, copied beside it?): it is not carried into "
         "the ONNX model's metadata, which records no architecture or checkpoint")
     import onnx
