@@ -36,6 +36,9 @@ IMAGENET_IMAGES = {"train": 1_281_167, "validation": 50_000}
 IMAGENET_SIZE_TOLERANCE = 0.01  # a copy missing a few hundred files still gets the original's shard counts
 RECORDS_PER_SHARD = 1024  # target for the automatic shard count of every other dataset
 WNID = re.compile(r"^n\d{8}$")
+# Folder names that name a split, not a class: a directory whose every class folder is one of them, holding
+# folders of its own, is the dataset's root given where a split's directory was asked for.
+SPLIT_FOLDER_NAMES = frozenset({"train", "training", "val", "valid", "validation", "test", "eval", "evaluation"})
 
 
 @dataclasses.dataclass
@@ -282,6 +285,7 @@ def discover(args) -> tuple[ClassList, dict[str, SplitInput], bool]:
             raise UserError(f"labels file {args.labels_file} lists a class twice")
     elif folder_source is not None:
         synsets = class_folders(folder_source)
+        _refuse_split_folders_as_classes(folder_source, synsets)
     else:
         raise UserError(f"no class folders in {', '.join(dirs.values())} (expected <dir>/<class>/<image>)")
 
@@ -337,6 +341,22 @@ def discover(args) -> tuple[ClassList, dict[str, SplitInput], bool]:
         split_input.items = shuffled(split_input.items, args.shuffle_seed)
         splits[split] = split_input
     return classes, splits, imagenet
+
+
+def _refuse_split_folders_as_classes(directory: str, folders: list[str]) -> None:
+    """A UserError when every class folder of `directory` is named as a split (train, val, ...) and one of them holds
+    folders: the dataset's root given as a split's directory, which would make each split one class of all its
+    images."""
+    if not all(name.lower() in SPLIT_FOLDER_NAMES for name in folders):
+        return
+    if not any(class_folders(os.path.join(directory, name)) for name in folders):
+        return
+    def flag(name):
+        return "--train_directory" if name.lower().startswith("train") else "--validation_directory"
+    given = " ".join(f"{flag(name)} {os.path.join(directory, name)}" for name in folders)
+    raise UserError("the class folders of {} are {}: split folders, each with its own class folders (this would make "
+                    "each split one class); give each split's own directory: {}".format(
+                        directory, ", ".join(folders), given))
 
 
 def check_class_names(classes: ClassList, source) -> None:

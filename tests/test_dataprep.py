@@ -807,6 +807,31 @@ def test_images_in_sub_folders_of_a_class_folder_are_written(tmp_path):
         str(train / "cat" / "sub" / "deeper" / "c.JPEG")]
 
 
+def test_the_dataset_root_given_as_a_split_directory_is_refused_naming_the_splits(tmp_path, capsys):
+    """photos/{train,val}/<class>/... given as --train_directory photos: each split would be one class of all its
+    images (until 2026-12-07 written so, with labels.txt `train`, `val`). A class folder named as a split among
+    others, or split-named folders holding only images, are classes."""
+    root = tmp_path / "photos"
+    for relative in ("train/cat/a.JPEG", "train/dog/b.JPEG", "val/cat/c.JPEG", "val/dog/d.JPEG"):
+        h.write_kind(str(root / relative), "rgb")
+    out = tmp_path / "out"
+    assert build(["--train_dir", str(root), "--output_dir", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"ERROR: the class folders of {root} are train, val: split folders, each with its own class folders (this "
+        "would make each split one class); give each split's own directory: --train_directory "
+        f"{root / 'train'} --validation_directory {root / 'val'}\n")
+    assert not out.exists()
+    assert build(["--train_dir", str(root / "train"), "--val_dir", str(root / "val"), "--output_dir",
+                  str(out)]) == 0
+    assert (out / "labels.txt").read_text() == "cat\ndog\n"
+    for relative in ("flat/test/e.JPEG", "flat/val/f.JPEG", "mixed/test/sub/g.JPEG", "mixed/zebra/h.JPEG"):
+        h.write_kind(str(tmp_path / relative), "rgb")
+    for directory, classes in (("flat", "test\nval\n"), ("mixed", "test\nzebra\n")):
+        written = tmp_path / (directory + "_out")
+        assert build(["--train_dir", str(tmp_path / directory), "--output_dir", str(written)]) == 0
+        assert (written / "labels.txt").read_text() == classes
+
+
 def test_an_empty_class_folder_keeps_its_label_with_a_warning(tmp_path, capsys):
     train = tmp_path / "train"
     h.write_kind(str(train / "apple" / "a.JPEG"), "rgb")
