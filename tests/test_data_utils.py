@@ -91,6 +91,8 @@ def test_corrupt_records_are_skipped_and_counted(tmp_path, capfd):
     log = capfd.readouterr().err
     assert skipped_total(log) >= 2  # the 3rd may still be ahead in the pipeline
     assert "skipped corrupt record" in log and paths[0] in log
+    # what such a record can be: TensorFlow's own log line of the reason is hidden by default (utils/quiet.py)
+    assert "(an image that does not decode, no image, or not a tf.train.Example)" in log
 
 
 def test_a_finite_evaluation_reads_each_record_once_and_counts_what_it_skipped(tmp_path, capfd):

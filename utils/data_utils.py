@@ -392,7 +392,8 @@ def _corrupt_record_guard(filenames_t, num_classes, first_position, training, st
         unattributed = tf.reduce_sum(1 - tf.cast(known, tf.int32))
 
         def named():
-            return tf.print("WARNING: skipped corrupt record(s)", rows[:, 2], "of", names, "- unreadable stream data:",
+            return tf.print("WARNING: skipped corrupt record(s)", rows[:, 2], "of", names, "(an image that does not "
+                            "decode, no image, or not a tf.train.Example) - unreadable stream data:",
                             unattributed, "- total skipped:", total, output_stream=sys.stderr, summarize=-1)
 
         def unnamed():  # only read errors of the stream itself: no record index or file to list
