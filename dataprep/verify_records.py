@@ -1,7 +1,7 @@
 """Reads every record of a dataset's `train-*` / `validation-*` TFRecord shards with TensorFlow's reader, which
 checks each record's data checksum, and names each shard it cannot read to its end.
 
-    python -m dataprep.verify_records <tfrecord_dir> [--split train|validation]
+    python -m dataprep.verify_records <tfrecord_dir> [--split train|validation] [--decode]
 
 Training and evaluation check only the framing of every shard and its first record before they start (reading
 all of ImageNet's 140 GB there would cost minutes on every run). A record whose payload is damaged later on passes
@@ -10,8 +10,15 @@ unreadable stream data` without a file name, because the reader's error carries 
 
     BAD /data/train-00007-of-01024: its reader stops after 312 of 1,251 records (corrupted record at 41187328)
 
+With `--decode` it also parses every record and decodes its image as the input pipeline does, and names the
+records that fail (which tf.data skips with a warning, and on which a `--dali` run stops: DALI cannot skip them):
+
+    BAD /data/validation-00000-of-00128: record 3 does not decode (jpeg::Uncompress failed. Invalid JPEG data ...)
+
+That costs about one decoding pass over the dataset (`--split validation` checks the smaller split alone).
 Delete each shard it names and run the same `dataprep.build_tfrecords` command with `--resume`, which writes the
-missing shards again. Exit status 0 when every shard reads to its end, 1 when one does not.
+missing shards again. Exit status 0 when every shard reads to its end (and, with `--decode`, every image decodes),
+1 when one does not.
 """
 from __future__ import annotations
 
@@ -24,15 +31,16 @@ from utils.errors import ArgumentParser, UserError, command, doc_part, on_interr
 from utils.tfrecord_framing import count_records
 
 
-def verify(tfrecord_dir: str, splits=("train", "validation"), log=print) -> list[str]:
+def verify(tfrecord_dir: str, splits=("train", "validation"), log=print, decode=False) -> list[str]:
     """One `BAD <shard>: ...` line (also logged) per shard of `splits` that cannot be read to its end, and one `BAD
     <dir> (<split>): ...` per split that training and evaluation refuse as it is (shards its manifest does not record,
     missing ones: utils/dataset_manifest.check_complete); [] when all is well. A shard whose framing is broken is named
-    by the framing check, before TensorFlow reads it."""
+    by the framing check, before TensorFlow reads it. `decode`: also one line per shard that reads to its end but
+    holds records whose image does not parse or decode (data_utils.undecodable_records), naming the first ones."""
     names = [name for name in list_shards(tfrecord_dir) if name.split("-", 1)[0] in splits]
     if not names:
         raise UserError(f"no {' or '.join(split + '-*' for split in splits)} files in {tfrecord_dir}")
-    from utils.data_utils import read_to_end  # (TensorFlow: imported once the arguments are checked)
+    from utils.data_utils import read_to_end, undecodable_records  # (TensorFlow: once the arguments are checked)
     bad, refused, records = [], [], 0
     for split in splits:  # what training and evaluation refuse before they read (another run's shards, missing ones)
         facts = dataset_manifest.read_split(tfrecord_dir, split)
@@ -55,9 +63,18 @@ def verify(tfrecord_dir: str, splits=("train", "validation"), log=print) -> list
         if error is not None or read != framed:
             bad.append(f"BAD {path}: its reader stops after {read:,} of {framed:,} records ({error})")
             log(bad[-1])
+        elif decode:
+            _, failing, first = undecodable_records(path)
+            if failing:
+                (index, reason), more = first[0], [str(index) for index, _ in first[1:]]
+                bad.append(f"BAD {path}: record {index} does not decode ({reason.rstrip('.')})" + (
+                    f"; {failing - 1:,} more do not: records {', '.join(more)}{', ...' if failing > len(first) else ''}"
+                    if more else ""))
+                log(bad[-1])
     log(f"Read {len(names):,} shard(s) of {tfrecord_dir}, {records:,} records: " +
-        (f"{len(bad)} cannot be read to the end; delete them and run the same dataprep.build_tfrecords command "
-         "with --resume to write them again" if bad else "every record is readable") +
+        (f"{len(bad)} cannot be read to the end{' or hold images that do not decode' if decode else ''}; "
+         "delete them and run the same dataprep.build_tfrecords command with --resume to write them again" if bad
+         else "every record is readable" + (" and its image decodes" if decode else "")) +
         ("; training and evaluation refuse the dataset as it is (above)" if refused else ""))
     return refused + bad
 
@@ -69,11 +86,14 @@ def main(argv=None):
     parser.add_argument("tfrecord_dir", help="the directory of train-*/validation-* shards (--data_dir)")
     parser.add_argument("--split", choices=("train", "validation"), default=None,
                         help="read only this split (default: both)")
+    parser.add_argument("--decode", action="store_true",
+                        help="also decode every record's image as the input pipeline does, and name the records "
+                             "that fail (slower: about one decoding pass over the dataset)")
     quiet.add_verbose_flag(parser)
     args = parser.parse_args(argv)
     splits = (args.split,) if args.split else ("train", "validation")
     with on_interrupt("no shard was changed; run the same command again to read them all"):
-        return 1 if verify(args.tfrecord_dir, splits) else 0
+        return 1 if verify(args.tfrecord_dir, splits, decode=args.decode) else 0
 
 
 if __name__ == "__main__":

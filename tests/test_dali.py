@@ -212,6 +212,7 @@ def test_an_image_dali_cannot_decode_is_one_error_line(tmp_path):
             inputs.next_batch(iterator)
     assert str(info.value).startswith("DALI cannot decode an image of the input (")
     assert "\n" not in str(info.value) and "leave out --dali" in str(info.value)
+    assert "python -m dataprep.verify_records --decode <data_dir>" in str(info.value)
 
 
 @needs_dali

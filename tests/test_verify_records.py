@@ -1,6 +1,7 @@
 """dataprep/verify_records.py: every record read with TensorFlow's reader, and each shard it cannot read to its end
 named, with how far it got (the file the training warning for unreadable stream data cannot name)."""
 import os
+import re
 
 import pytest
 
@@ -33,6 +34,34 @@ def test_a_readable_dataset_passes_and_a_damaged_shard_is_named_with_how_far_its
                         "run the same dataprep.build_tfrecords command with --resume to write them again")
     assert _verify(tmp_path, "--split", "validation", "--verbose").returncode == 0  # the damaged shard is a train one
     assert validation  # (written, and read above)
+
+
+def test_decode_names_the_records_whose_image_does_not_decode(tmp_path):
+    """Records whose framing and checksum are sound but whose image does not decode (or that hold none): the reader
+    passes them, tf.data skips them with a warning and DALI stops on them; --decode names the shard, the first
+    record and why, and the others."""
+    paths = write_tfrecord_shards(str(tmp_path), "validation", 2, 8, 16, corrupt={
+        (0, 5): "bad_jpeg", (1, 1): "bad_jpeg", (1, 2): "missing_image", (1, 6): "bad_jpeg"})
+    result = _verify(tmp_path)
+    assert result.returncode == 0 and result.stdout.endswith("every record is readable\n"), result.stdout
+    result = _verify(tmp_path, "--decode")
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3, lines
+    assert re.fullmatch(rf"BAD {re.escape(paths[0])}: record 5 does not decode \(.*JPEG.*\)", lines[0])
+    assert re.fullmatch(rf"BAD {re.escape(paths[1])}: record 1 does not decode \(.*\); 2 more do not: records 2, 6",
+                        lines[1])
+    assert lines[2] == (f"Read 2 shard(s) of {tmp_path}, 16 records: 2 cannot be read to the end or hold images that "
+                        "do not decode; delete them and run the same dataprep.build_tfrecords command with --resume "
+                        "to write them again")
+    from utils import data_utils
+    assert data_utils.undecodable_records(paths[1], limit=1)[:2] == (8, 3)
+    assert data_utils.undecodable_records(paths[1], limit=1)[2][0][0] == 1
+    clean = tmp_path / "clean"
+    write_tfrecord_shards(str(clean), "validation", 1, 4, 16)
+    result = _verify(clean, "--decode")
+    assert (result.returncode, result.stdout) == (0, f"Read 1 shard(s) of {clean}, 4 records: every record is readable "
+                                                     "and its image decodes\n")
 
 
 def test_a_shard_with_broken_framing_is_named_by_the_framing_check(tmp_path):

@@ -50,8 +50,9 @@ def decode_error(error):
     if match is None:
         return None
     return UserError("DALI cannot decode an image of the input ({}); unlike the tf.data pipeline it cannot skip a "
-                     "corrupt record: leave out --dali, or re-create the dataset with python -m "
-                     "dataprep.build_tfrecords".format(match.group(1).strip() or "no reason given"))
+                     "corrupt record: leave out --dali, or find it with python -m dataprep.verify_records --decode "
+                     "<data_dir> and write its shard again with python -m dataprep.build_tfrecords".format(
+                         match.group(1).strip() or "no reason given"))
 
 
 def _eval_resize_window(image_shape, resize_min, height, width):

@@ -450,6 +450,35 @@ def read_to_end(path: str) -> tuple[int, str | None]:
         return read, op_error_text(error)
 
 
+def undecodable_records(path: str, limit: int = 5) -> tuple[int, int, list[tuple[int, str]]]:
+    """(records of `path`, how many of them fail, [(index from 0, reason)] of the first `limit` that fail) the
+    input's parse and decode (image_processing.parse_example_proto, decode_image): what the tf.data pipeline skips
+    and DALI's decoder may stop on. All are decoded in parallel; the failures are the indices missing after
+    `ignore_errors`, then decoded again one by one for their reason. Call it on a shard that reads to its end."""
+    def decoded(index, record):
+        image_bytes = image_processing.parse_example_proto(record)[0]
+        tf.debugging.assert_greater(tf.strings.length(image_bytes), 0, message="no image (image/encoded missing or "
+                                    "empty)")
+        return index, tf.shape(image_processing.decode_image(image_bytes))[0]
+
+    dataset = tf.data.TFRecordDataset(path, buffer_size=8 << 20).enumerate()
+    kept = dataset.map(decoded, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).ignore_errors()
+    survived = set()
+    for indices in kept.map(lambda index, _: index).batch(4096).as_numpy_iterator():
+        survived.update(indices.tolist())
+    total = int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
+    missing = sorted(set(range(total)) - survived)
+    shown, failed = missing[:limit], []
+    for index, record in dataset.take(shown[-1] + 1 if shown else 0).as_numpy_iterator():
+        if index in shown:
+            try:
+                decoded(tf.constant(index), tf.constant(record))
+                failed.append((int(index), "it decodes when read again"))
+            except tf.errors.OpError as error:
+                failed.append((int(index), op_error_text(error)))
+    return total, len(missing), failed
+
+
 def read_for_dali(path: str) -> tuple[int, str | None, tuple[int, str] | None]:
     """read_to_end for a shard DALI will read, in one pass that also parses every record: (records read, the
     reader's error or None, (index from 0, reason) of the first record DALI's input would stop on rather than skip,
