@@ -548,6 +548,8 @@ class Runner:
                                           **unused_ranges)
             self.exported_path = export.save_saved_model(model, config.input_size, export_dir, source)
             log.log(step=(), data={"export_dir": self.exported_path})
+            log.print("Exported the SavedModel to {} (signatures serving_default and predict)".format(
+                os.path.abspath(self.exported_path)))
             if class_names:
                 log.print("It records the class names of {} (output k is line k + 1) in assets.extra/source.json"
                           .format(os.path.join(config.model_dir, "labels.txt")))

@@ -530,8 +530,14 @@ def test_an_export_of_a_model_dir_without_labels_says_it_records_no_class_names(
     copy = shutil.copytree(trained["dir"], str(tmp_path / "copy"), ignore=shutil.ignore_patterns("labels.txt"))
     result = run_main("--mode", "evaluate", "--data_dir", data_dir, "--batch_size", 5, "--results_dir", copy,
                       "--export_dir", str(tmp_path / "export"), *SMALL)
-    assert f"It records no class names (no labels.txt beside the checkpoint ({copy}/labels.txt does not exist)): " \
-           "its outputs are known by their index only" in result.stdout.splitlines()
+    lines = result.stdout.splitlines()
+    exported = next(line for line in lines if line.startswith("Exported the SavedModel to "))
+    path = exported.split(" to ", 1)[1].split(" (")[0]
+    assert exported.endswith(" (signatures serving_default and predict)") and os.path.isabs(path)
+    assert os.path.dirname(path) == str(tmp_path / "export") and os.path.isfile(os.path.join(path, "saved_model.pb"))
+    assert lines[lines.index(exported) + 1] == (
+        f"It records no class names (no labels.txt beside the checkpoint ({copy}/labels.txt does not exist)): its "
+        "outputs are known by their index only")
 
 
 def test_a_log_filename_outside_results_dir_is_locked_where_it_is_written(tmp_path, data_dir):
