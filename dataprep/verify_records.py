@@ -11,7 +11,8 @@ unreadable stream data` without a file name, because the reader's error carries 
     BAD /data/train-00007-of-01024: its reader stops after 312 of 1,251 records (corrupted record at 41187328)
 
 With `--decode` it also parses every record and decodes its image as the input pipeline does, and names the
-records that fail (which tf.data skips with a warning, and on which a `--dali` run stops: DALI cannot skip them):
+records that fail (which tf.data skips with a warning, and on which a `--dali` run stops: DALI cannot skip them),
+with why (`does not decode (...)`, `has no image ...`, `is not a tf.train.Example ...`):
 
     BAD /data/validation-00000-of-00128: record 3 does not decode (jpeg::Uncompress failed. Invalid JPEG data ...)
 
@@ -67,8 +68,8 @@ def verify(tfrecord_dir: str, splits=("train", "validation"), log=print, decode=
             _, failing, first = undecodable_records(path)
             if failing:
                 (index, reason), more = first[0], [str(index) for index, _ in first[1:]]
-                bad.append(f"BAD {path}: record {index} does not decode ({reason.rstrip('.')})" + (
-                    f"; {failing - 1:,} more do not: records {', '.join(more)}{', ...' if failing > len(first) else ''}"
+                bad.append(f"BAD {path}: record {index} {reason}" + (
+                    f"; {failing - 1:,} more fail: records {', '.join(more)}{', ...' if failing > len(first) else ''}"
                     if more else ""))
                 log(bad[-1])
     log(f"Read {len(names):,} shard(s) of {tfrecord_dir}, {records:,} records: " +

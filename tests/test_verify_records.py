@@ -49,14 +49,18 @@ def test_decode_names_the_records_whose_image_does_not_decode(tmp_path):
     lines = result.stdout.splitlines()
     assert len(lines) == 3, lines
     assert re.fullmatch(rf"BAD {re.escape(paths[0])}: record 5 does not decode \(.*JPEG.*\)", lines[0])
-    assert re.fullmatch(rf"BAD {re.escape(paths[1])}: record 1 does not decode \(.*\); 2 more do not: records 2, 6",
+    assert re.fullmatch(rf"BAD {re.escape(paths[1])}: record 1 does not decode \(.*\); 2 more fail: records 2, 6",
                         lines[1])
     assert lines[2] == (f"Read 2 shard(s) of {tmp_path}, 16 records: 2 cannot be read to the end or hold images that "
                         "do not decode; delete them and run the same dataprep.build_tfrecords command with --resume "
                         "to write them again")
     from utils import data_utils
-    assert data_utils.undecodable_records(paths[1], limit=1)[:2] == (8, 3)
-    assert data_utils.undecodable_records(paths[1], limit=1)[2][0][0] == 1
+    total, failing, first = data_utils.undecodable_records(paths[1], limit=1)
+    assert (total, failing, len(first), first[0][0]) == (8, 3, 1, 1) and first[0][1].startswith("does not decode (")
+    other, = write_tfrecord_shards(str(tmp_path / "other"), "validation", 1, 4, 16, corrupt={
+        (0, 1): "missing_image", (0, 2): "not_example"})
+    assert data_utils.undecodable_records(other) == (4, 2, [
+        (1, "has no image (image/encoded missing or empty)"), (2, "is not a tf.train.Example (protobuf cannot parse it)")])
     clean = tmp_path / "clean"
     write_tfrecord_shards(str(clean), "validation", 1, 4, 16)
     result = _verify(clean, "--decode")

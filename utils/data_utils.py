@@ -450,16 +450,29 @@ def read_to_end(path: str) -> tuple[int, str | None]:
         return read, op_error_text(error)
 
 
+def _unusable_record(record):
+    """Why `record` (a scalar string tensor) is no Example the input can use, in words ("is not a tf.train.Example
+    ...", "does not hold the trainer's features ...", "has no image ..."), or None. protobuf's parser first: TensorFlow's
+    reads some bytes that are not an Example as one without features."""
+    try:
+        tf.train.Example.FromString(record.numpy())
+    except DecodeError:
+        return "is not a tf.train.Example (protobuf cannot parse it)"
+    try:
+        encoded = tf.io.parse_single_example(record, image_processing.feature_map())["image/encoded"]
+    except tf.errors.OpError as error:
+        return "does not hold the trainer's features as they should be ({})".format(op_error_text(error))
+    return "has no image (image/encoded missing or empty)" if int(tf.strings.length(encoded)) == 0 else None
+
+
 def undecodable_records(path: str, limit: int = 5) -> tuple[int, int, list[tuple[int, str]]]:
-    """(records of `path`, how many of them fail, [(index from 0, reason)] of the first `limit` that fail) the
-    input's parse and decode (image_processing.parse_example_proto, decode_image): what the tf.data pipeline skips
-    and DALI's decoder may stop on. All are decoded in parallel; the failures are the indices missing after
-    `ignore_errors`, then decoded again one by one for their reason. Call it on a shard that reads to its end."""
+    """(records of `path`, how many of them fail, [(index from 0, why in words: "does not decode (...)", "has no
+    image ...", "is not a tf.train.Example ...")] of the first `limit` that fail) the input's parse and decode
+    (image_processing.parse_example_proto, decode_image): what the tf.data pipeline skips and DALI's decoder may
+    stop on. All are decoded in parallel; the failures are the indices missing after `ignore_errors`, then read
+    again one by one for their reason. Call it on a shard that reads to its end."""
     def decoded(index, record):
-        image_bytes = image_processing.parse_example_proto(record)[0]
-        tf.debugging.assert_greater(tf.strings.length(image_bytes), 0, message="no image (image/encoded missing or "
-                                    "empty)")
-        return index, tf.shape(image_processing.decode_image(image_bytes))[0]
+        return index, tf.shape(image_processing.decode_image(image_processing.parse_example_proto(record)[0]))[0]
 
     dataset = tf.data.TFRecordDataset(path, buffer_size=8 << 20).enumerate()
     kept = dataset.map(decoded, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).ignore_errors()
@@ -469,13 +482,16 @@ def undecodable_records(path: str, limit: int = 5) -> tuple[int, int, list[tuple
     total = int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
     missing = sorted(set(range(total)) - survived)
     shown, failed = missing[:limit], []
-    for index, record in dataset.take(shown[-1] + 1 if shown else 0).as_numpy_iterator():
-        if index in shown:
-            try:
-                decoded(tf.constant(index), tf.constant(record))
-                failed.append((int(index), "it decodes when read again"))
-            except tf.errors.OpError as error:
-                failed.append((int(index), op_error_text(error)))
+    for index, record in dataset.take(shown[-1] + 1 if shown else 0):
+        if int(index) in shown:
+            reason = _unusable_record(record)
+            if reason is None:
+                try:
+                    decoded(index, record)
+                    reason = "decodes when read again"
+                except tf.errors.OpError as error:
+                    reason = "does not decode ({})".format(op_error_text(error).rstrip("."))
+            failed.append((int(index), reason))
     return total, len(missing), failed
 
 
@@ -502,17 +518,6 @@ def read_for_dali(path: str) -> tuple[int, str | None, tuple[int, str] | None]:
     except tf.errors.OpError:
         pass  # a damaged record or one that does not parse: found one by one below (a bad shard is rare)
 
-    def unusable(record):
-        try:
-            tf.train.Example.FromString(record.numpy())
-        except DecodeError:
-            return "is not a tf.train.Example (protobuf cannot parse it)"
-        try:
-            encoded = tf.io.parse_single_example(record, spec)["image/encoded"]
-        except tf.errors.OpError as error:
-            return "does not hold the trainer's features as they should be ({})".format(op_error_text(error))
-        return "has no image (image/encoded missing or empty)" if int(tf.strings.length(encoded)) == 0 else None
-
     read, first = 0, None
     iterator = iter(dataset)
     while True:
@@ -523,7 +528,7 @@ def read_for_dali(path: str) -> tuple[int, str | None, tuple[int, str] | None]:
         except tf.errors.OpError as error:
             return read, op_error_text(error), first
         if first is None:
-            reason = unusable(record)
+            reason = _unusable_record(record)
             first = None if reason is None else (read, reason)
         read += 1
 
