@@ -733,19 +733,20 @@ def _note_another_schedule(config, info, count, replicas, log):
     run ended at). Said, not refused: extending or retuning a run is legitimate. Both schedules are taken at this
     run's images per step and train split (another batch or split size changes the rate too, and the notes on
     those say so), and compared at the steps where either changes course and 256 between (both are piecewise
-    smooth)."""
+    smooth). Returns True when flags differ but the rate at every step this run trains does not (a longer run of
+    the step schedule: the curves continue the same run), else False."""
     import numpy as np
     recorded = info.recorded_settings().get("schedule")
     if recorded is None:
-        return
+        return False
     changed = [name for name in SCHEDULE_FLAGS if recorded.get(name) != getattr(config, name)]
     if not changed:
-        return
+        return False
     images = images_per_step(config, replicas)
     schedule = _schedule_of(config, count, images)
     num_steps, step = schedule["num_steps"], info.step or 0
     if step >= num_steps:
-        return  # nothing left to train
+        return False  # nothing left to train
     # The checkpoint's schedule flags at this run's images per step and train split: what the flags alone change
     # (another batch or split changes the rate too, and its own note says so).
     was = _schedule_of(dataclasses.replace(config, **{name: recorded[name] for name in SCHEDULE_FLAGS}), count, images)
@@ -755,7 +756,7 @@ def _note_another_schedule(config, info, count, replicas, log):
     were = learning_rate_at(was, images, points)
     differs = ~np.isclose(rates, were, rtol=1e-6, atol=0.0)
     if not differs.any():
-        return  # the same rate at every step this run trains
+        return True  # the same rate at every step this run trains
     first = int(np.argmax(differs))
     flags = ", ".join(("--{} (was off)" if getattr(config, name) else "no --{} (was on)").format(name)
                       if isinstance(getattr(config, name), bool) else
@@ -771,6 +772,7 @@ def _note_another_schedule(config, info, count, replicas, log):
             " at this run's {} images per step".format(images) if other_images else "",
             ", over {} steps in all (was {})".format(num_steps, recorded["num_steps"])
             if num_steps != recorded["num_steps"] else ""))
+    return False
 
 
 def _steps_left(config, info, count, replicas):
@@ -1006,6 +1008,7 @@ def resolve(config, given, log=print, replicas=1, workers=1, platform=None, engi
     _note_unused_synthetic_size(resolved, given, log)
     _check_benchmark_size(resolved, info, log)
     data = check_data(resolved, log, workers, classes_from=info.path if uses_checkpoint_model else None)
+    same_rates = False
     if resumes:
         count = _train_records(data["train"]) if "train" in data else None  # None: synthetic data
         redone = []
@@ -1014,11 +1017,14 @@ def resolve(config, given, log=print, replicas=1, workers=1, platform=None, engi
         _note_another_stream(resolved, info, count, replicas, workers, notes.append)
         if count is not None:
             _note_another_train_set(resolved, info, data["train"], count, notes.append)
-            _note_another_schedule(resolved, info, count, replicas, notes.append)
+            same_rates = _note_another_schedule(resolved, info, count, replicas, notes.append)
             if not _steps_left(resolved, info, count, replicas):
                 # The run says "Model already trained required number of steps. Skipped": of its notes, only
                 # that the steps it counts trained fewer images than this run's length means, if so.
                 notes = _note_fewer_images_than_asked(resolved, info, count, replicas)
     for line in notes:
         log(line)
-    return RunSettings(resolved, info, finetune, data, changes, lineage(resolved, info, resumes))
+    record = lineage(resolved, info, resumes)
+    if same_rates:  # schedule flags changed, the rates did not: utils/plot_log then sees the same run go on
+        record["schedule_rates_unchanged"] = True
+    return RunSettings(resolved, info, finetune, data, changes, record)

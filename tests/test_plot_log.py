@@ -510,6 +510,25 @@ def test_a_resume_notes_every_setting_runtime_settings_notes(tmp_path, capsys):
         "True), momentum 0.875 (was 0.9): its curves mean another run from there")
 
 
+def test_a_resume_whose_schedule_flags_change_no_rate_is_the_same_run(tmp_path, capsys):
+    """A longer --num_iter of the step schedule changes no rate the resume trains at: main.py says nothing, and its
+    training record says so (`schedule_rates_unchanged`); plot_log then notes no change either. Until 2026-12-07 it
+    said `resumed at step 7 with num_iter 6 (was 4): its curves mean another run from there`."""
+    log_path = tmp_path / "log.json"
+    logger = DLLogger(str(log_path), stdout=False)
+    for extra, steps, training in (({"num_iter": 4}, (1, 4), {}), ({"num_iter": 6}, (5, 6), {
+            "schedule_rates_unchanged": True}), ({"num_iter": 8, "lr_init": 0.2}, (7, 8), {})):
+        logger.log(step="PARAMETER", data={"mode": "train", "model_dir": "/runs/a", "cosine_lr": False, "lr_init": 0.1,
+                                           "iter_unit": "batch", "training": training, **extra})
+        for step in steps:
+            logger.log(step=(0, step), data={"cross_entropy": 1.0, "learning_rate": 0.01})
+    logger.close()
+    assert plot_log.main([str(log_path), "-o", str(tmp_path / "c.png")]) == 0
+    assert capsys.readouterr().out.startswith(
+        "Note: the training resumed at step 7 with lr_init 0.2 (was 0.1), num_iter 8 (was 6): its curves mean another "
+        "run from there\n")
+
+
 def _resumed_log(path, sessions):
     """A log of one model_dir's training sessions [(PARAMETER data, steps logged)]."""
     logger = DLLogger(str(path), stdout=False)

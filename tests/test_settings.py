@@ -710,11 +710,16 @@ def test_a_schedule_note_names_the_first_step_whose_rate_changes_and_none_when_n
             RunConfig(batch_size=2, num_iter=3 if unit == "batch" else 1, iter_unit=unit, **flags), train_images=6,
             length=trained_length))
         if unit == "epoch":
-            assert resolve(directory, num_iter=40, iter_unit=unit, **flags)[1] == []  # boundaries at 90, 180, ...
+            resolved, lines = resolve(directory, num_iter=40, iter_unit=unit, **flags)
+            assert lines == []  # boundaries at 90, 180, ...
+            # and the training record says so, so that utils/plot_log does not call the longer run another one
+            assert resolved.lineage["schedule_rates_unchanged"] is True
             continue
         peak = 0.256 * 2 / 256
         boundary = int(100 / 34 * 30)  # 100 steps are ceil(100 / 3) = 34 "epochs": the first boundary at 88, not 90
-        assert resolve(directory, num_iter=100, iter_unit=unit, **flags)[1] == [
+        resolved, lines = resolve(directory, num_iter=100, iter_unit=unit, **flags)
+        assert "schedule_rates_unchanged" not in resolved.lineage
+        assert lines == [
             f"Note: this run's learning-rate schedule is not the one checkpoint {path} was trained with: --num_iter "
             f"100 (was 3); the rate is the same up to step {boundary}; at step {boundary + 1} the rate is "
             f"{peak * 0.1:.6g} where that schedule had {peak:.6g}, over 100 steps in all (was 3)"]

@@ -316,9 +316,14 @@ def _resume_changes(previous, pending):
     `w/data` from /); and a data_dir at another path whose train files are the ones before (the `train_files`
     fingerprint both records hold, since 2026-12-06) is a moved copy of the same data, not a change, while the same
     data_dir holding other train files is (`train_files`). A record without `replicas` ran one (ABSENT_MEANS).
-    IMAGES_PER_STEP when the images of one step changed."""
+    IMAGES_PER_STEP when the images of one step changed. Schedule flags that the resume found to change no rate it
+    trains at (its `training` record's `schedule_rates_unchanged`, since 2026-12-07: a longer run of the step
+    schedule) are not a change."""
     changes = {}
+    same_rates = (pending.get("training") or {}).get("schedule_rates_unchanged") is True
     for key in RESUME_KEYS:
+        if same_rates and key in SCHEDULE_FLAGS:
+            continue
         before, after = (ABSENT_MEANS.get(key) if record.get(key) is None else record[key]
                          for record in (previous, pending))
         if key in PATH_KEYS:
