@@ -926,6 +926,8 @@ def check_data(config, log=print, workers=1, classes_from=None):
                             "shards (python -m dataprep.build_tfrecords --train_shards N)".format(
                                 config.data_dir, files, "s" * (files > 1), workers, workers, files,
                                 "s" * (files > 1)))
+        elif split == "train" and workers > 1 and len(split_facts.files) % workers:
+            _note_uneven_files(config.data_dir, split_facts.files, workers, log)
         if split == "validation" and config.mode == "train_and_evaluate":
             _check_evaluation_batch(config, split_facts)
         if split_facts.num_classes is not None:
@@ -935,6 +937,20 @@ def check_data(config, log=print, workers=1, classes_from=None):
                                   split_facts.num_classes, config.num_classes))
         facts[split] = split_facts
     return facts
+
+
+def _note_uneven_files(data_dir, files, workers, log):
+    """The note of a tf.data job whose workers read unequal shares of the train files (worker k: files k, k +
+    workers, ...; the original's Horovod input): each worker takes an epoch's steps from its own share, so the one
+    with fewer images sees some of them twice an epoch and the one with more leaves some out."""
+    from runtime.runner_utils import count_samples
+    shares = [count_samples(files[rank::workers]) for rank in range(workers)]
+    log("Note: --data_dir {} has {} train-* files for {} workers, which read whole files (worker k: files k, k + {}, "
+        "...), so their shares differ: {} images; each worker takes an epoch's steps from its own share, so the "
+        "smaller shares are read more than once an epoch and the larger ones not whole, as in the original's "
+        "multi-GPU input. A multiple of {} files reads each image once an epoch (python -m dataprep.build_tfrecords "
+        "--train_shards N)".format(data_dir, len(files), workers, workers,
+                                   " / ".join("{:,}".format(share) for share in shares), workers))
 
 
 def _check_evaluation_batch(config, split_facts):

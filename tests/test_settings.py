@@ -1102,7 +1102,19 @@ def test_a_job_of_more_workers_than_train_files_is_refused_but_dali_shards_recor
             f"--data_dir {data} has 2 train-* files but this job runs 3 workers, and each worker reads whole files "
             "(worker k: files k, k + 3, ...): use at most 2 workers, or write more shards")):
         settings.check_data(config, workers=3)
-    assert len(settings.check_data(config, workers=2)["train"].files) == 2
+    lines = []
+    assert len(settings.check_data(config, workers=2, log=lines.append)["train"].files) == 2
+    assert not [line for line in lines if line.startswith("Note:")]  # 1 file each
+    uneven = tmp_path / "uneven"
+    write_tfrecord_shards(str(uneven), "train", 3, 5, 32)  # 5 images a file: worker 0 reads 2 files, worker 1 one
+    lines = []
+    settings.check_data(dataclasses.replace(config, data_dir=str(uneven)), workers=2, log=lines.append)
+    assert [line for line in lines if line.startswith("Note:")] == [
+        f"Note: --data_dir {uneven} has 3 train-* files for 2 workers, which read whole files (worker k: files k, "
+        "k + 2, ...), so their shares differ: 10 / 5 images; each worker takes an epoch's steps from its own share, "
+        "so the smaller shares are read more than once an epoch and the larger ones not whole, as in the original's "
+        "multi-GPU input. A multiple of 2 files reads each image once an epoch (python -m dataprep.build_tfrecords "
+        "--train_shards N)"]
     assert make_dali_index.main([str(data), str(index), "--no_progress"]) == 0
     dali = RunConfig(mode="train", data_dir=str(data), num_classes=11, batch_size=2, model_dir=str(tmp_path),
                      dali=True, data_idx_dir=str(index))
