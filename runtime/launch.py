@@ -16,8 +16,9 @@ checkpoint and stop (after a Ctrl-C the job exits 130, as each worker does). A s
 (workers then exit at once). A worker still running --grace seconds after rank 0 stopped on the signal is blocked
 where no signal reaches it (a collective rank 0 left) and is killed, said in one line. A worker still starting
 when a peer stops on the signal may print what TensorFlow and Keras say about the aborted collectives
-(AbortNoise): after a forwarded signal those lines are not shown, their count is said once per worker
-(RN50_VERBOSE=1 or --verbose shows them).
+(AbortNoise), and so may the others when a worker fails (killed, or its own ERROR): after a forwarded signal or a
+worker's failure those lines are not shown, their count is said once per worker (RN50_VERBOSE=1 or --verbose shows
+them).
 Failure: when a worker exits with a non-zero status, the launcher names it (rank, pid, exit code or signal),
 terminates the others (SIGTERM, then SIGKILL after --grace seconds) and exits with its status. One that exits 2
 (bad input, its ERROR line) first gives the others BAD_INPUT_WAIT s to stop on their own (they usually find the
@@ -88,11 +89,12 @@ def worker_environments(nproc, ports, base_env, gpus, host="127.0.0.1"):
 
 
 # What a worker prints when a peer exits while a collective is under way (seen when a Ctrl-C reached the workers
-# during start-up: the peer stopped, this worker's broadcast of the initial variables was aborted): TensorFlow's
-# C++ abort line, the gRPC detail of its status, and Keras' warning about a layer it could not build because that
-# broadcast failed. After an interrupt they are consequences of it, not failures.
-_ABORT_LINE = re.compile(rb"[IWEF]\d{4} [0-9:.]+ +\d+ base_collective_executor\.cc:\d+\] "
-                         rb"BaseCollectiveExecutor::StartAbort ")
+# during start-up: the peer stopped, this worker's broadcast of the initial variables was aborted; and when a peer
+# was killed mid-training: its ring all-reduce aborted): TensorFlow's C++ abort lines, the gRPC detail of their
+# status, and Keras' warning about a layer it could not build because that broadcast failed. After an interrupt or
+# a peer's stop they are consequences of it, not failures.
+_ABORT_LINE = re.compile(rb"[IWEF]\d{4} [0-9:.]+ +\d+ (?:base_collective_executor\.cc:\d+\] "
+                         rb"BaseCollectiveExecutor::StartAbort |ring_alg\.cc:\d+\] Aborting Ring\w+ with )")
 # The lines of TensorFlow's status text that may follow such a line (seen, 2026-12-05: the gRPC detail as
 # `:{"created":...}` or `:UNKNOWN:Error received from peer {...}`, the tasks the coordination service lost).
 _ABORT_CONTINUATION = re.compile(rb"Additional GRPC error information from remote target "
@@ -108,7 +110,8 @@ _MAX_HELD = 40  # a warning longer than this is not the one above: shown
 
 
 class AbortNoise:
-    """One worker's filter of the lines above, on once the launcher has forwarded an interrupt: `feed(line)`
+    """One worker's filter of the lines above, on once the launcher has forwarded an interrupt or a worker has
+    failed: `feed(line)`
     returns the lines to show now. An abort line goes with the status lines right after it; a Keras warning is held
     until its `warnings.warn(` line and dropped only if it names an aborted collective. Never dropped: ERROR and
     INTERRUPTED lines, and from a `Traceback` line on, all of this worker's lines (a real failure's traceback may
@@ -274,8 +277,8 @@ def _show(pairs, quiet):
 
 def _pump(stream, rank, quiet, lock, interrupted=lambda: False, filter_abort=True, repeated=None):
     """Copies a worker's output to stdout, prefixed. `interrupted()`: whether the launcher has forwarded an
-    interrupt, from when on AbortNoise filters the lines (unless `filter_abort` is False: --verbose). `repeated`: the
-    launcher's RepeatedLines, shared by every worker's pump (None: every line shown)."""
+    interrupt or a worker has failed, from when on AbortNoise filters the lines (unless `filter_abort` is False:
+    --verbose). `repeated`: the launcher's RepeatedLines, shared by every worker's pump (None: every line shown)."""
     noise = AbortNoise()
 
     def take(lines):
@@ -292,8 +295,8 @@ def _pump(stream, rank, quiet, lock, interrupted=lambda: False, filter_abort=Tru
     stream.close()
     if noise.dropped and not (rank != 0 and quiet):
         with lock:
-            print("runtime.launch: {} line(s) of worker {}'s output on the collectives aborted by the interrupt not "
-                  "shown ({}=1 shows them)".format(noise.dropped, rank, quiet_module.VERBOSE_ENV), file=sys.stderr,
+            print("runtime.launch: {} line(s) of worker {}'s output on the collectives aborted by the interrupt or "
+                  "a worker's stop not shown ({}=1 shows them)".format(noise.dropped, rank, quiet_module.VERBOSE_ENV), file=sys.stderr,
                   flush=True)
 
 
@@ -343,10 +346,16 @@ class Launcher:
                                        stdin=subprocess.DEVNULL, start_new_session=True)
             self.processes.append(process)
             thread = threading.Thread(target=_pump, args=(process.stdout, rank, self.quiet_workers, self._lock,
-                                                          lambda: self.interrupted, self.filter_abort,
-                                                          self.repeated), daemon=True)
+                                                          self._stopping, self.filter_abort, self.repeated),
+                                      daemon=True)
             thread.start()
             self.threads.append(thread)
+
+    def _stopping(self):
+        """Whether the job is stopping: an interrupt was forwarded, or a worker has exited with a failure (killed,
+        or its own ERROR), whose peers' collectives then abort. Asked by the pumps at each line: a peer's abort
+        follows its death, so the dead worker has exited by the time the line is read."""
+        return self.interrupted or any(process.poll() not in (None, 0) for process in self.processes)
 
     def forward(self, signum, _frame=None):
         """The launcher's handler of SIGINT, SIGTERM, SIGUSR1 and SIGHUP: the signal to every worker."""

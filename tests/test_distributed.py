@@ -212,7 +212,8 @@ def test_a_collective_that_failed_because_another_worker_is_gone_is_one_line():
     failure = Distribution(tf.distribute.get_strategy(), rank=0, size=2).peer_failure(gone)
     assert isinstance(failure, UserError) and str(failure) == (
         "worker 0 stopped: a collective with the other workers failed (UnavailableError) because another worker "
-        "stopped (its own ERROR line says why) or lost its connection")
+        "stopped (its own ERROR line, or the launcher's line naming it when it was killed, says why) or lost its "
+        "connection")
     assert Distribution(tf.distribute.get_strategy()).peer_failure(gone) is None
     assert Distribution(tf.distribute.get_strategy(), rank=1, size=2).peer_failure(
         tf.errors.InvalidArgumentError(None, None, "a shape")) is None
@@ -235,7 +236,8 @@ def test_a_collective_that_failed_because_another_worker_is_gone_is_one_line():
         error = tf.errors.UnknownError(None, None, "Graph execution error:\n... " + message)
         assert str(Distribution(tf.distribute.get_strategy(), rank=0, size=2).peer_failure(error)) == (
             "worker 0 stopped: a collective with the other workers failed ({}) because another worker "
-            "stopped (its own ERROR line says why) or lost its connection".format(sign))
+            "stopped (its own ERROR line, or the launcher's line naming it when it was killed, says why) or lost its "
+            "connection".format(sign))
     assert Distribution(tf.distribute.get_strategy(), rank=0, size=2).peer_failure(
         tf.errors.UnknownError(None, None, "Connection reset by peer")) is None  # not a Horovod op's
 

@@ -270,6 +270,16 @@ ABORT_OUTPUT_2 = [
     b"The tasks have crashed. Check the task logs for an earlier error, or scheduler events (e.g. preemption, "
     b"eviction) to debug further. [type.googleapis.com/tensorflow.CoordinationServiceError='']\n",
 ]
+# A peer killed (kill -9) mid-training, 2026-12-07: the survivor's ring all-reduce aborts.
+ABORT_OUTPUT_3 = [
+    b"E0000 00:00:1796653400.123456   20111 ring_alg.cc:291] Aborting RingReduce with UNAVAILABLE: recvmsg:Connection "
+    b"reset by peer\n",
+    b"Additional GRPC error information from remote target /job:worker/replica:0/task:1 while calling "
+    b"/tensorflow.WorkerService/RecvBuf:\n",
+    b':UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:"recvmsg:Connection reset by peer"}\n',
+    b"E0000 00:00:1796653400.123999   20111 base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort "
+    b"UNAVAILABLE: recvmsg:Connection reset by peer\n",
+]
 INTERRUPTED = b"INTERRUPTED: main.py stopped by SIGINT; its work is not complete; run the same command again\n"
 
 
@@ -300,12 +310,36 @@ def test_after_an_interrupt_the_aborted_collectives_output_of_a_worker_is_one_co
     before = [b"Current step: 0\n", ABORT_OUTPUT[0]]
     out, err = _pumped(before + ABORT_OUTPUT + [INTERRUPTED], capsysbinary, interrupt_at=len(before))
     assert out == [b"[worker 1] " + line for line in before + [INTERRUPTED]]
-    assert err == ("runtime.launch: 11 line(s) of worker 1's output on the collectives aborted by the interrupt not "
-                   "shown (RN50_VERBOSE=1 shows them)\n")
+    assert err == ("runtime.launch: 11 line(s) of worker 1's output on the collectives aborted by the interrupt or a "
+                   "worker's stop not shown (RN50_VERBOSE=1 shows them)\n")
     out, err = _pumped(ABORT_OUTPUT_2 + [INTERRUPTED], capsysbinary)
     assert out == [b"[worker 1] " + INTERRUPTED] and err.startswith("runtime.launch: 6 line(s) of worker 1's")
     out, err = _pumped(ABORT_OUTPUT + [INTERRUPTED], capsysbinary, filter_abort=False)
     assert (len(out), err) == (len(ABORT_OUTPUT) + 1, "")
+    peer_stopped = b"ERROR: worker 1 stopped: a collective with the other workers failed (UnavailableError) ...\n"
+    out, err = _pumped(ABORT_OUTPUT_3 + [peer_stopped], capsysbinary)
+    assert out == [b"[worker 1] " + peer_stopped] and err.startswith("runtime.launch: 4 line(s) of worker 1's")
+
+
+def test_the_launcher_filters_the_aborted_collectives_once_a_worker_has_failed(monkeypatch):
+    """A worker killed (or stopped on its own ERROR) aborts its peers' collectives as an interrupt does: from its
+    exit on, the pumps filter those lines. A worker that exited 0 is no failure."""
+    from runtime import launch
+    launcher = launch.Launcher.__new__(launch.Launcher)
+    launcher.interrupted = False
+
+    class Exited:
+        def __init__(self, code):
+            self.code = code
+
+        def poll(self):
+            return self.code
+
+    for codes, stopping in (((None, None), False), ((0, None), False), ((-9, None), True), ((None, 2), True)):
+        launcher.processes = [Exited(code) for code in codes]
+        assert launcher._stopping() is stopping
+    launcher.processes, launcher.interrupted = [Exited(None)], True
+    assert launcher._stopping()
 
 
 def test_after_an_interrupt_other_warnings_and_a_real_traceback_are_shown_whole(capsysbinary):

@@ -171,8 +171,8 @@ class Distribution:
                                                    else None)
             if reason:
                 return PeerStopped("worker {} stopped: a collective with the other workers failed ({}) because "
-                                   "another worker stopped (its own ERROR line says why) or lost its connection".format(
-                                       self.rank, reason))
+                                   "another worker stopped (its own ERROR line, or the launcher's line naming it when "
+                                   "it was killed, says why) or lost its connection".format(self.rank, reason))
             seen.add(id(error))
             error = error.__cause__ or error.__context__
         return None
