@@ -8,10 +8,14 @@ horovodrun (`horovod.runner.launch.run_commandline`, in this process), with thre
 - an ERROR or WARNING line several workers print alike (`[0]<stderr>:ERROR: ...`, `[1]<stderr>:ERROR: ...`) is
   shown once, the first one, and at the end one line names the processes whose line was not shown again;
 - a failed job ends with one line, `runtime.horovodrun: job failed: process R exited with code C`, and that status
-  (horovodrun printed its own RuntimeError's traceback and exited 1).
+  (horovodrun printed its own RuntimeError's traceback and exited 1);
+- a Ctrl-C ends with status 130 and one INTERRUPTED line, as main.py and runtime.launch: horovodrun turns it into
+  SIGTERM for its workers, which stop at a checkpoint with status 0, and exited 0 itself, as if the job had ended.
 """
 
+import contextlib
 import re
+import signal
 import sys
 import threading
 
@@ -80,6 +84,37 @@ def failure(error):
     return (match.group("name"), int(match.group("code"))) if match else None
 
 
+@contextlib.contextmanager
+def signals_received():
+    """A list of the signals horovodrun's own handlers get while the block runs (Horovod's gloo launcher
+    registers them in `register_shutdown_event` and sets an event that stops the workers; its handlers are kept and
+    the signal noted first). Without Horovod, a list nothing adds to."""
+    received = []
+    try:
+        from horovod.runner import gloo_run
+    except ImportError:
+        yield received
+        return
+    register = gloo_run.register_shutdown_event
+
+    def noting():
+        event = register()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(signum)
+            if callable(handler):
+                def noted(number, frame, handler=handler):
+                    received.append(number)
+                    handler(number, frame)
+                signal.signal(signum, noted)
+        return event
+
+    gloo_run.register_shutdown_event = noting
+    try:
+        yield received
+    finally:
+        gloo_run.register_shutdown_event = register
+
+
 def main(argv=None, run_commandline=None, install_filter=True):
     """horovodrun with `argv`; its exit status. `run_commandline`: horovodrun's (by default Horovod's, imported
     after the stderr filter is set up); `install_filter=False` leaves this process's stderr alone (a test)."""
@@ -93,7 +128,12 @@ def main(argv=None, run_commandline=None, install_filter=True):
     saved_argv, sys.argv = sys.argv, ["horovodrun", *argv]
     message = None
     try:
-        status = run_commandline()
+        with signals_received() as received:
+            status = run_commandline()
+        if not status and signal.SIGINT in received:
+            status = 128 + signal.SIGINT
+            message = ("INTERRUPTED: the workers stopped on SIGINT (horovodrun sends them SIGTERM) at a checkpoint; "
+                       "run the same command again to resume")
     except RuntimeError as error:
         failed = failure(error)
         if failed is None:  # another of horovodrun's failures: its message, without the traceback

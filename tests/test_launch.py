@@ -425,3 +425,22 @@ def test_horovodrun_through_runtime_horovodrun_reads_as_one_run(capsys, monkeypa
     assert horovodrun.main(["-np", "2", "python", "main.py"], other_failure, install_filter=False) == 1
     assert capsys.readouterr().err == "ERROR: horovodrun: could not find a usable network interface\n"
     assert horovodrun.main(["-np", "2", "python", "main.py"], lambda: None, install_filter=False) == 0
+
+    def interrupted_job():  # horovodrun's launcher registers its handlers, then a Ctrl-C reaches it
+        import os
+        from horovod.runner import gloo_run
+        event = gloo_run.register_shutdown_event()
+        os.kill(os.getpid(), signal.SIGINT)
+        assert event.wait(5)  # horovodrun's own handler still ran: it stops the workers
+        print("[0]<stdout>:training stopped by a signal at step 20; checkpoint written")
+
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        assert horovodrun.main(["-np", "2", "python", "main.py"], interrupted_job, install_filter=False) == 130
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert capsys.readouterr().err == ("INTERRUPTED: the workers stopped on SIGINT (horovodrun sends them SIGTERM) at "
+                                       "a checkpoint; run the same command again to resume\n")
+    from horovod.runner import gloo_run
+    assert gloo_run.register_shutdown_event.__name__ == "register_shutdown_event"  # put back
