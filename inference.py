@@ -665,6 +665,8 @@ def _run(args):
             # The settings the run uses: the input size and class count of the model that was loaded, where the
             # flags left them to it (--image-size unset, --num-classes only applies to --architecture).
             flags = {name: value for name, value in vars(args).items() if name != "given"}
+            if args.data_dir:  # one pass over the validation images, whatever --num-iter said (the note above)
+                flags["num_iter"] = None
             # What was loaded, for a log read later or elsewhere: the model's absolute path, the directory the
             # run's relative paths are relative to, and what the model is (its record when it agrees with its
             # graph: architecture, checkpoint, step, class names, input size; the line printed above).
@@ -672,7 +674,7 @@ def _run(args):
             loaded = {"working_directory": os.getcwd(),
                       "model_path": os.path.abspath(args.model) if args.model else None,
                       "model_description": described, "model_source": recorded_fields(source)}
-            logger.log(step="PARAMETER", data=flags | loaded | {"num_classes": num_classes,
+            logger.log(step="PARAMETER", data=flags | loaded | {"num_classes": num_classes, "steps": steps,
                                                                 "input_pixels": input_pixels} | frozen_weights
                        | startup.environment_parameters(devices=run_devices(args, runner)))
             logger.print(logger.destination())

@@ -380,13 +380,18 @@ def test_a_run_within_its_warmup_and_an_unused_num_iter_are_said(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "WARNING: 5 step(s) ran, not more than --warmup-steps 20: the throughput and latency figures count all " \
            "of them, warm-up included (run more than 20 steps for a steady-state figure)" in result.stdout
+    assert (parameter_record(str(tmp_path / "log.json"))["num_iter"],
+            parameter_record(str(tmp_path / "log.json"))["steps"]) == (5, 5)
     result = run("--model", model, "--backend", "onnxruntime", "--batch-size", "2", "--num-iter", "5",
-                 "--warmup-steps", "0", "--data-dir", str(data), "--log-path", str(tmp_path / "log.json"))
+                 "--warmup-steps", "0", "--data-dir", str(data), "--log-path", str(tmp_path / "pass.json"))
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     assert "Note: --num-iter 5 is not used: with --data-dir the run is one pass over the validation images" in lines
     assert "Running 3 steps of batch 2 with backend onnxruntime on CPUExecutionProvider" in lines
     assert not any(line.startswith("WARNING: ") for line in lines)
+    # the record says what ran (until 2026-12-07 it kept num_iter 5)
+    record = parameter_record(str(tmp_path / "pass.json"))
+    assert (record["num_iter"], record["steps"]) == (None, 3)
 
 
 def _with_input_pixels(path, value):
