@@ -111,11 +111,10 @@ _MAX_HELD = 40  # a warning longer than this is not the one above: shown
 
 class AbortNoise:
     """One worker's filter of the lines above, on once the launcher has forwarded an interrupt or a worker has
-    failed: `feed(line)`
-    returns the lines to show now. An abort line goes with the status lines right after it; a Keras warning is held
-    until its `warnings.warn(` line and dropped only if it names an aborted collective. Never dropped: ERROR and
-    INTERRUPTED lines, and from a `Traceback` line on, all of this worker's lines (a real failure's traceback may
-    quote a gRPC status too)."""
+    failed: `feed(line)` returns the lines to show now. An abort line goes with the status lines right after it; a
+    Keras warning is held until its `warnings.warn(` line and dropped only if it names an aborted collective. Never
+    dropped: ERROR and INTERRUPTED lines, and from a `Traceback` line on, all of this worker's lines (a real
+    failure's traceback may quote a gRPC status too)."""
 
     def __init__(self):
         self.held = []
@@ -296,8 +295,8 @@ def _pump(stream, rank, quiet, lock, interrupted=lambda: False, filter_abort=Tru
     if noise.dropped and not (rank != 0 and quiet):
         with lock:
             print("runtime.launch: {} line(s) of worker {}'s output on the collectives aborted by the interrupt or "
-                  "a worker's stop not shown ({}=1 shows them)".format(noise.dropped, rank, quiet_module.VERBOSE_ENV), file=sys.stderr,
-                  flush=True)
+                  "a worker's stop not shown ({}=1 shows them)".format(noise.dropped, rank, quiet_module.VERBOSE_ENV),
+                  file=sys.stderr, flush=True)
 
 
 def describe_exit(code):
