@@ -497,13 +497,9 @@ def test_a_resume_notes_every_setting_runtime_settings_notes(tmp_path, capsys):
     from runtime import settings
     assert set(settings.SCHEDULE_FLAGS + settings.RECIPE_FLAGS + settings.TRAINING_STATE) <= set(plot_log.RESUME_KEYS)
     log_path = tmp_path / "log.json"
-    logger = DLLogger(str(log_path), stdout=False)
-    for extra, steps in (({}, (1, 7)), ({"cosine_lr": False, "lr_init": 0.1, "momentum": 0.875, "seed": 1}, (7, 9))):
-        logger.log(step="PARAMETER", data={"mode": "train", "model_dir": "/runs/a", "cosine_lr": True, "lr_init": 0.01,
-                                           "momentum": 0.9, "seed": None, **extra})
-        for step in steps:
-            logger.log(step=(0, step), data={"cross_entropy": 1.0, "learning_rate": 0.01})
-    logger.close()
+    common = {"cosine_lr": True, "lr_init": 0.01, "momentum": 0.9, "seed": None}
+    _write_sessions(log_path, [(common, (1, 7)), (dict(common, cosine_lr=False, lr_init=0.1, momentum=0.875, seed=1),
+                                                  (7, 9))])
     assert plot_log.main([str(log_path), "-o", str(tmp_path / "c.png")]) == 0
     assert capsys.readouterr().out.startswith(
         "Note: the training resumed at step 7 with seed 1 (was None), lr_init 0.1 (was 0.01), cosine_lr False (was "
@@ -515,28 +511,30 @@ def test_a_resume_whose_schedule_flags_change_no_rate_is_the_same_run(tmp_path, 
     training record says so (`schedule_rates_unchanged`); plot_log then notes no change either. Until 2026-12-07 it
     said `resumed at step 7 with num_iter 6 (was 4): its curves mean another run from there`."""
     log_path = tmp_path / "log.json"
-    logger = DLLogger(str(log_path), stdout=False)
-    for extra, steps, training in (({"num_iter": 4}, (1, 4), {}), ({"num_iter": 6}, (5, 6), {
-            "schedule_rates_unchanged": True}), ({"num_iter": 8, "lr_init": 0.2}, (7, 8), {})):
-        logger.log(step="PARAMETER", data={"mode": "train", "model_dir": "/runs/a", "cosine_lr": False, "lr_init": 0.1,
-                                           "iter_unit": "batch", "training": training, **extra})
-        for step in steps:
-            logger.log(step=(0, step), data={"cross_entropy": 1.0, "learning_rate": 0.01})
-    logger.close()
+    common = {"cosine_lr": False, "lr_init": 0.1, "iter_unit": "batch", "training": {}}
+    _write_sessions(log_path, [(dict(common, num_iter=4), (1, 4)),
+                               (dict(common, num_iter=6, training={"schedule_rates_unchanged": True}), (5, 6)),
+                               (dict(common, num_iter=8, lr_init=0.2), (7, 8))])
     assert plot_log.main([str(log_path), "-o", str(tmp_path / "c.png")]) == 0
     assert capsys.readouterr().out.startswith(
         "Note: the training resumed at step 7 with lr_init 0.2 (was 0.1), num_iter 8 (was 6): its curves mean another "
         "run from there\n")
 
 
-def _resumed_log(path, sessions):
-    """A log of one model_dir's training sessions [(PARAMETER data, steps logged)]."""
+def _write_sessions(path, sessions):
+    """Writes a log of one model_dir's training sessions [(PARAMETER data, steps logged)]."""
     logger = DLLogger(str(path), stdout=False)
     for extra, steps in sessions:
-        logger.log(step="PARAMETER", data={"mode": "train", "model_dir": "/runs/a", "batch_size": 32, **extra})
+        logger.log(step="PARAMETER", data={"mode": "train", "model_dir": "/runs/a", **extra})
         for step in steps:
             logger.log(step=(0, step), data={"cross_entropy": 1.0, "learning_rate": 0.01})
     logger.close()
+
+
+def _resumed_log(path, sessions):
+    """The records plot_log loads of a log of one model_dir's training sessions [(PARAMETER data, steps logged)], at
+    batch size 32 unless they say."""
+    _write_sessions(path, [({"batch_size": 32, **extra}, steps) for extra, steps in sessions])
     return plot_log.load_log(str(path))[0]
 
 
