@@ -65,7 +65,7 @@ def verify(tfrecord_dir: str, splits=("train", "validation"), log=print, decode=
             bad.append(f"BAD {path}: its reader stops after {read:,} of {framed:,} records ({error})")
             log(bad[-1])
         elif decode:
-            _, failing, first = undecodable_records(path)
+            _, failing, first = undecodable_records(path, records=read)
             if failing:
                 (index, reason), more = first[0], [str(index) for index, _ in first[1:]]
                 bad.append(f"BAD {path}: record {index} {reason}" + (

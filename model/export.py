@@ -193,8 +193,8 @@ def agreeing_source(source, where, image_size=None, num_classes=None, warn=print
     has classes, the original's 1001 for ImageNet's 1000 or a fine-tune at --num_classes K + 1, names the first
     ones, as runner_utils.class_names_for_export records them), its `quantized` with whether the graph holds
     fake-quantisation ops (`quantized`), its arch with the architecture the graph's node names are scoped by
-    (`arch`: graph_architecture; None where they name none); graph_facts and onnx_facts give both, None where not known. Its checkpoint and
-    step cannot be told from a graph and are taken as recorded. A record that contradicts its graph is another
+    (`arch`: graph_architecture; None where they name none); graph_facts and onnx_facts give both, None where not
+    known. Its checkpoint and step cannot be told from a graph and are taken as recorded. A record that contradicts its graph is another
     model's (copied or swapped beside it): all it says (architecture, checkpoint, step, class names) would be false
     of this model, so it is refused whole, with one WARNING line through `warn` naming `where` and the fields, and
     None is returned: the caller goes on with what the graph says (its input size and classes), which is enough to

@@ -60,7 +60,8 @@ def test_decode_names_the_records_whose_image_does_not_decode(tmp_path):
     other, = write_tfrecord_shards(str(tmp_path / "other"), "validation", 1, 4, 16, corrupt={
         (0, 1): "missing_image", (0, 2): "not_example"})
     assert data_utils.undecodable_records(other) == (4, 2, [
-        (1, "has no image (image/encoded missing or empty)"), (2, "is not a tf.train.Example (protobuf cannot parse it)")])
+        (1, "has no image (image/encoded missing or empty)"),
+        (2, "is not a tf.train.Example (protobuf cannot parse it)")])
     clean = tmp_path / "clean"
     write_tfrecord_shards(str(clean), "validation", 1, 4, 16)
     result = _verify(clean, "--decode")

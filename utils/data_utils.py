@@ -452,8 +452,8 @@ def read_to_end(path: str) -> tuple[int, str | None]:
 
 def _unusable_record(record):
     """Why `record` (a scalar string tensor) is no Example the input can use, in words ("is not a tf.train.Example
-    ...", "does not hold the trainer's features ...", "has no image ..."), or None. protobuf's parser first: TensorFlow's
-    reads some bytes that are not an Example as one without features."""
+    ...", "does not hold the trainer's features ...", "has no image ..."), or None. protobuf's parser first:
+    TensorFlow's reads some bytes that are not an Example as one without features."""
     try:
         tf.train.Example.FromString(record.numpy())
     except DecodeError:
@@ -465,12 +465,14 @@ def _unusable_record(record):
     return "has no image (image/encoded missing or empty)" if int(tf.strings.length(encoded)) == 0 else None
 
 
-def undecodable_records(path: str, limit: int = 5) -> tuple[int, int, list[tuple[int, str]]]:
+def undecodable_records(path: str, limit: int = 5,
+                        records: int | None = None) -> tuple[int, int, list[tuple[int, str]]]:
     """(records of `path`, how many of them fail, [(index from 0, why in words: "does not decode (...)", "has no
     image ...", "is not a tf.train.Example ...")] of the first `limit` that fail) the input's parse and decode
     (image_processing.parse_example_proto, decode_image): what the tf.data pipeline skips and DALI's decoder may
     stop on. All are decoded in parallel; the failures are the indices missing after `ignore_errors`, then read
-    again one by one for their reason. Call it on a shard that reads to its end."""
+    again one by one for their reason. Call it on a shard that reads to its end; `records`: its record count when
+    known (read_to_end's), else it is counted."""
     def decoded(index, record):
         return index, tf.shape(image_processing.decode_image(image_processing.parse_example_proto(record)[0]))[0]
 
@@ -479,7 +481,7 @@ def undecodable_records(path: str, limit: int = 5) -> tuple[int, int, list[tuple
     survived = set()
     for indices in kept.map(lambda index, _: index).batch(4096).as_numpy_iterator():
         survived.update(indices.tolist())
-    total = int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
+    total = records if records is not None else int(dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
     missing = sorted(set(range(total)) - survived)
     shown, failed = missing[:limit], []
     for index, record in dataset.take(shown[-1] + 1 if shown else 0):
