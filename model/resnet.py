@@ -172,6 +172,16 @@ def averaged_variables(model):
 
 # --- summary ---------------------------------------------------------------------------------------------------
 
+def last_map_side(image_size):
+    """The side of the last stage's feature maps at `image_size`: the stem conv, the max-pool and the first block of
+    stages 1-3 each halve it, rounding up as SAME padding does (the same for every architecture)."""
+    size = same_output_extent(same_output_extent(image_size, 2), 2)
+    for stage, num_blocks in enumerate(ARCHITECTURES["resnet50"].layers):
+        for index in range(num_blocks):
+            size = same_output_extent(size, block_strides(stage, index))
+    return size
+
+
 def forward_macs(arch, num_classes=defaults.NUM_CLASSES, image_size=defaults.IMAGE_SIZE):
     """Multiply-adds per image of every conv and dense layer, as {row name: MACs} in network order."""
     spec = get_arch(arch)

@@ -81,6 +81,25 @@ FAR_ABOVE_STEPS = 3
 RECOVERED_STEPS = 20
 
 
+# Batch norm normalising each channel over fewer values than this (per-replica batch x the last stage's map area)
+# trains unstably: its gradients grow as the few values draw together (docs/TROUBLESHOOTING.md#messages).
+BN_FEW_VALUES = 16
+
+
+def few_batch_norm_values_warning(batch_size, map_side, image_size):
+    """A WARNING line when a training's batch norm normalises each channel of the last stage over fewer than
+    BN_FEW_VALUES values (`batch_size` images of each replica's batch, of `map_side` x `map_side` maps at
+    `image_size`), else None."""
+    values = batch_size * map_side * map_side
+    if values >= BN_FEW_VALUES:
+        return None
+    fewest = -(-BN_FEW_VALUES // (map_side * map_side))
+    return ("WARNING: at {0}x{0} the last stage's feature maps are {1}x{1}, so its batch norm normalises each "
+            "channel over {2} values ({3} images a replica x {1}x{1}); below {4} its gradients are unstable and "
+            "the training tends to diverge: use a --batch_size of at least {5} a replica, or larger "
+            "images".format(image_size, map_side, values, batch_size, BN_FEW_VALUES, fewest))
+
+
 class TrainStats:
     """Non-finite checks: in fp32 a non-finite loss stops the run; with dynamic loss scaling skipped steps are
     counted and `max_skipped` in a row stop it. A finite blow-up of the weights (the L2 term jumping L2_JUMP
@@ -113,6 +132,11 @@ class TrainStats:
         self._check_finite(values, step)
         return (self._blow_up(values, step) or self._far_above_uniform(values, step) or self._collapse(values, step)
                 or self._recovery(values, step))
+
+    def check_weights(self, l2, step):
+        """The blow-up check (WARNING line or None) of the weights' L2 term `l2` after step `step`'s update, which
+        the next step's own check would see: a checkpoint of those weights is about to be written."""
+        return self._blow_up({"l2_loss": l2}, step)
 
     def _recovery(self, values, step):
         if self.diverged is None or self._uniform is None or "cross_entropy" not in values:

@@ -15,11 +15,11 @@ import time
 
 import tensorflow as tf
 
-from model import checkpoint, export
+from model import checkpoint, export, resnet
 from runtime import checkpoints, inputs, predict, runner_utils, settings, startup, train_state, train_step
-from runtime.metrics import (ThroughputMeter, TrainStats, evaluated_images_line, non_finite_warning,
-                             require_evaluated)
-from utils import errors, learning_rate
+from runtime.metrics import (ThroughputMeter, TrainStats, evaluated_images_line, few_batch_norm_values_warning,
+                             non_finite_warning, require_evaluated)
+from utils import errors, learning_rate, losses
 from utils.errors import StdoutWriteError, UserError, first_line
 from utils.devices import Platform, cpu_bfloat16_support
 from utils.distributed import SIGNAL_SYNC_EVERY
@@ -244,7 +244,7 @@ class Runner:
                                     tf.summary.scalar(key, float(values[key]))
                                 tf.summary.scalar("train_imgs_per_sec", meter.last_ips)
                         if saver is not None and step % config.checkpoint_interval == 0:
-                            saver.save(step)
+                            self._save_checked(saver, stats, step)
                     if progress is not None:
                         progress.update(1)
                     if distribution.any_worker_flag(stop.requested):
@@ -271,7 +271,7 @@ class Runner:
                 # then stops the run; a second ends it at once, naming the checkpoint a resume takes.
                 stop.when = "once the checkpoint of step {} is written".format(final_step)
                 stop.kept = lambda: self._kept_after_interrupted_save(final_step)
-                saver.save(final_step)
+                self._save_checked(saver, stats, final_step)
             # A signal after the workers' last agreement (during the final save) stops every worker here.
             if not stopped_by_signal and distribution.all_workers_flag(stop.requested):
                 stopped_by_signal = True
@@ -287,6 +287,17 @@ class Runner:
         if stopped_by_signal:
             raise TrainingInterrupted(final_step, stop.signum, checkpointed=saver is not None)
         return state
+
+    def _save_checked(self, saver, stats, step):
+        """Saves the checkpoint of `step`, recording in it a blow-up of the weights that step's update made: the
+        step's own check (TrainStats.check) saw the L2 term of the weights before the update."""
+        weights_l2 = losses.l2_loss(resnet.regularized_variables(self.state.model), self.config.weight_decay)
+        health = stats.check_weights(float(weights_l2), step)
+        if health:
+            self.logger.print(health)
+        if saver.meta.get("diverged") != stats.diverged:
+            saver.meta = _with_divergence(saver.meta, stats.diverged)
+        saver.save(step)
 
     @staticmethod
     def _checkpointed_after_log_failure(error, saver, step):
@@ -366,6 +377,10 @@ class Runner:
                       "rate rises to {} of its peak and never decays; a smaller --lr_warmup_epochs reaches the "
                       "peak".format(config.lr_warmup_epochs, steps(reach[0]), steps(length.num_steps),
                                     learning_rate.percent_of_peak(reach[1])))
+        few_values = None if is_benchmark else few_batch_norm_values_warning(
+            config.batch_size, resnet.last_map_side(config.input_size), config.input_size)
+        if few_values:
+            log.print(few_values)
         if self.precision.policy:
             note = " (TensorFlow's float16 CPU kernels: for checking the GPU path)" \
                 if self.precision.policy == "mixed_float16" and not self.platform.gpu else ""

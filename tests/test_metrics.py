@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from runtime.metrics import (ThroughputMeter, TrainStats, evaluated_images_line, latency_percentiles,
-                             require_evaluated)
+from runtime.metrics import (ThroughputMeter, TrainStats, evaluated_images_line, few_batch_norm_values_warning,
+                             latency_percentiles, require_evaluated)
 from utils.errors import UserError
 
 
@@ -144,6 +144,38 @@ def test_a_blow_up_of_the_weights_is_warned_about_once_while_the_loss_is_still_f
     healthy = TrainStats(dynamic_loss_scaling=False, max_skipped=3)  # weight decay's drift, and no weight decay
     assert [healthy.check({"total_loss": 2.0, "l2_loss": l2}, step) for step, l2 in
             enumerate([2.25, 2.2, 0.0, 0.0, 2.0, 1.9], start=1)] == [None] * 6
+
+
+def test_the_weights_a_checkpoint_holds_are_checked_after_the_last_update():
+    """A 2-step run at batch 2: step 2's update blew the weights up, no step saw it (each step sees the weights it
+    started from), and its checkpoint evaluated every image as non-finite with no word on why (2026-12-07)."""
+    stats = TrainStats(dynamic_loss_scaling=False, max_skipped=3)
+    assert [stats.check({"total_loss": 7.0, "l2_loss": l2}, step) for step, l2 in ((1, 2.2557), (2, 2.2557))] \
+        == [None, None]
+    assert stats.check_weights(9.633e6, 2) == (
+        "WARNING: at step 2 the weights' L2 term jumped from 2.256 to 9.633e+06 in one step: the training is "
+        "diverging, and a model this far gone computes garbage or NaN (lower --lr_init, or raise --batch_size: batch "
+        "norm over a few images is unstable)")
+    assert stats.diverged == {"step": 2, "sign": "the weights' L2 term jumped from 2.256 to 9.633e+06 in one step"}
+    assert stats.check({"total_loss": 7.0, "l2_loss": 9.633e6}, 3) is None  # the next step starts from them
+    healthy = TrainStats(dynamic_loss_scaling=False, max_skipped=3)
+    healthy.check({"total_loss": 7.0, "l2_loss": 2.2557}, 1)
+    assert healthy.check_weights(2.2551, 1) is None and healthy.diverged is None
+
+
+@pytest.mark.parametrize("batch, side, image_size, values, fewest", [(2, 1, 32, 2, 16), (15, 1, 32, 15, 16),
+                                                                      (3, 2, 64, 12, 4)])
+def test_batch_norm_over_fewer_than_16_values_a_channel_is_warned_about(batch, side, image_size, values, fewest):
+    assert few_batch_norm_values_warning(batch, side, image_size) == (
+        f"WARNING: at {image_size}x{image_size} the last stage's feature maps are {side}x{side}, so its batch norm "
+        f"normalises each channel over {values} values ({batch} images a replica x {side}x{side}); below 16 its "
+        "gradients are unstable and the training tends to diverge: use a --batch_size of at least "
+        f"{fewest} a replica, or larger images")
+
+
+@pytest.mark.parametrize("batch, side", [(16, 1), (4, 2), (1, 7)])
+def test_batch_norm_over_16_values_or_more_is_not_warned_about(batch, side):
+    assert few_batch_norm_values_warning(batch, side, 224) is None
 
 
 def test_a_collapse_to_uniform_outputs_is_warned_about_once():

@@ -16,7 +16,7 @@ from model.layers.grouped_conv import GroupedConv2D
 from model.layers.initializers import Initializers
 from model.layers.normalization import CHANNEL_MEANS, CHANNEL_STDS
 from model.kernels import CPU_PLAIN_KERNELS, GPU_KERNELS
-from model.resnet import ARCHITECTURES, build_model, forward_macs, regularized_variables
+from model.resnet import ARCHITECTURES, build_model, forward_macs, last_map_side, regularized_variables
 from tests import _model_reference as ref
 from utils.devices import CPU
 from utils.errors import UserError
@@ -132,6 +132,14 @@ def test_stage_shapes_strides_projections_and_se(models_1001, arch):
             if block.se is not None:
                 assert block.se.squeeze.units == depth // 16 and block.se.excite.units == depth
     assert tuple(model.output.shape) == (None, 1001)
+
+
+def test_the_last_stage_map_side_is_the_built_models():
+    """What the training's few-values warning counts on (runtime/metrics.few_batch_norm_values_warning): 32 px
+    ends in 1x1 maps and 224 in 7x7; at 33 px every halving rounds up, as the built model's SAME padding does."""
+    assert [last_map_side(size) for size in (32, 33, 40, 64, 65, 224)] == [1, 2, 2, 2, 3, 7]
+    model = build_model("resnet50", num_classes=10, image_size=33)
+    assert tuple(model.get_layer("btlnck_block_3_2").output.shape)[1:3] == (2, 2)
 
 
 def test_unknown_arch_and_weight_init_are_user_errors():

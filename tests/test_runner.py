@@ -270,6 +270,30 @@ def test_a_diverged_training_is_recorded_in_its_checkpoints_and_every_tool_that_
     assert checkpoint.inspect(tf.train.latest_checkpoint(str(tmp_path / "converted"))).diverged == info.diverged
 
 
+def test_a_blow_up_in_the_last_step_is_warned_about_and_recorded_in_the_checkpoint(tmp_path):
+    """32 px, batch 2: the last stage's batch norm normalises over 2 values, which the run warns of before its first
+    step. A 2-step run at the default rate (full depth) blew the weights up in its last update, which no step's
+    check saw (each sees the weights it starts from), and its checkpoint evaluated every image as non-finite with
+    no word on why (2026-12-07); here one step at a huge rate does the same to the shallow model."""
+    from model import checkpoint
+    data = tmp_path / "data"
+    write_tfrecord_shards(str(data), "train", 1, 8, 40, num_classes=11, seed=2)
+    model_dir = tmp_path / "model"
+    result = main_in_process("--mode", "train", "--data_dir", data, "--num_classes", 10, "--image_size", 32,
+                             "--batch_size", 2, "--num_iter", 1, "--iter_unit", "batch", "--lr_warmup_epochs", 0,
+                             "--lr_init", 1000, "--seed", 1, "--model_dir", model_dir, "--results_dir", tmp_path / "results",
+                             "--no_progress")
+    lines = result.stdout.splitlines()
+    assert "WARNING: at 32x32 the last stage's feature maps are 1x1, so its batch norm normalises each channel " \
+           "over 2 values (2 images a replica x 1x1); below 16 its gradients are unstable and the training tends " \
+           "to diverge: use a --batch_size of at least 16 a replica, or larger images" in lines
+    assert lines.index("Current step: 0") > [i for i, line in enumerate(lines) if "last stage's" in line][0]
+    warned = [line for line in lines if "the training is diverging" in line]
+    assert len(warned) == 1 and warned[0].startswith("WARNING: at step 1 the weights' L2 term jumped"), lines
+    info = checkpoint.inspect(tf.train.latest_checkpoint(str(model_dir)))
+    assert info.step == 1 and info.diverged["step"] == 1 and info.diverged["sign"] in warned[0]
+
+
 def test_an_evaluation_whose_model_dir_cannot_take_its_tensorboard_scalars_still_reports_and_exports(
         tmp_path, model_dir, monkeypatch):
     """A checkpoint shared read-only (or on a full disk): the evaluation ran, then ended in TensorFlow's
