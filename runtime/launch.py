@@ -151,8 +151,9 @@ class AbortNoise:
 
 
 # The lines a worker prints when something is wrong: every worker that meets the same problem (a flag value checked
-# after start-up, the dataset, the checkpoint to resume) prints the same one.
-_REPEATABLE = re.compile(rb"(ERROR|WARNING): ")
+# after start-up, the dataset, the checkpoint to resume) prints the same one, and so does every worker a Ctrl-C
+# stops before its first step.
+_REPEATABLE = re.compile(rb"(ERROR|WARNING|INTERRUPTED): ")
 
 
 def _ranks(ranks):
@@ -162,10 +163,11 @@ def _ranks(ranks):
 
 
 class RepeatedLines:
-    """The ERROR and WARNING lines several workers print alike, shown once: rank 0's where rank 0 says it too.
+    """The ERROR, WARNING and INTERRUPTED lines several workers print alike, shown once: rank 0's where rank 0 says
+    it too.
     `feed(rank, line)` and `end(rank)` (the worker's output ended) return the (rank, line) pairs to show now; the
-    caller holds the launcher's lock. A line of rank 0 is never held (its output passes through as it comes); an
-    ERROR or WARNING line of another worker is held until rank 0 says the same (it is then not shown), or that
+    caller holds the launcher's lock. A line of rank 0 is never held (its output passes through as it comes); such
+    a line of another worker is held until rank 0 says the same (it is then not shown), or that
     worker prints another line, or rank 0's output has ended, or it has waited `wait` seconds (`expire()`, which
     the launcher calls while it waits), or the launcher reports how the job ended (`release()`); then it is shown
     unless another worker's identical line already was. One worker's line is matched with at most one line of each
@@ -173,8 +175,8 @@ class RepeatedLines:
     one line per shown line that others repeated, naming them."""
 
     def __init__(self, wait=5.0, clock=time.monotonic):
-        self.shown = {}  # the text of an ERROR / WARNING line -> [[rank that showed it, ranks that said it], ...]
-        self.held = {}  # rank -> [(its ERROR / WARNING line not shown yet, when it came), ...]
+        self.shown = {}  # the text of a repeatable line -> [[rank that showed it, ranks that said it], ...]
+        self.held = {}  # rank -> [(its repeatable line not shown yet, when it came), ...]
         self.chief_ended = False
         self.wait = wait
         self.clock = clock

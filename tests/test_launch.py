@@ -392,6 +392,13 @@ def test_repeated_error_and_warning_lines_are_shown_once_and_different_ones_all(
                              "runtime.launch: worker 1 printed the same WARNING line (not shown again)"]
     assert launch._ranks([5, 1, 2, 3]) == "workers 1-3, 5" and launch._ranks([4]) == "worker 4"
 
+    # a Ctrl-C during start-up: each worker stops with the same line, which was shown twice (2026-12-07)
+    lines = launch.RepeatedLines(wait=5.0, clock=lambda: now[0])
+    interrupted = b"INTERRUPTED: main.py stopped by SIGINT; its work is not complete; run the same command again\n"
+    assert lines.feed(1, interrupted) == [] and lines.feed(0, interrupted) == [(0, interrupted)]
+    assert lines.end(1) == [] and lines.end(0) == []
+    assert lines.notes() == ["runtime.launch: worker 1 printed the same INTERRUPTED line (not shown again)"]
+
 
 def test_horovodrun_through_runtime_horovodrun_reads_as_one_run(capsys, monkeypatch):
     """runtime/horovodrun.py around horovodrun's run_commandline (a stand-in writing what horovodrun wrote for a
