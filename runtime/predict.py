@@ -1,6 +1,7 @@
 """`--mode predict` (docs/ORIGINAL.md#modes): top-5 classes of image files, in batches, with class names from a
 labels file when there is one. A file that cannot be used is reported and skipped; the others are still predicted."""
 
+import dataclasses
 import json
 import os
 import sys
@@ -8,7 +9,7 @@ import sys
 import numpy as np
 
 from runtime.metrics import NON_FINITE_CAUSES
-from runtime import runner_utils
+from runtime import runner_utils, settings
 from runtime.runner_utils import read_class_names
 from utils import data_utils, pixels
 from utils.errors import UserError, on_interrupt, printable
@@ -99,9 +100,7 @@ def load_class_names(labels_file, config, warn=None, say=print):
     the checkpoints (the classes it was trained on) is warned about, as evaluate and inference.py do. One line
     through `say` tells where the names came from (`Class names: 10 from <file>`), or that there are none."""
     beside_checkpoints = os.path.join(config.model_dir, "labels.txt")
-    candidates = [labels_file] if labels_file else [
-        beside_checkpoints, os.path.join(config.data_dir, "labels.txt") if config.data_dir else None]
-    for path in candidates:
+    for path in settings.class_names_candidates(dataclasses.replace(config, labels_file=labels_file)):
         names = read_class_names(path)
         if names is not None:
             _check_class_names(path, names, config.num_classes, warn)

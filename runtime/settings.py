@@ -74,11 +74,35 @@ class RunSettings:
             record["settings_from_checkpoint"] = sorted(self.adopted)
         if self.lineage:
             record["training"] = dict(self.lineage)
+        if self.config.mode == "predict":  # the file its "Class names:" line will name, or None
+            record["class_names_file"] = class_names_file(self.config)
         if self.data.get("train") is not None and self.data["train"].files:
             # The digest a checkpoint records of the train files (training_state): utils/plot_log tells a moved
             # copy of the same data from other data by it.
             record["train_files"] = files_fingerprint(self.data["train"].files)
         return record
+
+
+def class_names_candidates(config):
+    """The labels files predict takes its class names from, the first that names any: --labels_file alone when
+    given, else labels.txt beside the checkpoints (a training copies its dataset's there), then --data_dir's."""
+    if config.labels_file:
+        return [config.labels_file]
+    return [os.path.join(config.model_dir, "labels.txt")] + \
+        ([os.path.join(config.data_dir, "labels.txt")] if config.data_dir else [])
+
+
+def class_names_file(config):
+    """The absolute path of the labels file predict takes its class names from, or None (shown by number)."""
+    from runtime.runner_utils import read_class_names
+    for path in class_names_candidates(config):
+        try:
+            if read_class_names(path) is None:
+                continue
+        except UserError:  # unreadable: predict's own line says why, and stops
+            pass
+        return os.path.abspath(path)
+    return None
 
 
 def lineage(config, info, resumes):
@@ -356,16 +380,17 @@ def _note_unused_synthetic_size(config, given, log):
             if config.data_dir is not None else "no synthetic data"))
 
 
-def _check_benchmark_size(config, info, log):
+def _check_benchmark_size(config, info, given, log):
     """The size a synthetic benchmark times against the model's: a checkpoint's model at another size than it was
     trained at is timed as asked (the model takes any size) and said; but a benchmark that exports (--export_dir)
-    times and exports one model, built at one size, which must be the model's (the checkpoint's, else --image_size)."""
+    times and exports one model, built at one size, which must be the model's (the checkpoint's, else --image_size).
+    `given`: the flags typed, of which the error names the one that gave the size."""
     if not config.uses_synthetic_data:
         return
     trained = info.recorded_settings().get("image_size") if info is not None else None
     model_size = trained or config.image_size
     if config.mode in EXPORT_MODES and config.export_dir and config.synthetic_data_size != model_size:
-        flag = "--image_size" if config.image_size == config.synthetic_data_size else "--synthetic_data_size"
+        flag = "--synthetic_data_size" if "synthetic_data_size" in given else "--image_size"
         raise UserError("{} {} but --export_dir exports the model at {}x{} ({}): a benchmark that exports times the "
                         "model it exports (time another size without --export_dir)".format(
                             flag, config.synthetic_data_size, model_size, model_size,
@@ -970,7 +995,7 @@ def resolve(config, given, log=print, replicas=1, workers=1, platform=None, engi
     every worker (utils/distributed.Distribution.num_replicas); `workers`: its processes, each reading its own
     shard of the train files (Distribution.size); `platform` and `engine` (utils/devices.Platform,
     utils/engines.Engine): the devices and engine this process set up, against which the GPU flags are checked."""
-    given = frozenset(given)
+    given = typed = frozenset(given)
     sized = _synthetic_size_changes(config, given, log)
     if sized:  # the size follows a given flag, which a checkpoint's size does not override
         config, given = dataclasses.replace(config, **sized), given | {"synthetic_data_size"}
@@ -984,6 +1009,10 @@ def resolve(config, given, log=print, replicas=1, workers=1, platform=None, engi
     # The run uses the checkpoint's model as it is (its class count and size): a resume, an inference mode, the
     # training benchmark.
     uses_checkpoint_model = info is not None and (resumes or config.mode in INFERENCE_MODES + ("training_benchmark",))
+    if uses_checkpoint_model and config.uses_synthetic_data:
+        # --image_size has sized the synthetic images (above), as --synthetic_data_size would have: the model's size
+        # is the checkpoint's either way, and the record says the same whichever of the two flags was typed
+        given = given - {"image_size"}
     if uses_checkpoint_model:
         changes.update(_model_changes(config, info, given, log))
         if config.mode == "training_benchmark":
@@ -996,6 +1025,8 @@ def resolve(config, given, log=print, replicas=1, workers=1, platform=None, engi
                 decay = info.recorded_settings().get("moving_average_decay")
                 left_out.append("weight averaging needs --moving_average_decay {}".format(
                     _shown(decay) if decay else "D"))
+            if info.recorded_settings().get("amp") and not config.amp:
+                left_out.append("mixed precision needs --amp")
             log("Note: training_benchmark times the model of checkpoint {} from fresh weights; it restores no "
                 "checkpoint and writes none{}".format(
                     info.path, " (the checkpoint's {} here)".format(" and its ".join(left_out)) if left_out else ""))
@@ -1022,7 +1053,7 @@ def resolve(config, given, log=print, replicas=1, workers=1, platform=None, engi
             "(export_frozen_graph.py --quantize exports the quantised graph)".format(
                 " and exports" if resolved.export_dir else ""))
     _note_unused_synthetic_size(resolved, given, log)
-    _check_benchmark_size(resolved, info, log)
+    _check_benchmark_size(resolved, info, typed, log)
     data = check_data(resolved, log, workers, classes_from=info.path if uses_checkpoint_model else None)
     same_rates = False
     if resumes:

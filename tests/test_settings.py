@@ -70,7 +70,29 @@ def test_inference_takes_the_checkpoints_model_and_says_so(tmp_path):
     assert lines == using(path, "--arch resnext101-32x4d", "--num_classes 10", "--image_size 48", "--use_final_conv")
     assert resolved.checkpoint.path == path
     assert resolved.parameters() == {"checkpoint": path, "settings_from_checkpoint": [
-        "arch", "image_size", "num_classes", "use_final_conv"], "working_directory": os.getcwd()}
+        "arch", "image_size", "num_classes", "use_final_conv"], "working_directory": os.getcwd(),
+        "class_names_file": None}
+
+
+def test_predicts_record_names_the_labels_file_its_class_names_come_from(tmp_path, monkeypatch):
+    """The record said `labels_file: None` (the flag) while the run took model_dir's labels.txt (2026-12-07)."""
+    fake_checkpoint(tmp_path / "run", num_classes=3)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "labels.txt").write_text("a\nb\nc\n")
+    monkeypatch.chdir(tmp_path)
+
+    def recorded(**flags):
+        return resolve(tmp_path / "run", mode="predict", to_predict=str(tmp_path), **flags)[0].parameters()[
+            "class_names_file"]
+
+    assert recorded(data_dir="data") == str(data / "labels.txt")  # model_dir has none: --data_dir's
+    (tmp_path / "run" / "labels.txt").write_text("")  # an empty file names no class
+    assert recorded(data_dir="data") == str(data / "labels.txt")
+    (tmp_path / "run" / "labels.txt").write_text("x\ny\nz\n")
+    assert recorded(data_dir="data") == str(tmp_path / "run" / "labels.txt")
+    assert recorded(labels_file="data/labels.txt") == str(data / "labels.txt")
+    assert "class_names_file" not in resolve(tmp_path / "run", mode="evaluate")[0].parameters()
 
 
 def test_the_record_names_the_checkpoint_read_absolutely_and_where_a_link_led(tmp_path, monkeypatch):
@@ -138,14 +160,18 @@ def test_a_synthetic_training_benchmark_says_the_input_augmentation_flags_are_un
                                          augmenter_name="autoaugment")[1] if line.startswith("Note:")]
 
 
-def test_a_given_image_size_outranks_the_checkpoints_for_synthetic_images(tmp_path):
+@pytest.mark.parametrize("flags", [{"image_size": 40}, {"synthetic_data_size": 40},
+                                   {"image_size": 40, "synthetic_data_size": 40}])
+def test_a_given_size_sizes_the_synthetic_images_of_a_checkpoints_model_whichever_flag_gave_it(tmp_path, flags):
+    """The same benchmark recorded `image_size: 40` when typed with --image_size 40 and 32 (the checkpoint's) with
+    --synthetic_data_size 40 (2026-12-07): the record now says the model's size and the images' alike."""
     path = fake_checkpoint(tmp_path, image_size=32)
-    resolved, lines = resolve(tmp_path, mode="inference_benchmark", image_size=40)
-    assert resolved.config.input_size == 40
-    assert lines == ["Using --synthetic_data_size 40 from --image_size 40",
-                     f"Using --num_classes 10 from checkpoint {path}",
-                     f"Note: this benchmark times synthetic 40x40 images; checkpoint {path} was trained at 32x32 (the "
-                     "model takes any size)"]
+    resolved, lines = resolve(tmp_path, mode="inference_benchmark", **flags)
+    assert (resolved.config.input_size, resolved.config.synthetic_data_size, resolved.config.image_size) == (40, 40, 32)
+    assert lines == ["Using --synthetic_data_size 40 from --image_size 40"] * (flags == {"image_size": 40}) + [
+        f"Using --num_classes 10 from checkpoint {path}", f"Using --image_size 32 from checkpoint {path}",
+        f"Note: this benchmark times synthetic 40x40 images; checkpoint {path} was trained at 32x32 (the model "
+        "takes any size)"]
 
 
 @pytest.mark.parametrize("flag", ["image_size", "synthetic_data_size"])
@@ -217,6 +243,12 @@ def test_training_benchmark_times_the_checkpoints_model_and_says_it_restores_not
     assert resolve(tmp_path / "ema", mode="training_benchmark", quantize=True, moving_average_decay=0.5)[1][-1] == (
         f"Note: training_benchmark times the model of checkpoint {averaged} from fresh weights; it restores no "
         "checkpoint and writes none")
+    # A checkpoint trained with --amp: a benchmark without it timed float32 and did not say so (2026-12-07).
+    mixed = fake_checkpoint(tmp_path / "amp", num_classes=10, image_size=40, training={"amp": True})
+    assert resolve(tmp_path / "amp", mode="training_benchmark")[1][-1] == (
+        f"Note: training_benchmark times the model of checkpoint {mixed} from fresh weights; it restores no "
+        "checkpoint and writes none (the checkpoint's mixed precision needs --amp here)")
+    assert resolve(tmp_path / "amp", mode="training_benchmark", amp=True)[1][-1].endswith("and writes none")
     # Synthetic images of another size are a choice; another classifier is not.
     assert resolve(tmp_path, mode="training_benchmark", image_size=64)[0].config.input_size == 64
     with pytest.raises(UserError, match="--num_classes 1001 contradicts checkpoint"):
