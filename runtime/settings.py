@@ -414,7 +414,10 @@ _MODE_FLAGS = (
                "none of them{}".format(" (an evaluation reports both the raw and the EMA weights' accuracy)"
                                        if c.mode in EXPORT_MODES else "")),
     (("to_predict",), lambda c: c.mode == "predict", lambda c: "only --mode predict reads it"),
-    (("labels_file",), lambda c: c.mode == "predict", lambda c: "only --mode predict names classes"),
+    (("labels_file",), lambda c: c.mode == "predict",
+     lambda c: "only --mode predict reads it{}".format(
+         " (an --export_dir export records model_dir's labels.txt)" if c.mode in EXPORT_MODES and c.export_dir
+         else "")),
     (("finetune_checkpoint",), lambda c: c.mode in TRAINING_MODES, lambda c: "only a training mode fine-tunes"),
     (("dali", "data_idx_dir"), lambda c: c.mode != "predict", lambda c: "predict reads image files, not the dataset"),
     (("data_idx_dir",), lambda c: c.dali or c.mode == "predict",
@@ -544,7 +547,7 @@ def _finetune_on_resume(config, info, log):
     fine-tune is adopted, so the run's record and its checkpoints keep naming it."""
     recorded = info.recorded_settings().get("finetune_checkpoint")
     given = config.finetune_checkpoint
-    if given and recorded == os.path.abspath(given):
+    if given and _same_checkpoint(given, recorded):
         log("Continuing the fine-tune of {} from checkpoint {} (--finetune_checkpoint is read only when a run "
             "starts)".format(given, info.path))
     elif given:
@@ -552,9 +555,24 @@ def _finetune_on_resume(config, info, log):
             "resumes from it (use a new --model_dir to fine-tune)".format(
                 given, config.model_dir, info.path,
                 ", fine-tuned from {}".format(recorded) if recorded else ""))
-    elif recorded:
-        return {"finetune_checkpoint": recorded}
-    return {}
+    # The record and the checkpoints keep naming the source the training was fine-tuned from, never a flag ignored.
+    return {"finetune_checkpoint": recorded} if recorded != config.finetune_checkpoint else {}
+
+
+def _same_checkpoint(given, recorded):
+    """Whether --finetune_checkpoint `given` names the checkpoint `recorded` (an absolute path, as a fine-tune
+    records its flag): the same path, or a directory and the checkpoint of it that the fine-tune read."""
+    if not recorded:
+        return False
+    if os.path.abspath(given) == recorded:
+        return True
+    from model import checkpoint
+    quiet = lambda *_: None  # noqa: E731 (the fine-tune said what it found there)
+    try:
+        return os.path.realpath(checkpoint.find_checkpoint(given, "", warn=quiet)) == \
+            os.path.realpath(checkpoint.find_checkpoint(recorded, "", warn=quiet))
+    except UserError:  # either one gone or damaged since: not known to be the same
+        return False
 
 
 def _training_state_changes(config, info, given, log, note):
@@ -1014,7 +1032,16 @@ def resolve(config, given, log=print, replicas=1, workers=1, platform=None, engi
         # is the checkpoint's either way, and the record says the same whichever of the two flags was typed
         given = given - {"image_size"}
     if uses_checkpoint_model:
-        changes.update(_model_changes(config, info, given, log))
+        try:
+            changes.update(_model_changes(config, info, given, log))
+        except UserError as error:
+            if not (resumes and config.finetune_checkpoint):
+                raise
+            # --num_classes 4 --finetune_checkpoint X into a model_dir that holds a checkpoint: the flag's advice
+            # alone (omit it) would resume that checkpoint's training on the new data
+            raise UserError("{}; but model_dir {} already has that checkpoint, so this run would resume it and "
+                            "--finetune_checkpoint {} is not read: use a new --model_dir to fine-tune".format(
+                                error, config.model_dir, config.finetune_checkpoint)) from None
         if config.mode == "training_benchmark":
             # It times the checkpoint's model (as the original, whose Estimator restored model_dir's checkpoint), but
             # from fresh weights, and writes nothing: a benchmark must not continue or extend a run.

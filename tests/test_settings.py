@@ -593,6 +593,13 @@ def test_a_resume_of_a_fine_tune_with_its_own_command_continues_it_without_a_war
         f"WARNING: --finetune_checkpoint {other} is ignored: model_dir {tmp_path / 'tuned'} already has checkpoint "
         f"{path}, fine-tuned from {tmp_path / 'imagenet'}, and training resumes from it (use a new --model_dir to "
         "fine-tune)"]
+    # the ignored flag is not what the run's record and its checkpoints name: they named it (2026-12-07)
+    assert resolve(tmp_path / "tuned", mode="train", finetune_checkpoint=other)[0].config.finetune_checkpoint == \
+        str(tmp_path / "imagenet")
+    # the directory's checkpoint, named by its prefix, is the same source, not another one
+    resolved, lines = resolve(tmp_path / "tuned", mode="train", finetune_checkpoint=source)
+    assert lines[-1].startswith(f"Continuing the fine-tune of {source} from checkpoint {path}")
+    assert resolved.config.finetune_checkpoint == str(tmp_path / "imagenet")
     resolved, lines = resolve(tmp_path / "tuned", mode="train")
     assert not [line for line in lines if "fine-tun" in line]
     assert resolved.config.finetune_checkpoint == str(tmp_path / "imagenet")
@@ -608,6 +615,30 @@ def test_a_resume_ignores_the_finetune_checkpoint_and_says_so(tmp_path):
     assert resolved.config.arch == "resnet50" and resolved.finetune is None
     assert lines[-1].startswith(f"WARNING: --finetune_checkpoint {other} is ignored: model_dir {tmp_path / 'run'} "
                                 "already has checkpoint")
+    assert resolved.config.finetune_checkpoint is None  # nor recorded as the run's source (2026-12-07)
+
+
+def test_labels_file_outside_predict_is_said_unused_and_what_an_export_records_instead(tmp_path):
+    """evaluate --export_dir --labels_file said `only --mode predict names classes`, and its export then named
+    classes, model_dir's (2026-12-07)."""
+    fake_checkpoint(tmp_path)
+    lines = resolve(tmp_path, mode="evaluate", labels_file="l4.txt", export_dir=str(tmp_path / "export"))[1]
+    assert "Note: --labels_file is not used: only --mode predict reads it (an --export_dir export records " \
+           "model_dir's labels.txt)" in lines
+    assert "Note: --labels_file is not used: only --mode predict reads it" in resolve(
+        tmp_path, mode="evaluate", labels_file="l4.txt")[1]
+
+
+def test_a_fine_tune_into_a_model_dir_that_has_a_checkpoint_is_refused_saying_it_would_resume(tmp_path):
+    """--num_classes 4 --finetune_checkpoint X into a copy of X's model_dir: the error said only to omit the flag,
+    which resumed the 10-class training on the 4-class data (2026-12-07)."""
+    path = fake_checkpoint(tmp_path / "base", num_classes=10)
+    with pytest.raises(UserError) as error:
+        resolve(tmp_path / "base", mode="train", finetune_checkpoint=str(tmp_path / "base"), num_classes=4)
+    assert str(error.value) == (
+        f"--num_classes 4 contradicts checkpoint {path}, trained with --num_classes 10 (omit the flag to use the "
+        f"checkpoint's); but model_dir {tmp_path / 'base'} already has that checkpoint, so this run would resume it "
+        f"and --finetune_checkpoint {tmp_path / 'base'} is not read: use a new --model_dir to fine-tune")
 
 
 def test_a_finetune_takes_the_architecture_of_its_checkpoint_and_the_classes_and_size_not_given(tmp_path):
