@@ -27,8 +27,17 @@ def training_length(config, global_batch_size, log=print):
         return TrainingLength(config.num_iter, 1, config.num_iter, float(config.num_iter))
     filenames = runner_utils.list_filenames_in_dataset(config.data_dir, "train")
     num_samples = runner_utils.count_samples(filenames, "Training", log)
-    num_steps, num_epochs, num_decay_steps = runner_utils.count_steps(
-        config.iter_unit, num_samples, config.num_iter, global_batch_size)
+    try:
+        num_steps, num_epochs, num_decay_steps = runner_utils.count_steps(
+            config.iter_unit, num_samples, config.num_iter, global_batch_size)
+    except UserError as error:  # the flags that make up the batch, and what to change
+        replicas = global_batch_size // (config.batch_size * config.grad_accum_steps)
+        parts = ["--batch_size {}".format(config.batch_size)] + \
+            (["{} replicas".format(replicas)] if replicas > 1 else []) + \
+            (["--grad_accum_steps {}".format(config.grad_accum_steps)] if config.grad_accum_steps > 1 else [])
+        raise UserError("{} ({}): use a smaller {}".format(
+            error, " x ".join(parts), "--batch_size or --grad_accum_steps" if config.grad_accum_steps > 1 else
+            "--batch_size")) from None
     return TrainingLength(num_steps, num_epochs, num_decay_steps, num_steps / num_epochs, num_samples)
 
 

@@ -3,6 +3,7 @@ object format's object graph (architecture from model.resnet.ARCHITECTURES, clas
 import os
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -52,6 +53,28 @@ def test_missing_checkpoint_is_a_user_error(tmp_path):
         checkpoint.find_checkpoint(str(tmp_path / "nothing"), "--checkpoint")
     with pytest.raises(UserError, match="no complete checkpoint in that directory"):
         checkpoint.find_checkpoint(str(tmp_path), "--checkpoint")
+
+
+def test_a_checkpoints_file_or_an_export_given_as_a_checkpoint_is_refused_with_what_to_give(tmp_path):
+    """A checkpoint's .index file said `expected model.ckpt-30.index.index`, and a SavedModel said `no complete
+    checkpoint in that directory`, as if a checkpoint were damaged (2026-12-07)."""
+    prefix = tmp_path / "model.ckpt-30"
+    checkpoint.write(str(prefix), {checkpoint.GLOBAL_STEP_KEY: np.int64(30)},
+                     dict(checkpoint.metadata("resnet50", 10, 32, False, False), step=30))
+    data = [name for name in os.listdir(tmp_path) if ".data-" in name][0]
+    for name in ("model.ckpt-30.index", data):
+        with pytest.raises(UserError) as error:
+            checkpoint.find_checkpoint(str(tmp_path / name), "--finetune_checkpoint")
+        assert str(error.value) == (f"--finetune_checkpoint {tmp_path / name} is one of a checkpoint's files: name "
+                                    f"the checkpoint by its prefix, --finetune_checkpoint {prefix}")
+    export = tmp_path / "export" / "1796663213"
+    export.mkdir(parents=True)
+    (export / "saved_model.pb").write_bytes(b"")
+    with pytest.raises(UserError) as error:
+        checkpoint.find_checkpoint(str(export), "--finetune_checkpoint")
+    assert str(error.value) == (f"--finetune_checkpoint {export} is a SavedModel (an export), not a training "
+                                "checkpoint: give the checkpoint it was exported from (its assets.extra/source.json "
+                                "names it)")
 
 
 def test_incomplete_newest_checkpoint_falls_back_with_a_warning(trained_model, tmp_path):

@@ -40,8 +40,15 @@ def test_training_length_counts_the_train_records_in_whole_global_batches(tmp_pa
     batches = inputs.training_length(RunConfig(data_dir=data, num_iter=10, iter_unit="batch"), 4, logged.append)
     assert batches == inputs.TrainingLength(num_steps=10, num_epochs=math.ceil(10 / 4), num_decay_steps=90 * 18 // 4,
                                             steps_per_epoch=10 / 3, num_samples=18)
-    with pytest.raises(UserError, match=r"^the dataset has 18 samples, fewer than one global batch of 32$"):
-        inputs.training_length(RunConfig(data_dir=data, num_iter=1), 32, logged.append)
+    with pytest.raises(UserError) as error:
+        inputs.training_length(RunConfig(data_dir=data, num_iter=1, batch_size=32), 32, logged.append)
+    assert str(error.value) == "the dataset has 18 samples, fewer than one global batch of 32 (--batch_size 32): use " \
+        "a smaller --batch_size"
+    # the refusal named neither flag that made up the batch (2026-12-07)
+    with pytest.raises(UserError) as error:
+        inputs.training_length(RunConfig(data_dir=data, num_iter=1, batch_size=4, grad_accum_steps=3), 24)
+    assert str(error.value) == "the dataset has 18 samples, fewer than one global batch of 24 (--batch_size 4 x 2 " \
+        "replicas x --grad_accum_steps 3): use a smaller --batch_size or --grad_accum_steps"
 
 
 def test_next_batch_turns_a_label_above_num_classes_into_the_user_error_naming_it(tmp_path):

@@ -209,14 +209,25 @@ def latest_checkpoint(directory, warn=print):
     return None
 
 
+# The file name endings of a checkpoint's files after its prefix.
+_CHECKPOINT_FILE_SUFFIX = re.compile(r"\.(?:index|data-\d+-of-\d+|meta)$")
+
+
 def find_checkpoint(path, flag, warn=print):
     """A checkpoint prefix, or a directory -> its newest complete checkpoint. UserError naming `flag` otherwise."""
     if os.path.isdir(path):
         latest = latest_checkpoint(path, warn)
         if latest is None:
+            if os.path.isfile(os.path.join(path, "saved_model.pb")):
+                raise UserError(f"{flag} {path} is a SavedModel (an export), not a training checkpoint: give the "
+                                "checkpoint it was exported from (its assets.extra/source.json names it)")
             raise UserError(f"{flag} {path}: no complete checkpoint in that directory")
         return latest
     if not os.path.exists(path + ".index"):
+        prefix = _CHECKPOINT_FILE_SUFFIX.sub("", path)
+        if prefix != path and os.path.exists(prefix + ".index"):
+            raise UserError(f"{flag} {path} is one of a checkpoint's files: name the checkpoint by its prefix, "
+                            f"{flag} {prefix}")
         raise UserError(f"{flag} {path}: no such checkpoint (expected {path}.index or a directory of checkpoints)")
     if not is_complete(path):
         raise UserError(f"{flag} {path}: the checkpoint is incomplete (its .data file is missing)")
