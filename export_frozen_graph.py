@@ -167,7 +167,7 @@ def export(args, log=print, written=None):
         f"{model_export.describe_input_pixels(model_export.graph_input_pixels(graph_def))}")
     if class_names:
         log(f"It records the class names of {os.path.join(os.path.dirname(info.path), 'labels.txt')} (output k is "
-            "line k + 1), as its ONNX conversion will")
+            f"line k + 1){runner_utils.unnamed_outputs(class_names, args.num_classes)}, as its ONNX conversion will")
     elif info is not None:  # (without --checkpoint, "exporting random weights" was said)
         log(runner_utils.no_class_names_line(os.path.dirname(info.path), args.num_classes))
     if args.compute_format == "NCHW" and not platform.gpu:

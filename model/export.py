@@ -230,8 +230,11 @@ def describe_source(source):
               "the {}weights of checkpoint {} (step {})".format("EMA " if weights == "ema" else "",
                                                                 source["checkpoint"], source.get("step")))
     names = source.get("class_names") or []
-    named = " ({}{})".format(", ".join('"{}"'.format(name) for name in names[:3]), ", ..." if len(names) > 3 else "") \
-        if names else ""
+    outputs = source.get("num_classes")
+    # (fewer names than outputs less the original's last one: said, as "10 classes (...)" reads as ten names)
+    few = "{} named: ".format(len(names)) if isinstance(outputs, int) and len(names) < outputs - 1 else ""
+    named = " ({}{}{})".format(few, ", ".join('"{}"'.format(name) for name in names[:3]),
+                               ", ..." if len(names) > 3 else "") if names else ""
     # a record is read from the export's own files: what it holds reaches the terminal escaped, and shortened
     return printable("{}, {} classes{}, {size}x{size}, {}{}".format(
         source.get("arch"), source.get("num_classes"), named, origin,

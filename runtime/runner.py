@@ -566,8 +566,9 @@ class Runner:
             log.print("Exported the SavedModel to {} (signatures serving_default and predict)".format(
                 os.path.abspath(self.exported_path)))
             if class_names:
-                log.print("It records the class names of {} (output k is line k + 1) in assets.extra/source.json"
-                          .format(os.path.join(config.model_dir, "labels.txt")))
+                log.print("It records the class names of {} (output k is line k + 1){} in assets.extra/source.json"
+                          .format(os.path.join(config.model_dir, "labels.txt"),
+                                  runner_utils.unnamed_outputs(class_names, config.num_classes)))
             else:
                 log.print(runner_utils.no_class_names_line(config.model_dir, config.num_classes))
             if info is None:  # a benchmark without a checkpoint: said, so the export is not taken for a model

@@ -169,6 +169,16 @@ def class_names_for_export(directory, num_classes):
     return names if names and len(names) <= num_classes else None
 
 
+def unnamed_outputs(names, num_classes):
+    """", naming 4 of the 10 outputs (outputs 4..9 by their index only)" for an export's line when its class names
+    leave more than the original's last output unnamed (a model given a larger --num_classes than its data), else
+    ""."""
+    if not names or len(names) >= num_classes - 1:
+        return ""
+    return ", naming {} of the {} outputs (outputs {}..{} by their index only)".format(
+        len(names), num_classes, len(names), num_classes - 1)
+
+
 def no_class_names_line(directory, num_classes):
     """The line of an export that records no class names (class_names_for_export gave None): why, and what it
     means for its readers."""

@@ -316,6 +316,14 @@ def test_an_export_records_the_class_names_kept_beside_its_checkpoint(tmp_path, 
             result.stdout.splitlines()
         source = export.onnx_source(onnx.load(str(tmp_path / "g.onnx")))
         assert source["class_names"] == names[:count] and source["checkpoint"] == prefix
+        # more outputs left unnamed than the original's last one: the export and inference.py's Model line say so
+        # (until 2026-12-07 `10 classes ("astronaut", "cat", ...)` read as ten names)
+        few = count < NUM_CLASSES - 1
+        assert lines[-1].endswith("(output k is line k + 1){}, as its ONNX conversion will".format(
+            f", naming {count} of the {NUM_CLASSES} outputs (outputs {count}..{NUM_CLASSES - 1} by their index only)"
+            if few else ""))
+        assert export.describe_source(source).startswith('resnet50, {} classes ({}"class 0, the 0th", '.format(
+            NUM_CLASSES, f"{count} named: " if few else ""))
     (tmp_path / "run" / "labels.txt").write_text("".join(f"{i}\n" for i in range(NUM_CLASSES + 1)))
     lines.clear()
     export_frozen_graph.export(export_args("resnet50", output, "--checkpoint", prefix), log=lines.append)
