@@ -294,8 +294,10 @@ _COMBINATION_CHECKS: tuple[tuple[Callable[[RunConfig], bool], str], ...] = (
      "--augmenter_name is implemented in the TFRecord pipeline only; leave out --dali to use it"),
     (lambda c: not (c.augmenter_name != "randaugment" and (c.is_set("raug_num_layers") or c.is_set("raug_magnitude"))),
      "--raug_num_layers and --raug_magnitude only take effect with --augmenter_name randaugment"),
-    (lambda c: not (c.use_ema_weights and c.moving_average_decay == 0 and c.mode in ("train", "train_and_evaluate")),
-     "--use_ema_weights in a training mode needs --moving_average_decay (the EMA it would use)"),
+    # (in --mode train, and train_and_evaluate without an export, the flag picks nothing: said unused, not refused)
+    (lambda c: not (c.use_ema_weights and c.moving_average_decay == 0 and c.mode == "train_and_evaluate"
+                    and c.export_dir),
+     "--use_ema_weights with train_and_evaluate --export_dir needs --moving_average_decay (the EMA it would export)"),
     (lambda c: not (c.is_set("mixup_switch_prob") and not (c.mixup > 0 and c.cutmix > 0)),
      "--mixup_switch_prob only takes effect with both --mixup and --cutmix"),
     (lambda c: not ((c.symmetric or c.use_qdq or c.quant_delay) and not c.quantize

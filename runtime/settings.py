@@ -914,10 +914,16 @@ def _finetune_changes(config, given, log):
     from model import checkpoint
     info = checkpoint.inspect(checkpoint.find_checkpoint(config.finetune_checkpoint, "--finetune_checkpoint",
                                                          warn=log))
-    recorded = {name: value for name, value in info.recorded_settings().items() if name in MODEL_SETTINGS}
-    changes = reconcile(dataclasses.asdict(config), recorded, given, {name: "--" + name for name in MODEL_SETTINGS},
+    # (the classifier's form too, as a resume takes it: a postprocess_ckpt.py checkpoint's 1x1 conv was built
+    # dense without a word)
+    settings = MODEL_SETTINGS + ("use_final_conv",)
+    recorded = {name: value for name, value in info.recorded_settings().items() if name in settings}
+    changes = reconcile(dataclasses.asdict(config), recorded, given, {name: "--" + name for name in settings},
                         "checkpoint {}".format(info.path), log, compatible=lambda *_: True,
                         unrecorded=info.unrecorded_settings())
+    if "use_final_conv" in given and recorded.get("use_final_conv", config.use_final_conv) != config.use_final_conv:
+        log(classifier_form_note("checkpoint {}".format(info.path), recorded["use_final_conv"],
+                                 config.use_final_conv, writes_checkpoints=True))
     if "image_size" in given and info.image_size and config.image_size != info.image_size:
         log("Fine-tuning at --image_size {} from checkpoint {}, trained at {} px (the convolutions' weights do not "
             "depend on the size; the features they learned are of another scale)".format(
@@ -1021,7 +1027,11 @@ def resolve(config, given, log=print, replicas=1, workers=1, platform=None, engi
     if info is None and (config.mode in ("evaluate", "predict") or
                          config.mode == "inference_benchmark" and config.use_ema_weights):
         from runtime.checkpoints import no_checkpoint
-        raise no_checkpoint(config.model_dir)  # before the lines on the dataset of a run that cannot go on
+        error = no_checkpoint(config.model_dir)  # before the lines on the dataset of a run that cannot go on
+        if config.finetune_checkpoint:  # the checkpoint meant, given to the flag only a training reads
+            raise UserError("{}; --finetune_checkpoint is read only by a training: to {} {}, pass it as "
+                            "--model_dir".format(error, config.mode.replace("_", " "), config.finetune_checkpoint))
+        raise error
     changes, finetune = {}, None
     notes = []  # a resume's lines on what changes from the checkpoint's run: said only if it has steps to train
     # The run uses the checkpoint's model as it is (its class count and size): a resume, an inference mode, the

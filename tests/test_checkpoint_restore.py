@@ -3,6 +3,8 @@ training state, fine-tuning to another class count. Shallow models (tests/_shall
 variable; the original's checkpoints at full depth, and one of an earlier main.py, are restored in
 test_checkpoint_names.py."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -124,6 +126,11 @@ def test_finetune_to_another_class_count_keeps_a_fresh_classifier(trained_model,
             np.testing.assert_array_equal(variable.numpy(), source[variable.path], err_msg=variable.path)
     with pytest.raises(UserError, match=r"2 mis-shaped: resnet50/output/dense/bias \[5\] vs model \[3\]"):
         checkpoint.load(small_model(num_classes=3), prefix, "resnet50")
+    assert "its EMA weights" not in report.describe()
+    # from a checkpoint with EMA weights a fine-tune takes the raw ones, which its line said nowhere (2026-12-07)
+    averaged = dataclasses.replace(report, info=dataclasses.replace(report.info, has_weight_averages=True))
+    assert "; trainable variables only (BN moving statistics start fresh, as the original's fine-tune, and the raw " \
+           "weights, not its EMA weights)" in averaged.describe()
 
 
 # ---------------------------------------------------------------- the object format

@@ -93,10 +93,19 @@ def test_model_dir_defaults_to_results_dir():
     (dict(image_size=16), "--image_size must be at least 32 (got 16)"),
     (dict(dali=True), "--dali needs --data_idx_dir (DALI index files; see `python -m dataprep.make_dali_index`)"),
     (dict(mode="train", quant_delay=5), "--symmetric, --use_qdq and --quant_delay only take effect with --quantize"),
+    (dict(mode="train_and_evaluate", use_ema_weights=True, export_dir="/e"),
+     "--use_ema_weights with train_and_evaluate --export_dir needs --moving_average_decay (the EMA it would export)"),
 ])
 def test_a_run_config_built_in_python_is_checked(values, message):
     with pytest.raises(UserError, match="^" + re.escape(message) + "$"):
         RunConfig(**values)
+
+
+def test_use_ema_weights_where_it_picks_nothing_is_not_refused():
+    """--mode train --use_ema_weights was refused for want of --moving_average_decay, and with it said unused
+    (2026-12-07): where the flag picks no weights, the unused-flag note alone speaks."""
+    assert RunConfig(mode="train", use_ema_weights=True).use_ema_weights
+    assert RunConfig(mode="train_and_evaluate", use_ema_weights=True).use_ema_weights
 
 
 def test_given_flags_are_the_explicit_ones_by_destination():

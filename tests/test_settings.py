@@ -618,6 +618,16 @@ def test_a_resume_ignores_the_finetune_checkpoint_and_says_so(tmp_path):
     assert resolved.config.finetune_checkpoint is None  # nor recorded as the run's source (2026-12-07)
 
 
+def test_an_inference_mode_given_its_checkpoint_as_finetune_checkpoint_says_to_pass_it_as_model_dir(tmp_path):
+    """evaluate --finetune_checkpoint base --model_dir <empty>: the error said to train first (2026-12-07)."""
+    fake_checkpoint(tmp_path / "base")
+    with pytest.raises(UserError) as error:
+        resolve(tmp_path / "empty", mode="evaluate", finetune_checkpoint=str(tmp_path / "base"))
+    assert str(error.value) == (f"no checkpoint in model_dir {tmp_path / 'empty'} (train first, or point --model_dir "
+                                "at a directory with model.ckpt-* files); --finetune_checkpoint is read only by a "
+                                f"training: to evaluate {tmp_path / 'base'}, pass it as --model_dir")
+
+
 def test_labels_file_outside_predict_is_said_unused_and_what_an_export_records_instead(tmp_path):
     """evaluate --export_dir --labels_file said `only --mode predict names classes`, and its export then named
     classes, model_dir's (2026-12-07)."""
@@ -639,6 +649,18 @@ def test_a_fine_tune_into_a_model_dir_that_has_a_checkpoint_is_refused_saying_it
         f"--num_classes 4 contradicts checkpoint {path}, trained with --num_classes 10 (omit the flag to use the "
         f"checkpoint's); but model_dir {tmp_path / 'base'} already has that checkpoint, so this run would resume it "
         f"and --finetune_checkpoint {tmp_path / 'base'} is not read: use a new --model_dir to fine-tune")
+
+
+def test_a_finetune_takes_the_classifier_form_of_its_checkpoint(tmp_path):
+    """A postprocess_ckpt.py checkpoint (a 1x1-conv classifier) was fine-tuned into a dense one without a word
+    (2026-12-07); evaluate and predict on it took its form."""
+    source = fake_checkpoint(tmp_path / "pp", use_final_conv=True)
+    resolved, lines = resolve(tmp_path / "new", mode="train", finetune_checkpoint=source, num_classes=4)
+    assert resolved.config.use_final_conv and f"Using --use_final_conv from checkpoint {source}" in lines
+    dense = fake_checkpoint(tmp_path / "dense")
+    resolved, lines = resolve(tmp_path / "new", mode="train", finetune_checkpoint=dense, use_final_conv=True)
+    assert resolved.config.use_final_conv and lines[-1].startswith(
+        f"Note: checkpoint {dense} holds its classifier as a dense layer; this run builds it as a 1x1 conv")
 
 
 def test_a_finetune_takes_the_architecture_of_its_checkpoint_and_the_classes_and_size_not_given(tmp_path):
