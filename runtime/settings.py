@@ -985,7 +985,26 @@ def check_data(config, log=print, workers=1, classes_from=None):
                                   "s" * (split_facts.present_shards != 1), *split_facts.label_range,
                                   split_facts.num_classes, config.num_classes))
         facts[split] = split_facts
+    _check_labels_file(config.data_dir, facts.values(), log)
     return facts
+
+
+def _check_labels_file(data_dir, split_facts, log):
+    """A WARNING when --data_dir's labels.txt names another number of classes than the labels dataprep recorded:
+    a training copies it beside its checkpoints, where predict and the exports take the outputs' names from it."""
+    classes = {facts.num_classes for facts in split_facts if facts.num_classes is not None}
+    if len(classes) != 1:
+        return
+    from runtime.runner_utils import read_class_names
+    path = os.path.join(data_dir, "labels.txt")
+    try:
+        names = read_class_names(path)
+    except UserError:  # predict and the export say why it cannot be read, where they read it
+        return
+    if names is not None and len(names) != next(iter(classes)):
+        log("WARNING: {} names {} classes, but the dataset's labels are 1..{}: its names are another dataset's or "
+            "cut short, and the names a training keeps beside its checkpoints (for predict and the exports) come "
+            "from it; write one name per label".format(path, len(names), next(iter(classes))))
 
 
 def _note_uneven_files(data_dir, files, workers, log):

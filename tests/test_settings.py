@@ -1175,6 +1175,28 @@ def test_parse_needs_no_tensorflow_and_rejects_abbreviations(capsys):
     assert "ERROR: Unknown command line arg: --num_class (did you mean --num_classes?)" in errors
 
 
+def test_a_labels_file_that_names_another_count_than_the_datasets_labels_is_warned_about(tmp_path):
+    """A 3-name labels.txt beside records of labels 1..4 was copied beside a training's checkpoints without a word,
+    and its predict named 3 of the 4 outputs (2026-12-07)."""
+    from utils.dataset_manifest import SplitFacts
+    (tmp_path / "labels.txt").write_text("astronaut\ncat\nmotorcycle\n")
+
+    def facts(num_classes):
+        return [SplitFacts("train", str(tmp_path), (), 1, 1, True, num_classes, (1, num_classes))]
+
+    lines = []
+    settings._check_labels_file(str(tmp_path), facts(4), lines.append)
+    assert lines == [f"WARNING: {tmp_path / 'labels.txt'} names 3 classes, but the dataset's labels are 1..4: its "
+                     "names are another dataset's or cut short, and the names a training keeps beside its checkpoints "
+                     "(for predict and the exports) come from it; write one name per label"]
+    lines.clear()
+    settings._check_labels_file(str(tmp_path), facts(3), lines.append)  # agrees
+    settings._check_labels_file(str(tmp_path), facts(None), lines.append)  # no manifest: nothing known
+    (tmp_path / "labels.txt").unlink()
+    settings._check_labels_file(str(tmp_path), facts(4), lines.append)  # no names
+    assert lines == []
+
+
 def test_a_job_of_more_workers_than_train_files_is_refused_but_dali_shards_records(tmp_path):
     """A tf.data worker reads whole files: one without any would stop at its first batch while the others wait
     for it in a collective. DALI shards the records, so any number of workers has some."""
