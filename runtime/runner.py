@@ -369,6 +369,12 @@ class Runner:
         log.print("Using {} learning rate schedule".format("cosine" if config.cosine_lr else "step"))
         if not trains:
             return
+        if self.global_batch_size != learning_rate.REFERENCE_BATCH and not is_benchmark:
+            # "Init Learning Rate" is the flag, as the original printed it; the steps log the scaled rate
+            log.print("Note: --lr_init {:g} is the rate of a batch of {}: this run's global batch of {} peaks at "
+                      "{:.4g} (the original's linear scaling)".format(
+                          config.lr_init, learning_rate.REFERENCE_BATCH, self.global_batch_size,
+                          learning_rate.base_learning_rate(config.lr_init, self.global_batch_size)))
         reach = learning_rate.warmup_reach(length.steps_per_epoch, config.lr_warmup_epochs, length.num_steps)
         if reach is not None and not is_benchmark:  # (a benchmark's synthetic epoch is the whole run)
             def steps(n):

@@ -194,6 +194,10 @@ def test_a_warmup_longer_than_the_run_is_said_with_the_rate_it_reaches(tmp_path,
             "rate rises to 17% of its peak and never decays") in out
     rates = [r["data"]["learning_rate"] for r in logged(results, "learning_rate") if len(r["step"]) == 2]
     assert rates[-1] == pytest.approx(0.256 * 8 / 256 * 5 / 30, rel=1e-6)
+    # "Init Learning Rate 0.256" is the flag, as the original's line; the peak the steps log is said beside it
+    # (2026-12-07: a newcomer read 0.01 there and 0.000625 in every step's record)
+    assert "Init Learning Rate 0.256" in out.splitlines() and "Note: --lr_init 0.256 is the rate of a batch of 256: " \
+        "this run's global batch of 8 peaks at 0.008 (the original's linear scaling)" in out.splitlines()
     assert "learning-rate warmup" not in trained["second"].stdout  # --lr_warmup_epochs 0
 
 

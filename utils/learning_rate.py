@@ -13,9 +13,12 @@ STEP_DECAY_EPOCHS = (30, 60, 80, 90)
 STEP_DECAY_FACTORS = (1.0, 0.1, 0.01, 0.001, 0.0001)
 
 
+REFERENCE_BATCH = 256  # the global batch whose rate --lr_init is
+
+
 def base_learning_rate(lr_init, global_batch_size):
-    """Linear scaling rule of the original: `lr_init` is the rate for a batch of 256."""
-    return lr_init * global_batch_size / 256.0
+    """Linear scaling rule of the original: `lr_init` is the rate for a batch of REFERENCE_BATCH."""
+    return lr_init * global_batch_size / float(REFERENCE_BATCH)
 
 
 def warmup_steps(steps_per_epoch, warmup_epochs):
