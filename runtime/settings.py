@@ -916,9 +916,9 @@ def _finetune_changes(config, given, log):
                                                          warn=log))
     # (the classifier's form too, as a resume takes it: a postprocess_ckpt.py checkpoint's 1x1 conv was built
     # dense without a word)
-    settings = MODEL_SETTINGS + ("use_final_conv",)
-    recorded = {name: value for name, value in info.recorded_settings().items() if name in settings}
-    changes = reconcile(dataclasses.asdict(config), recorded, given, {name: "--" + name for name in settings},
+    names = MODEL_SETTINGS + ("use_final_conv",)
+    recorded = {name: value for name, value in info.recorded_settings().items() if name in names}
+    changes = reconcile(dataclasses.asdict(config), recorded, given, {name: "--" + name for name in names},
                         "checkpoint {}".format(info.path), log, compatible=lambda *_: True,
                         unrecorded=info.unrecorded_settings())
     if "use_final_conv" in given and recorded.get("use_final_conv", config.use_final_conv) != config.use_final_conv:

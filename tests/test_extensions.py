@@ -172,7 +172,8 @@ def test_ema_weights_in_predict_and_the_frozen_graph_and_refused_without_them(tr
     (("--moving_average_decay", 1.0), "--moving_average_decay must be in [0, 1) (got 1.0)"),
     (("--raug_magnitude", 11, "--augmenter_name", "randaugment"), "--raug_magnitude must be in [0, 10]"),
     (("--cutmix", -1), "--cutmix must be >= 0"),
-    (("--use_ema_weights", "--mode", "train_and_evaluate"), "--use_ema_weights in a training mode needs"),
+    (("--use_ema_weights", "--mode", "train_and_evaluate", "--export_dir", "e"),
+     "--use_ema_weights with train_and_evaluate --export_dir needs --moving_average_decay"),
 ])
 def test_extension_flags_are_checked(flags, message):
     from runtime.config import parse_cmdline

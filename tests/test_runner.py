@@ -281,8 +281,8 @@ def test_a_blow_up_in_the_last_step_is_warned_about_and_recorded_in_the_checkpoi
     model_dir = tmp_path / "model"
     result = main_in_process("--mode", "train", "--data_dir", data, "--num_classes", 10, "--image_size", 32,
                              "--batch_size", 2, "--num_iter", 1, "--iter_unit", "batch", "--lr_warmup_epochs", 0,
-                             "--lr_init", 1000, "--seed", 1, "--model_dir", model_dir, "--results_dir", tmp_path / "results",
-                             "--no_progress")
+                             "--lr_init", 1000, "--seed", 1, "--model_dir", model_dir,
+                             "--results_dir", tmp_path / "results", "--no_progress")
     lines = result.stdout.splitlines()
     assert "WARNING: at 32x32 the last stage's feature maps are 1x1, so its batch norm normalises each channel " \
            "over 2 values (2 images a replica x 1x1); below 16 its gradients are unstable and the training tends " \

@@ -34,8 +34,8 @@ class RestoreReport:
     def describe(self):
         text = f"Restored {self.restored} of {self.total} variables from {self.info.path} ({self.info.describe()})"
         if self.trainable_only:
-            text += "; trainable variables only (BN moving statistics start fresh, as the original's fine-tune{})".format(
-                ", and the raw weights, not its EMA weights" if self.info.has_weight_averages else "")
+            text += "; trainable variables only (BN moving statistics start fresh, as the original's fine-tune{})" \
+                .format(", and the raw weights, not its EMA weights" if self.info.has_weight_averages else "")
         if self.fresh:
             text += f"; {len(self.fresh)} initialised fresh: {_listing(self.fresh)}"
         return text
