@@ -148,10 +148,16 @@ def export(args, log=print, written=None):
     else:
         log("No --checkpoint: exporting random weights")
     class_names = runner_utils.class_names_for_export(os.path.dirname(info.path), args.num_classes) if info else None
+    # What the graph is, for every door that serves it: quantised or not (a QAT checkpoint's float graph says its
+    # ranges are unused, as a SavedModel of it does), and a quantised one whose activation ranges were never trained
+    ranges = {"unused_quantization_ranges": True} if quantization is None and info is not None \
+        and info.has_quantization_ranges else \
+        {"untrained_quantization_ranges": True} if quantization is not None and not (
+            info is not None and info.has_quantization_ranges) else {}
     source = model_export.source_record(args.model_name, args.num_classes, info, args.use_ema_weights, class_names,
                                         quantized=quantization is not None,
                                         symmetric=bool(quantization is not None and args.symmetric),
-                                        use_qdq=bool(quantization is not None and args.use_qdq))
+                                        use_qdq=bool(quantization is not None and args.use_qdq), **ranges)
     graph_def = model_export.frozen_graph(model, args.model_name, args.image_size, args.input_format, args.batch_size,
                                           source)
     replaced = os.path.exists(args.output_file)  # rewritten as the original did, and said
@@ -163,7 +169,8 @@ def export(args, log=print, written=None):
     log(f"Wrote {'text' if args.write_text_graphdef else 'binary'} GraphDef {args.output_file}"
         f"{', replacing the file there' if replaced else ''}: input "
         f"'input' {args.input_format} {shape}, output '{model_export.output_node_name(args.model_name)}' "
-        f"[{args.batch_size or -1}, {args.num_classes}] ({args.model_name}); it takes "
+        f"[{args.batch_size or -1}, {args.num_classes}] ({args.model_name}{', fake-quantised' if quantization else ''}"
+        f"); it takes "
         f"{model_export.describe_input_pixels(model_export.graph_input_pixels(graph_def))}")
     if class_names:
         log(f"It records the class names of {os.path.join(os.path.dirname(info.path), 'labels.txt')} (output k is "
@@ -171,8 +178,8 @@ def export(args, log=print, written=None):
     elif info is not None:  # (without --checkpoint, "exporting random weights" was said)
         log(runner_utils.no_class_names_line(os.path.dirname(info.path), args.num_classes))
     if args.compute_format == "NCHW" and not platform.gpu:
-        log("NOTE: --compute_format NCHW: this graph needs a GPU to run (TensorFlow's CPU kernels are NHWC-only); "
-            "use --compute_format NHWC for CPU")
+        log("NOTE: --compute_format NCHW: this graph needs a GPU to run in TensorFlow (its CPU kernels are NHWC-only; "
+            "its ONNX conversion runs on a CPU too); use --compute_format NHWC for TensorFlow on a CPU")
     return graph_def
 
 

@@ -141,7 +141,8 @@ def _source_fields():
             "weights": (lambda value: value in ("fresh", "raw", "ema"), '"fresh", "raw" or "ema"'),
             "class_names": (lambda value: isinstance(value, list) and all(isinstance(name, str) for name in value),
                             "a list of class names"),
-            "quantized": _SWITCH, "symmetric": _SWITCH, "use_qdq": _SWITCH, "unused_quantization_ranges": _SWITCH}
+            "quantized": _SWITCH, "symmetric": _SWITCH, "use_qdq": _SWITCH, "unused_quantization_ranges": _SWITCH,
+            "untrained_quantization_ranges": _SWITCH}
 
 
 def checked_source(text, where):
@@ -238,8 +239,11 @@ def describe_source(source):
     # a record is read from the export's own files: what it holds reaches the terminal escaped, and shortened
     return printable("{}, {} classes{}, {size}x{size}, {}{}".format(
         source.get("arch"), source.get("num_classes"), named, origin,
-        ", quantisation-aware (fake-quantised{}{})".format(", symmetric" if source.get("symmetric") else "",
-                                                          ", QuantizeAndDequantize" if source.get("use_qdq") else "")
+        ", quantisation-aware (fake-quantised{}{}{})".format(
+            ", symmetric" if source.get("symmetric") else "",
+            ", QuantizeAndDequantize" if source.get("use_qdq") else "",
+            ", its activation ranges untrained: a float checkpoint's, at their initial [-6, 6]"
+            if source.get("untrained_quantization_ranges") else "")
         if source.get("quantized") else ", the float model of a quantisation-aware checkpoint (its ranges unused)"
         if source.get("unused_quantization_ranges") else "", size=source.get("image_size")))[:1000]
 

@@ -190,6 +190,8 @@ class Runner:
         if run_iter == 0:
             log.print("Model already trained required number of steps. Skipped")
             return state
+        if distribution.is_chief:
+            self._note_quant_delay_not_reached(run_iter)
         # With --seed the stream restarts where the restored step left it (exact resume, docs/RELIABILITY.md).
         dataset = inputs.train_dataset(config, self.platform, distribution.rank, distribution.size,
                                        start_step=current_step if config.seed is not None else 0, log=log.print)
@@ -287,6 +289,20 @@ class Runner:
         if stopped_by_signal:
             raise TrainingInterrupted(final_step, stop.signum, checkpointed=saver is not None)
         return state
+
+    def _note_quant_delay_not_reached(self, run_iter):
+        """The note of a QAT run that ends before --quant_delay's steps have passed: it trains the float model
+        throughout. The delay counts the model's QAT training steps (its `quant_step`, checkpointed), from where
+        QAT started, not the global step."""
+        delay = self.config.quant_delay if self.config.quantize else 0
+        counters = [variable for variable in self.state.model.variables if variable.path.endswith("quant_step")]
+        if not delay or not counters:
+            return
+        done = int(counters[0].numpy())
+        if done + run_iter <= delay:
+            self.logger.print("Note: --quant_delay {} is not reached in this run: quantisation starts after {} QAT "
+                              "steps and this run ends after {}, so it trains the float model throughout (the "
+                              "activation ranges are still tracked)".format(delay, delay, done + run_iter))
 
     def _save_checked(self, saver, stats, step):
         """Saves the checkpoint of `step`, recording in it a blow-up of the weights that step's update made: the

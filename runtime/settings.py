@@ -587,7 +587,9 @@ def _training_state_changes(config, info, given, log, note):
         log("Using --quantize from {}: it holds quantisation ranges, which this run keeps training".format(source))
     elif config.quantize and not info.has_quantization_ranges:
         log("Checkpoint {} has no quantisation ranges: quantisation-aware training starts at its step {} with fresh "
-            "ranges".format(info.path, info.step))
+            "ranges{}".format(info.path, info.step, ", its first {} step(s) unquantised (--quant_delay counts QAT "
+                              "steps, from here, not the global step)".format(config.quant_delay)
+                              if config.quant_delay else ""))
     if changes.get("quantize", config.quantize) and recorded.get("quantize"):
         # The grid QAT ranges were trained on binds a resume; a float checkpoint's (unused) QAT flags do not.
         changes.update(reconcile(dataclasses.asdict(config), recorded, given,

@@ -196,8 +196,12 @@ def test_quantized_eval_graph_matches_quantized_keras_and_has_qdq_in_onnx(tmp_pa
         step(tf.constant(images(seed=seed)))
     prefix = save_checkpoint(trained, tmp_path)
     output = tmp_path / "qat.pb"
+    lines = []
     export_frozen_graph.export(export_args("resnet50", output, "--checkpoint", prefix, "--quantize", "--symmetric",
-                                           "--use_qdq"), log=lambda *_: None)
+                                           "--use_qdq"), log=lines.append)
+    # the summary line says the graph is quantised (until 2026-12-07 only the file name told the two apart)
+    assert f"[-1, {NUM_CLASSES}] (resnet50, fake-quantised); it takes raw 0..255 RGB pixels" in \
+        [line for line in lines if line.startswith("Wrote")][0]
     graph_def = load_graph_def(output)
     convs = 1 + 4 * sum(resnet.ARCHITECTURES["resnet50"].layers)  # an upper bound: the stem, 3 per block, shortcuts
     assert sum(n.op == "QuantizeAndDequantizeV4" for n in graph_def.node) > convs
@@ -223,6 +227,18 @@ def test_quantized_eval_graph_matches_quantized_keras_and_has_qdq_in_onnx(tmp_pa
     assert export.graph_architecture(export.onnx_node_names(proto)) == "resnet50"
     # Rounding at a quantisation boundary may differ by one step between TF and ORT: compare loosely.
     np.testing.assert_allclose(onnx_probabilities(onnx_path, x), expected, atol=2e-2)
+    # The float graph of the QAT checkpoint says its ranges are unused, as the SavedModel of an evaluation does; the
+    # quantised graph of a float checkpoint says its ranges are untrained (2026-12-07: both records were silent).
+    export_frozen_graph.export(export_args("resnet50", tmp_path / "f.pb", "--checkpoint", prefix), log=lines.append)
+    assert export.describe_source(export.graph_source(load_graph_def(tmp_path / "f.pb"))).endswith(
+        "(step 7), the float model of a quantisation-aware checkpoint (its ranges unused)")
+    float_prefix = save_checkpoint(resnet.build_model("resnet50", num_classes=NUM_CLASSES, image_size=SIZE, seed=6),
+                                   tmp_path / "float")
+    export_frozen_graph.export(export_args("resnet50", tmp_path / "fq.pb", "--checkpoint", float_prefix,
+                                           "--quantize"), log=lines.append)
+    assert export.describe_source(export.graph_source(load_graph_def(tmp_path / "fq.pb"))).endswith(
+        "quantisation-aware (fake-quantised, its activation ranges untrained: a float checkpoint's, at their initial "
+        "[-6, 6])")
 
 
 def test_a_frozen_graph_and_its_onnx_say_whether_they_take_raw_or_normalised_pixels(tmp_path, monkeypatch):

@@ -315,6 +315,7 @@ def test_amp_with_a_given_model_on_onnxruntime_is_said_unused(saved_model, tmp_p
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"Note: --amp is not used: --backend onnxruntime runs --model {saved_model} in the precision it was " \
            "exported in" in result.stdout.splitlines()
+    assert parameter_record(tmp_path / "log.json")["amp"] is False  # the record said True (2026-12-07)
 
 
 @pytest.mark.parametrize("flag,value", [("--image-size", "16"), ("--num-classes", "1")])

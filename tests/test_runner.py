@@ -270,6 +270,24 @@ def test_a_diverged_training_is_recorded_in_its_checkpoints_and_every_tool_that_
     assert checkpoint.inspect(tf.train.latest_checkpoint(str(tmp_path / "converted"))).diverged == info.diverged
 
 
+@pytest.mark.parametrize("done, run_iter, said", [(0, 10, True), (90, 10, True), (90, 11, False), (0, 10, None)])
+def test_a_qat_run_that_ends_within_its_quant_delay_says_it_trains_the_float_model(done, run_iter, said):
+    """--quantize --quant_delay 100 for 10 steps exported a graph of untrained ranges with no word (2026-12-07).
+    The delay counts the model's QAT steps (its quant_step counter); said=None: a run without a delay."""
+    from types import SimpleNamespace
+    from runtime.runner import Runner
+    runner = Runner.__new__(Runner)
+    runner.config = RunConfig(mode="train", quantize=True, quant_delay=0 if said is None else 100, batch_size=2)
+    counter = SimpleNamespace(path="conv2d/quant_step", numpy=lambda: done)
+    runner.state = SimpleNamespace(model=SimpleNamespace(variables=[counter]))
+    lines = []
+    runner.logger = SimpleNamespace(print=lines.append)
+    runner._note_quant_delay_not_reached(run_iter)
+    assert lines == ([f"Note: --quant_delay 100 is not reached in this run: quantisation starts after 100 QAT steps "
+                      f"and this run ends after {done + run_iter}, so it trains the float model throughout (the "
+                      "activation ranges are still tracked)"] if said else [])
+
+
 def test_a_blow_up_in_the_last_step_is_warned_about_and_recorded_in_the_checkpoint(tmp_path):
     """32 px, batch 2: the last stage's batch norm normalises over 2 values, which the run warns of before its first
     step. A 2-step run at the default rate (full depth) blew the weights up in its last update, which no step's

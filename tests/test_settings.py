@@ -414,8 +414,12 @@ def test_quantize_may_start_on_a_float_checkpoint_and_says_so(tmp_path):
     assert f"Checkpoint {path} has no quantisation ranges: quantisation-aware training starts at its step 3 with " \
            "fresh ranges" in lines
     # Its own grid: the float checkpoint's unused QAT flags do not bind it (they refused it until 2026-12-04).
-    config = resolve(tmp_path, mode="train", quantize=True, symmetric=True, use_qdq=True, quant_delay=5)[0].config
-    assert (config.symmetric, config.use_qdq, config.quant_delay) == (True, True, 5)
+    resolved, lines = resolve(tmp_path, mode="train", quantize=True, symmetric=True, use_qdq=True, quant_delay=5)
+    assert (resolved.config.symmetric, resolved.config.use_qdq, resolved.config.quant_delay) == (True, True, 5)
+    # the delay counts QAT steps from here, where the original's counted the global step: said (2026-12-07)
+    assert f"Checkpoint {path} has no quantisation ranges: quantisation-aware training starts at its step 3 with " \
+           "fresh ranges, its first 5 step(s) unquantised (--quant_delay counts QAT steps, from here, not the global " \
+           "step)" in lines
 
 
 def test_a_resume_continues_the_ema_at_its_recorded_decay(tmp_path):
