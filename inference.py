@@ -665,7 +665,7 @@ def _run(args):
             # The settings the run uses: the input size and class count of the model that was loaded, where the
             # flags left them to it (--image-size unset, --num-classes only applies to --architecture).
             flags = {name: value for name, value in vars(args).items() if name != "given"}
-            if args.model and (isinstance(runner, TFRunner) or args.backend == "onnxruntime"):
+            if args.model and not args.tf_trt and (isinstance(runner, TFRunner) or args.backend == "onnxruntime"):
                 flags["amp"] = False  # a given model runs in its own precision (said above), which --amp leaves
             if args.data_dir:  # one pass over the validation images, whatever --num-iter said (the note above)
                 flags["num_iter"] = None
