@@ -23,6 +23,7 @@ import shutil
 import time
 import uuid
 
+from utils.dataset_manifest import leaves_outputs_unnamed
 from utils.errors import UserError, first_line, on_interrupt, printable
 from utils.output_paths import replaced_path
 from utils.run_lock import missing_directories
@@ -233,7 +234,8 @@ def describe_source(source):
     names = source.get("class_names") or []
     outputs = source.get("num_classes")
     # (fewer names than outputs less the original's last one: said, as "10 classes (...)" reads as ten names)
-    few = "{} named: ".format(len(names)) if isinstance(outputs, int) and len(names) < outputs - 1 else ""
+    few = "{} named: ".format(len(names)) if isinstance(outputs, int) and leaves_outputs_unnamed(len(names),
+                                                                                                  outputs) else ""
     named = " ({}{}{})".format(few, ", ".join('"{}"'.format(name) for name in names[:3]),
                                ", ..." if len(names) > 3 else "") if names else ""
     # a record is read from the export's own files: what it holds reaches the terminal escaped, and shortened

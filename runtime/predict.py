@@ -1,7 +1,6 @@
 """`--mode predict` (docs/ORIGINAL.md#modes): top-5 classes of image files, in batches, with class names from a
 labels file when there is one. A file that cannot be used is reported and skipped; the others are still predicted."""
 
-import dataclasses
 import json
 import os
 import sys
@@ -12,6 +11,7 @@ from runtime.metrics import NON_FINITE_CAUSES
 from runtime import runner_utils, settings
 from runtime.runner_utils import read_class_names
 from utils import data_utils, pixels
+from utils.dataset_manifest import leaves_outputs_unnamed
 from utils.errors import UserError, on_interrupt, printable
 
 
@@ -100,7 +100,7 @@ def load_class_names(labels_file, config, warn=None, say=print):
     the checkpoints (the classes it was trained on) is warned about, as evaluate and inference.py do. One line
     through `say` tells where the names came from (`Class names: 10 from <file>`), or that there are none."""
     beside_checkpoints = os.path.join(config.model_dir, "labels.txt")
-    for path in settings.class_names_candidates(dataclasses.replace(config, labels_file=labels_file)):
+    for path in settings.class_names_candidates(labels_file, config.model_dir, config.data_dir):
         names = read_class_names(path)
         if names is not None:
             _check_class_names(path, names, config.num_classes, warn)
@@ -140,7 +140,7 @@ def _check_class_names(path, names, num_classes, warn=None):
     if len(names) > num_classes:
         raise UserError("labels file {} names {} classes but the model has {} outputs: it is the labels file of "
                         "another dataset (pass the right --labels_file)".format(path, len(names), num_classes))
-    if len(names) >= num_classes - 1:
+    if not leaves_outputs_unnamed(len(names), num_classes):
         return
     (warn or _print_stderr)("WARNING: labels file {} names {} classes but the model has {} outputs; outputs {}..{} "
                             "are shown by number only".format(path, len(names), num_classes, len(names),

@@ -8,6 +8,7 @@ import os
 import unicodedata
 from typing import Callable, Sequence
 
+from utils.dataset_manifest import leaves_outputs_unnamed
 from utils.errors import UserError, printable
 from utils.tfrecord_framing import count_records  # the one record counter (framing walk, no decoding)
 
@@ -173,7 +174,7 @@ def unnamed_outputs(names, num_classes):
     """", naming 4 of the 10 outputs (outputs 4..9 by their index only)" for an export's line when its class names
     leave more than the original's last output unnamed (a model given a larger --num_classes than its data), else
     ""."""
-    if not names or len(names) >= num_classes - 1:
+    if not names or not leaves_outputs_unnamed(len(names), num_classes):
         return ""
     return ", naming {} of the {} outputs (outputs {}..{} by their index only)".format(
         len(names), num_classes, len(names), num_classes - 1)

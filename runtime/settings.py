@@ -83,19 +83,18 @@ class RunSettings:
         return record
 
 
-def class_names_candidates(config):
+def class_names_candidates(labels_file, model_dir, data_dir):
     """The labels files predict takes its class names from, the first that names any: --labels_file alone when
     given, else labels.txt beside the checkpoints (a training copies its dataset's there), then --data_dir's."""
-    if config.labels_file:
-        return [config.labels_file]
-    return [os.path.join(config.model_dir, "labels.txt")] + \
-        ([os.path.join(config.data_dir, "labels.txt")] if config.data_dir else [])
+    if labels_file:
+        return [labels_file]
+    return [os.path.join(model_dir, "labels.txt")] + ([os.path.join(data_dir, "labels.txt")] if data_dir else [])
 
 
 def class_names_file(config):
     """The absolute path of the labels file predict takes its class names from, or None (shown by number)."""
     from runtime.runner_utils import read_class_names
-    for path in class_names_candidates(config):
+    for path in class_names_candidates(config.labels_file, config.model_dir, config.data_dir):
         try:
             if read_class_names(path) is None:
                 continue

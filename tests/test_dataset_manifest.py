@@ -277,3 +277,12 @@ def test_without_a_manifest_shards_named_for_different_counts_are_refused(tmp_pa
     for name in ("train-a", "train-b"):  # names that promise no count are still read as they are
         (tmp_path / name).write_bytes(b"")
     check_complete(read_split(str(tmp_path), "train"))
+
+
+def test_names_leave_outputs_unnamed_only_beyond_the_originals_last_output():
+    # labels 1..K are outputs 0..K-1 of a K + 1 output model: K names name every output a label reaches
+    assert not dataset_manifest.leaves_outputs_unnamed(10, 11)
+    assert not dataset_manifest.leaves_outputs_unnamed(11, 11)
+    assert dataset_manifest.leaves_outputs_unnamed(9, 11)
+    assert dataset_manifest.leaves_outputs_unnamed(0, 2)
+    assert not dataset_manifest.leaves_outputs_unnamed(1, 2)

@@ -289,6 +289,13 @@ def check_complete(facts: SplitFacts) -> None:
                     f"not record the {facts.split} split as finished (dataprep was interrupted?); {resume}")
 
 
+def leaves_outputs_unnamed(num_names: int, num_classes: int) -> bool:
+    """Whether a labels file of `num_names` names leaves more of a model's `num_classes` outputs unnamed than the
+    original's layout does: labels 1..K are outputs 0..K-1 of a model of K + 1 outputs, whose last one is never a
+    label, so K names for K + 1 outputs name all there are."""
+    return num_names < num_classes - 1
+
+
 def check_classes(facts: SplitFacts, num_classes: int, flag: str = "--num_classes", model: str | None = None) -> None:
     """A UserError when the labels dataprep recorded do not fit 1..num_classes (labels are 1-based; the model's
     output index is label - 1, so ImageNet's labels 1..1000 fit 1001 outputs). Nothing is checked without
