@@ -3,6 +3,7 @@
     python inference.py --model EXPORT_DIR/1700000000 --data-dir DATA --batch-size 64          # TF SavedModel
     python inference.py --architecture resnet50 --batch-size 8 --backend onnxruntime --num-iter 100
     python inference.py --model model.onnx --backend tensorrt --amp                             # GPU + tensorrt
+    python inference.py --model EXPORT_DIR/1700000000 --to-predict photos/                      # top 5 of photos
 
 Model: --model (a SavedModel directory with a `serving_default` signature, input `input`, output
 `probabilities`; for --backend onnxruntime/tensorrt also an .onnx file) or --architecture (random weights, exported
@@ -15,6 +16,10 @@ turn into near-constant images). Logs (dllogger format): per-100-step throughput
 throughput = images / seconds over all steps after --warmup-steps (both count the model's time only), latency
 avg/p90/p95/p99 in ms per batch, and accuracy with real data (how this differs from the original:
 docs/DEVIATIONS.md).
+--to-predict (an image file, or a directory's image files) runs no benchmark: it prints each photo's top 5
+classes through the model as `main.py --mode predict` does from a checkpoint (the same eval preprocessing and line
+format, the class names the export records), reports and skips a file that cannot be used, and exits with status
+1 when any was skipped.
 
 Backends:
 - tf (default): the SavedModel's serving_default. --amp: with --architecture the model is built and exported under
@@ -63,6 +68,9 @@ def parse_args(argv=None):
                              "GPU); TF-TRT and TensorRT: an FP16 engine. A given SavedModel or ONNX model keeps the "
                              "precision it was exported in")
     parser.add_argument("--data-dir", default=None, help="validation TFRecords; random inputs if absent")
+    parser.add_argument("--to-predict", default=None,
+                        help="an image file, or a directory of them (.jpg/.jpeg/.png): print each one's top 5 "
+                             "classes through --model, as main.py --mode predict does from a checkpoint (no benchmark)")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--backend", choices=BACKENDS, default="tf")
     parser.add_argument("--image-size", type=int, default=None,
@@ -91,6 +99,12 @@ def parse_args(argv=None):
         parser.error("--num-classes must be at least 2")
     if args.tf_trt and args.backend != "tf":
         parser.error("--tf-trt applies to --backend tf only")
+    if args.to_predict is not None and args.data_dir is not None:
+        parser.error("--to-predict and --data-dir are two inputs: give one (--to-predict predicts image files, "
+                     "--data-dir benchmarks on validation TFRecords)")
+    if args.to_predict is not None and args.architecture:
+        parser.error("--to-predict needs a trained --model: --architecture has random weights, whose classes mean "
+                     "nothing")
     if args.normalized_input and not (args.model or "").endswith(".onnx"):
         parser.error("--normalized-input applies to an ONNX --model only (a SavedModel's serving signature takes "
                      "raw pixels)")
@@ -326,8 +340,8 @@ def describe_given_model(args, saved_model_dir, onnx_model, log, image_size=None
         line = f"Model: {args.model}: {export.describe_source(source)}"
         log(line)
         unsettled = checkpoint.unsettled_statistics(source.get("step"), f"--model {args.model}") \
-            if args.data_dir and source.get("checkpoint") else None
-        if unsettled:  # an accuracy is measured
+            if (args.data_dir or args.to_predict) and source.get("checkpoint") else None
+        if unsettled:  # an accuracy is measured, or classes predicted
             log(unsettled)
         diverged = checkpoint.divergence_warning(source.get("diverged"), f"--model {args.model}")
         if diverged:
@@ -537,6 +551,40 @@ def benchmark(run, data, steps, batch_size, warmup_steps, logger, records=None):
     return results
 
 
+def predict_images(args, runner, normalize, files, source, logger, where=""):
+    """--to-predict: the top 5 of every file through `runner`, printed as main.py --mode predict prints them
+    (runtime/predict.predict_files), named by the class names the model records; the counts end the log. A model
+    that takes batches of one size only (a fixed-batch ONNX graph, a TensorRT engine) gets the last batch padded
+    with zeros, whose outputs are dropped. Returns predict's PredictCounts."""
+    from runtime import predict
+    class_names = (source or {}).get("class_names") or None
+    if class_names:
+        logger.print(printable(f"Class names: {len(class_names)}, recorded in --model {args.model}"))
+    else:
+        logger.print(printable(f"Class names: none (--model {args.model} records none): the classes are shown by "
+                               "their output index"))
+    run = runner if normalize is None else (lambda images: runner(normalize(images)))
+    if getattr(runner, "fixed_batch", None) is not None or args.backend == "tensorrt":
+        run = _padded(run, args.batch_size)
+    total = len(files) + len(files.skipped)
+    logger.print(f"Predicting {total} file{'' if total == 1 else 's'} in batches of {args.batch_size} with backend "
+                 f"{args.backend}{where}")
+    counts = predict.predict_files(run, files, args.image_size, args.batch_size, class_names)
+    logger.log(step=(), data={"predicted": counts.predicted, "failed": counts.failed})
+    return counts
+
+
+def _padded(run, batch_size):
+    """`run` for a model of fixed batch size: a smaller batch is padded with zero images, their outputs dropped."""
+    def padded(images):
+        count = len(images)
+        if count == batch_size:
+            return run(images)
+        filler = np.zeros((batch_size - count,) + images.shape[1:], images.dtype)
+        return np.asarray(run(np.concatenate([images, filler])))[:count]
+    return padded
+
+
 def resolve_image_size(args, model_size, log):
     """--image-size from the model's input signature when not given; a given one must agree with it."""
     if model_size is None:
@@ -582,10 +630,17 @@ def _run(args):
     except OSError as error:
         raise UserError(f"cannot write --log-path {args.log_path}: {error.strerror or error}") from None
     frozen_weights = devices.frozen_weights_parameters()
-    logger.metadata("throughput", {"unit": "images/s"})
-    logger.metadata("accuracy", {"unit": None})
-    for name in ("latency_avg", "latency_p90", "latency_p95", "latency_p99"):
-        logger.metadata(name, {"unit": "ms"})
+    files = None
+    if args.to_predict is not None:
+        from runtime.runner_utils import parse_inference_input
+        files = parse_inference_input(args.to_predict, flag="--to-predict")  # before the (slow) model load
+        for name in ("predicted", "failed"):
+            logger.metadata(name, {"unit": "files"})
+    else:
+        logger.metadata("throughput", {"unit": "images/s"})
+        logger.metadata("accuracy", {"unit": None})
+        for name in ("latency_avg", "latency_p90", "latency_p95", "latency_p99"):
+            logger.metadata(name, {"unit": "ms"})
     try:
         with tempfile.TemporaryDirectory(prefix="inference-") as workdir:
             onnx_path = saved_model_dir = built = None
@@ -645,7 +700,16 @@ def _run(args):
                 raise UserError(f"--batch-size {args.batch_size} but --model {args.model} takes batches of "
                                 f"{fixed_batch} only (exported with a fixed batch size): pass --batch-size "
                                 f"{fixed_batch}, or export with a dynamic batch")
-            if args.data_dir and "num_iter" in getattr(args, "given", ()):
+            if files is not None:
+                unused = [flag for flag in ("num_iter", "warmup_steps") if flag in getattr(args, "given", ())]
+                if unused:
+                    logger.print("Note: {} {} not used: --to-predict predicts each file once, untimed".format(
+                        " and ".join("--" + flag.replace("_", "-") for flag in unused),
+                        "is" if len(unused) == 1 else "are"))
+                if os.path.isfile(args.to_predict):  # a single unusable file is an error, as in main.py
+                    from runtime import predict
+                    predict.check_image(files[0], args.image_size)
+            elif args.data_dir and "num_iter" in getattr(args, "given", ()):
                 logger.print(f"Note: --num-iter {args.num_iter} is not used: with --data-dir the run is one pass "
                              "over the validation images")
             num_classes = args.num_classes if args.architecture else getattr(runner, "num_classes", None)
@@ -659,16 +723,21 @@ def _run(args):
             described = described or (built if args.architecture else None)
             normalize, input_pixels = resolve_input_pixels(args, onnx_path, logger.print, onnx_model)
             del onnx_model
-            data, steps, records = batches(args, num_classes, logger.print)
-            if normalize is not None:
-                data = ((normalize(images), labels) for images, labels in data)
+            if files is None:
+                data, steps, records = batches(args, num_classes, logger.print)
+                if normalize is not None:
+                    data = ((normalize(images), labels) for images, labels in data)
+            else:
+                steps = None
             # The settings the run uses: the input size and class count of the model that was loaded, where the
             # flags left them to it (--image-size unset, --num-classes only applies to --architecture).
             flags = {name: value for name, value in vars(args).items() if name != "given"}
             if args.model and not args.tf_trt and (isinstance(runner, TFRunner) or args.backend == "onnxruntime"):
                 flags["amp"] = False  # a given model runs in its own precision (said above), which --amp leaves
-            if args.data_dir:  # one pass over the validation images, whatever --num-iter said (the note above)
+            if args.data_dir or files is not None:  # one pass over the images, whatever --num-iter said (above)
                 flags["num_iter"] = None
+            if files is not None:
+                flags["warmup_steps"] = None
             # What was loaded, for a log read later or elsewhere: the model's absolute path, the directory the
             # run's relative paths are relative to, and what the model is (its record when it agrees with its
             # graph: architecture, checkpoint, step, class names, input size; the line printed above).
@@ -676,6 +745,9 @@ def _run(args):
             loaded = {"working_directory": os.getcwd(),
                       "model_path": os.path.abspath(args.model) if args.model else None,
                       "model_description": described, "model_source": recorded_fields(source)}
+            if files is not None:
+                loaded["to_predict_path"] = os.path.abspath(args.to_predict)
+                loaded["files"] = len(files) + len(files.skipped)
             logger.log(step="PARAMETER", data=flags | loaded | {"num_classes": num_classes, "steps": steps,
                                                                 "input_pixels": input_pixels} | frozen_weights
                        | startup.environment_parameters(devices=run_devices(args, runner)))
@@ -683,6 +755,8 @@ def _run(args):
             if frozen_weights:
                 logger.print(devices.FROZEN_WEIGHTS_NOTE)
             where = f" on {runner.providers[0]}" if getattr(runner, "providers", None) else ""
+            if files is not None:
+                return predict_images(args, runner, normalize, files, source, logger, where)
             logger.print(f"Running {steps} steps of batch {args.batch_size} with backend {args.backend}{where}")
             return benchmark(runner, data, steps, args.batch_size, args.warmup_steps, logger, records)
     finally:
@@ -691,6 +765,7 @@ def _run(args):
 
 @command
 def main(argv=None):
+    """Exit status 0; 1 when --to-predict had to skip a file it could not use (2: bad input before anything ran)."""
     args = parse_args(argv)
     if __name__ == "__main__":
         from utils import devices
@@ -699,7 +774,8 @@ def main(argv=None):
             # A serving process: it loads one model and never changes its weights
             # (utils/devices.assume_frozen_weights).
             devices.assume_frozen_weights()
-    run(args)
+    result = run(args)
+    return 1 if getattr(result, "failed", 0) else None
 
 
 if __name__ == "__main__":

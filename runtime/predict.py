@@ -26,7 +26,8 @@ class PredictCounts:
 def predict_files(predict_step, files, image_size, batch_size, class_names=None):
     """Prints `<file>: <class> <probability>, ...` (top 5) for every file, `SKIPPED <file>: <reason>` on stderr for
     one that cannot be used, then `predicted N, failed M`; returns PredictCounts. `predict_step`: float32 images
-    [B, S, S, 3] -> probabilities (runtime/train_step.make_predict_step).
+    [B, S, S, 3] -> probabilities, a tensor or an array (runtime/train_step.make_predict_step; inference.py's
+    backends).
 
     `files` from runtime/runner_utils.parse_inference_input (InferenceFiles): its `ignored` line goes to stderr
     first, and each of its `skipped` entries is a SKIPPED line and counts as failed, before the files are read.
@@ -47,7 +48,7 @@ def predict_files(predict_step, files, image_size, batch_size, class_names=None)
                               "all".format(counts.predicted, total, "" if total == 1 else "s")):
         for images, names in data_utils.iter_inference_batches(list(files), image_size, image_size, batch_size,
                                                                skip):
-            probabilities = predict_step(images).numpy()
+            probabilities = np.asarray(predict_step(images))
             for probs, name in zip(probabilities, names):
                 if not np.all(np.isfinite(probs)):  # a ranking of NaNs would be a made-up answer
                     skip(name, "the model's outputs for it are not finite: " + NON_FINITE_CAUSES)

@@ -214,7 +214,7 @@ def other_class_names(path, reference):
     return "{} names other classes than {} ({})".format(path, reference, difference) if difference else None
 
 
-def parse_inference_input(to_predict):
+def parse_inference_input(to_predict, flag="--to_predict"):
     """A file, or the image files (by extension, non-recursive) of a directory in sorted order: InferenceFiles.
 
     In a directory, an entry named `*.jpg/*.jpeg/*.png` (any case) that is a link pointing outside the directory
@@ -228,12 +228,12 @@ def parse_inference_input(to_predict):
     if os.path.isfile(to_predict):
         return InferenceFiles([to_predict])
     if not os.path.isdir(to_predict):
-        raise UserError("--to_predict {} does not exist".format(to_predict))
+        raise UserError("{} {} does not exist".format(flag, to_predict))
     root = os.path.realpath(to_predict)
     try:
         names = sorted(os.listdir(to_predict))
     except OSError as error:
-        raise UserError("cannot list --to_predict {}: {}".format(to_predict, error.strerror or error)) from None
+        raise UserError("cannot list {} {}: {}".format(flag, to_predict, error.strerror or error)) from None
     files, skipped, other_extensions, directories, hidden = [], [], {}, 0, []
     for name in names:
         path = os.path.join(to_predict, name)

@@ -134,6 +134,7 @@ next:
    export a SavedModel / a frozen graph:
      .venv/bin/python main.py --mode evaluate --model_dir {out}{device} --data_dir {out}/data --batch_size 32 \\
        --export_dir /tmp/quickstart_savedmodel
+     .venv/bin/python inference.py --model /tmp/quickstart_savedmodel/<timestamp> --to-predict my.jpg  (serve it)
      .venv/bin/python export_frozen_graph.py --checkpoint {out} --output_file /tmp/quickstart_frozen.pb{frozen}""".format(
     m=elapsed // 60, s=elapsed % 60, accuracy=accuracy, checkpoint=checkpoint, out=out, size=size, args=args,
     device=" " + device if device else "",

@@ -647,3 +647,54 @@ def test_a_log_path_in_a_directory_a_training_holds_is_refused_and_its_log_left_
             f"{socket.gethostname()}, started ")
         assert result.stderr.strip().endswith("; wait for it to end or use another --log-path")
         assert log.read_text() == "DLLL {}\n"
+
+
+def test_to_predict_refuses_a_second_input_and_random_weights_in_one_line(saved_model, tmp_path, capsys):
+    import inference
+    for extra, message in ((["--model", saved_model, "--data-dir", str(tmp_path)],
+                            "--to-predict and --data-dir are two inputs: give one"),
+                           (["--architecture", "resnet50"], "--to-predict needs a trained --model")):
+        with pytest.raises(SystemExit) as exit_:
+            inference.parse_args(["--to-predict", str(tmp_path), *extra])
+        assert exit_.value.code == 2
+        assert message in capsys.readouterr().err
+    result = run("--model", saved_model, "--to-predict", str(tmp_path / "absent"), "--log-path",
+                 str(tmp_path / "log.json"))
+    assert (result.returncode, result.stderr.strip()) == (2, f"ERROR: --to-predict {tmp_path / 'absent'} does not "
+                                                             "exist")
+
+
+def test_to_predict_through_a_fixed_batch_model_pads_the_last_batch_and_logs_the_counts(tmp_path):
+    """Three photos through an ONNX model of batch 2 only: the third goes in padded with a zero image, and gets the
+    probabilities it gets alone (the model: softmax of the mean colour times its weights, computed here by NumPy);
+    unused benchmark flags are said; the log ends with the counts; every file was used: exit status 0."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+    from PIL import Image
+    from utils import data_utils
+    model = tiny_onnx_classifier(tmp_path / "b2.onnx", batch=2)
+    weights = numpy_helper.to_array(onnx.load(model).graph.initializer[0])
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    rng = np.random.default_rng(5)
+    for name in ("a.jpg", "b.png", "c.png"):
+        Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(photos / name)
+    log = str(tmp_path / "log.json")
+    result = run("--model", model, "--backend", "onnxruntime", "--to-predict", str(photos), "--batch-size", "2",
+                 "--num-iter", "5", "--log-path", log)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Note: --num-iter is not used: --to-predict predicts each file once, untimed" in result.stdout
+    assert "Class names: none (--model {} records none): the classes are shown by their output index".format(
+        model) in result.stdout.splitlines()
+    lines = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in result.stdout.splitlines()
+             if line.startswith(str(photos))}
+    assert sorted(lines) == [str(photos / name) for name in ("a.jpg", "b.png", "c.png")]
+    for path, line in lines.items():
+        logits = data_utils.load_inference_image(path, 32, 32).mean(axis=(0, 1)) @ weights
+        expected = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+        top = np.argsort(-expected, kind="stable")[:5]
+        assert line == ", ".join("{} {:.4f}".format(index, expected[index]) for index in top)
+    assert final_record(log) == {"predicted": 3, "failed": 0}
+    record = parameter_record(log)
+    assert (record["files"], record["to_predict_path"], record["num_iter"]) == (3, str(photos), None)

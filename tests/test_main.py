@@ -567,3 +567,62 @@ def test_a_log_filename_outside_results_dir_is_locked_where_it_is_written(tmp_pa
              "--no_progress", *SMALL)
     assert any(r.get("step") == "PARAMETER" for r in read_log(str(model / "log.json")))
     assert not (model / ".run.lock").exists()
+
+
+def _top5(stdout, prefix):
+    """{file: [(output index, probability), ...]} of predict's lines `<file>: <index> (<name>) <p>, ...`."""
+    tops = {}
+    for line in stdout.splitlines():
+        if line.startswith(prefix):
+            name, entries = line.split(": ", 1)
+            tops[name] = [(int(entry.split(" ", 1)[0]), float(entry.rsplit(" ", 1)[1])) for entry in entries.split(", ")]
+    return tops
+
+
+def test_photos_get_the_same_top5_from_the_checkpoint_and_from_its_export_on_every_backend(trained, data_dir,
+                                                                                            tmp_path):
+    """One door per way of serving a trained model: main.py --mode predict reads the checkpoint, inference.py
+    --to-predict its SavedModel (tf) and the SavedModel's ONNX conversion (onnxruntime). On real photos (and a file
+    that is no image) every door prints the same classes with the same probabilities, named alike, and skips the
+    same file with exit status 1."""
+    import shutil
+    from tests._dataprep_helpers import skimage_photo_dir
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for name in ("astronaut.png", "coffee.png", "rocket.jpg"):
+        shutil.copy(os.path.join(skimage_photo_dir(), name), photos / name)
+    (photos / "notes.jpg").write_bytes(b"not an image\n")
+    export_dir = tmp_path / "export"
+    run_main("--mode", "evaluate", "--data_dir", data_dir, "--batch_size", 5, "--results_dir", tmp_path / "eval",
+             "--model_dir", trained["dir"], "--export_dir", export_dir, *SMALL)
+    (exported,) = glob.glob(os.path.join(export_dir, "*"))
+    onnx_path = str(tmp_path / "model.onnx")
+    assert tool_in_process("export_onnx", "--input", exported, "--output", onnx_path, check=False).returncode == 0
+    doors = {"checkpoint": run_main("--mode", "predict", "--to_predict", photos, "--batch_size", 2, "--results_dir",
+                                    trained["dir"], *SMALL, check=False)}
+    for name, model, backend in (("savedmodel", exported, "tf"), ("onnx", onnx_path, "onnxruntime")):
+        doors[name] = tool_in_process("inference", "--model", model, "--backend", backend, "--to-predict", photos,
+                                      "--batch-size", 2, "--log-path", tmp_path / f"{name}.json", check=False)
+    for name, result in doors.items():
+        assert result.returncode == 1, (name, result.stderr[-2000:])
+        skipped = [line for line in result.stderr.splitlines() if line.startswith("SKIPPED")]
+        assert len(skipped) == 1 and skipped[0].startswith(f"SKIPPED {photos / 'notes.jpg'}: not an image file"), \
+            (name, skipped)
+        assert "predicted 3, failed 1" in result.stdout.splitlines(), name
+    reference = _top5(doors["checkpoint"].stdout, str(photos))
+    assert sorted(reference) == [str(photos / name) for name in ("astronaut.png", "coffee.png", "rocket.jpg")]
+    assert "(class_" in doors["checkpoint"].stdout
+    for name in ("savedmodel", "onnx"):
+        top = _top5(doors[name].stdout, str(photos))
+        assert sorted(top) == sorted(reference), name
+        for path, entries in reference.items():
+            # the same classes and probabilities (printed to 4 places); ONNX Runtime sums in another order, so
+            # two classes within its rounding of each other may trade places
+            assert [p for _, p in top[path]] == pytest.approx([p for _, p in entries], abs=2e-4), (name, path)
+            for (index, p), (other, q) in zip(entries, top[path]):
+                assert index == other or abs(p - q) <= 2e-4, (name, path, entries, top[path])
+        names = {line.split(": ", 1)[0]: line for line in doors[name].stdout.splitlines() if line.startswith(
+            str(photos))}
+        for path, line in names.items():
+            assert line.split(", ")[0].split(" ")[2].startswith("(class_"), line
+    assert f"Class names: {NUM_CLASSES}, recorded in --model {exported}" in doors["savedmodel"].stdout.splitlines()
