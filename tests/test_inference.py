@@ -108,7 +108,7 @@ def test_tf_backend_on_tfrecords(saved_model, tmp_path):
     result = run("--model", saved_model, "--data-dir", str(data), "--log-path", str(log), *SMALL)
     assert result.returncode == 0, result.stderr
     final = final_record(log)
-    assert 0.0 <= final["accuracy"] <= 1.0
+    assert 0.0 <= final["accuracy"] <= final["accuracy_top5"] <= 1.0
     assert final["throughput"] > 0 and final["latency_p99"] >= final["latency_avg"] * 0 > -1
     # The PARAMETER record says where it ran and with what, as main.py's does.
     environment = parameter_record(log)["environment"]
@@ -517,6 +517,7 @@ def test_non_finite_outputs_are_said_and_count_as_misses():
     logger = RecordingLogger()
     results = inference.benchmark(model, [(np.zeros((4, 8, 8, 3), np.float32), labels)] * 2, 2, 4, 0, logger)
     assert results["accuracy"] == pytest.approx(4 / 8)
+    assert results["accuracy_top5"] == pytest.approx(4 / 8)  # 5 classes: every finite row's label is in its top 5
     assert "WARNING: 4 of 8 evaluated images got non-finite outputs and count as misses: the model is not usable as " \
            "it stands (trained for only a few steps, its BN moving statistics not settled, or its training " \
            "diverged)" in logger.logged
@@ -698,3 +699,20 @@ def test_to_predict_through_a_fixed_batch_model_pads_the_last_batch_and_logs_the
     assert final_record(log) == {"predicted": 3, "failed": 0}
     record = parameter_record(log)
     assert (record["files"], record["to_predict_path"], record["num_iter"]) == (3, str(photos), None)
+
+
+def test_top_k_hits_count_as_main_pys_evaluation_counts_ties_included():
+    """inference.py's top-1 and top-5 against tf.math.in_top_k, which main.py's evaluation uses, on rows with ties
+    at the k-th value (a tied class is in) and on random rows."""
+    import numpy as np
+    import tensorflow as tf
+
+    import inference
+    rng = np.random.default_rng(0)
+    rows = np.round(rng.uniform(size=(200, 11)), 1).astype(np.float32)  # many ties
+    rows[0] = [0.5] * 11  # all tied: in the top 1 and the top 5
+    labels = rng.integers(0, 11, 200)
+    for k in (1, 5):
+        expected = tf.math.in_top_k(tf.constant(labels, tf.int32), tf.constant(rows), k).numpy()
+        assert inference.top_k_hits(rows, labels, k).tolist() == expected.tolist()
+    assert inference.top_k_hits(rows[:1], labels[:1], 1).tolist() == [True]
