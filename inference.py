@@ -401,7 +401,7 @@ def resolve_input_pixels(args, onnx_path, log, onnx_model=None):
                         f"according to {known_from}: omit --normalized-input")
     elif pixels == export.NORMALIZED:
         log(f"Input: --model {args.model} takes {export.describe_input_pixels(pixels)}, according to {known_from}: "
-            "inference.py normalises each batch before it is timed")
+            "inference.py normalises each batch" + (" before it is timed" if getattr(args, "to_predict", None) is None else ""))
     elif pixels != export.RAW:
         raise UserError(f"--model {args.model} records input_pixels {pixels!r}, which this version does not know")
     return input_feed(pixels), pixels
@@ -416,6 +416,12 @@ def input_feed(pixels):
     from utils.image_processing import CHANNEL_MEANS, CHANNEL_STDS
     mean, std = np.asarray(CHANNEL_MEANS, np.float32), np.asarray(CHANNEL_STDS, np.float32)
     return lambda images: (images - mean) / std
+
+
+def no_bfloat16_kernels(args):
+    return UserError(f"ONNX Runtime cannot run {args.model or args.architecture}: it computes in bfloat16 (built or "
+                     "exported under --amp on a CPU), which ONNX Runtime has no kernels for; use a model exported "
+                     "without --amp, or --backend tf")
 
 
 def make_runner(args, saved_model_dir, onnx_path, workdir, log=print):
@@ -437,9 +443,7 @@ def make_runner(args, saved_model_dir, onnx_path, workdir, log=print):
         except Exception as error:  # noqa: BLE001 - onnxruntime raises its own Fail/InvalidGraph types
             from model import export
             if "bfloat16" in export.onnx_reduced_precision(_load_onnx(onnx_path)):
-                raise UserError(f"ONNX Runtime cannot run {args.model or args.architecture}: it computes in "
-                                "bfloat16 (built or exported under --amp on a CPU), which ONNX Runtime has no kernels "
-                                "for; use a model exported without --amp, or --backend tf") from None
+                raise no_bfloat16_kernels(args) from None
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UserError(f"ONNX Runtime cannot load {onnx_path}: {first[:200]}") from None
         if runner.layout is None:
@@ -581,7 +585,8 @@ def predict_images(args, runner, normalize, files, source, logger, where=""):
     logger.print(f"Predicting {total} file{'' if total == 1 else 's'} in batches of {args.batch_size} with backend "
                  f"{args.backend}{where}")
     counts = predict.predict_files(run, files, args.image_size, args.batch_size, class_names)
-    logger.log(step=(), data={"predicted": counts.predicted, "failed": counts.failed})
+    # (in the log only: the line above says the same on the terminal, as main.py --mode predict ends)
+    logger.log(step=(), data={"predicted": counts.predicted, "failed": counts.failed}, echo=False)
     return counts
 
 
@@ -689,6 +694,8 @@ def _run(args):
             if saved_model_dir is not None and not args.architecture and args.backend != "tf":
                 # The SavedModel's signature is checked against the flags and the data before its (slow) conversion.
                 signature = TFRunner(saved_model_dir)
+                if args.backend == "onnxruntime" and "bfloat16" in signature.precision:
+                    raise no_bfloat16_kernels(args)  # before a conversion that would end in the same
                 resolve_image_size(args, signature.input_size, logger.print)
                 resolve_num_classes(args, signature.num_classes, logger.print)
                 if args.data_dir:
@@ -708,6 +715,10 @@ def _run(args):
                 logger.print(runner.cuda_note)
             resolve_image_size(args, getattr(runner, "input_size", None), logger.print)
             fixed_batch = getattr(runner, "fixed_batch", None)
+            if fixed_batch is not None and fixed_batch != args.batch_size and "batch_size" not in getattr(
+                    args, "given", ()):
+                args.batch_size = fixed_batch
+                logger.print(f"Batch size {fixed_batch}, read from the model (it takes batches of {fixed_batch} only)")
             if fixed_batch is not None and fixed_batch != args.batch_size:
                 raise UserError(f"--batch-size {args.batch_size} but --model {args.model} takes batches of "
                                 f"{fixed_batch} only (exported with a fixed batch size): pass --batch-size "

@@ -265,6 +265,13 @@ def test_the_tf_backend_says_a_saved_models_precision_when_it_is_not_float32_or_
                      "f32_amp": ["The SavedModel computes in float32, the precision it was exported in (--amp does "
                                  "not change a given SavedModel)"],
                      "f32": []}
+    # The same bfloat16 SavedModel for ONNX Runtime: refused from its graph, before a conversion that ends the same
+    result = run("--model", bfloat16, "--backend", "onnxruntime", *args)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"ERROR: ONNX Runtime cannot run {bfloat16}: it computes in bfloat16 (built or exported under --amp on a CPU), "
+        "which ONNX Runtime has no kernels for; use a model exported without --amp, or --backend tf")
+    assert "Converted" not in result.stdout
 
 
 def test_onnxruntime_refuses_a_bfloat16_model_in_one_line():
@@ -682,9 +689,12 @@ def test_to_predict_through_a_fixed_batch_model_pads_the_last_batch_and_logs_the
     for name in ("a.jpg", "b.png", "c.png"):
         Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(photos / name)
     log = str(tmp_path / "log.json")
-    result = run("--model", model, "--backend", "onnxruntime", "--to-predict", str(photos), "--batch-size", "2",
-                 "--num-iter", "5", "--log-path", log)
+    # --batch-size not given: the model's fixed batch is taken, and said
+    result = run("--model", model, "--backend", "onnxruntime", "--to-predict", str(photos), "--num-iter", "5",
+                 "--log-path", log)
     assert result.returncode == 0, result.stderr[-2000:]
+    assert "Batch size 2, read from the model (it takes batches of 2 only)" in result.stdout.splitlines()
+    assert result.stdout.strip().splitlines()[-1] == "predicted 3, failed 0"  # the log's record is not echoed
     assert "Note: --num-iter is not used: --to-predict predicts each file once, untimed" in result.stdout
     assert "Class names: none (--model {} records none): the classes are shown by their output index".format(
         model) in result.stdout.splitlines()
@@ -698,7 +708,8 @@ def test_to_predict_through_a_fixed_batch_model_pads_the_last_batch_and_logs_the
         assert line == ", ".join("{} {:.4f}".format(index, expected[index]) for index in top)
     assert final_record(log) == {"predicted": 3, "failed": 0}
     record = parameter_record(log)
-    assert (record["files"], record["to_predict_path"], record["num_iter"]) == (3, str(photos), None)
+    assert (record["files"], record["to_predict_path"], record["num_iter"], record["batch_size"]) == (
+        3, str(photos), None, 2)
 
 
 def test_top_k_hits_count_as_main_pys_evaluation_counts_ties_included():

@@ -61,6 +61,21 @@ def test_a_training_in_a_model_dir_without_checkpoint_says_it_is_new_and_where(t
     assert str(checkpoints.no_checkpoint(str(tmp_path / "A"))).startswith(f"no checkpoint in model_dir {tmp_path}/A (")
 
 
+def test_a_savedmodel_given_as_model_dir_is_named_with_what_serves_it_and_its_checkpoint(tmp_path):
+    """A user holding only an export passes it to main.py: the error says what it is, that inference.py serves
+    it, and the checkpoint directory its record names (none named when it records none)."""
+    import json
+    export = tmp_path / "export" / "1700000000"
+    (export / "assets.extra").mkdir(parents=True)
+    (export / "saved_model.pb").write_bytes(b"")
+    assert str(checkpoints.no_checkpoint(str(export))) == (
+        f"model_dir {export} is a SavedModel (an export), not a training directory: serve it with python inference.py "
+        f"--model {export} (--to-predict <images> for their classes, --data-dir <TFRecords> for its accuracy)")
+    (export / "assets.extra" / "source.json").write_text(json.dumps({"checkpoint": "/runs/a/model.ckpt-7", "step": 7}))
+    assert str(checkpoints.no_checkpoint(str(export))).endswith(
+        "for its accuracy), or give --model_dir the directory of the checkpoint it was exported from, /runs/a")
+
+
 def test_a_new_training_from_a_finetune_checkpoint_says_so(resnet50_checkpoint, tmp_path, monkeypatch):
     prefix, _ = resnet50_checkpoint
     from model import resnet

@@ -101,13 +101,14 @@ class DLLogger:
         record.update(metric=metric, metadata=meta)
         self._write_json(record)
 
-    def log(self, step, data):
+    def log(self, step, data, echo=True):
+        """One LOG record, in the file and (with `echo`, by default) as a `DLL ...` line on stdout."""
         if not self.enabled:
             return
         now, record = self._record("LOG")
         record.update(step=_step_for_json(step), data=data)
         self._write_json(record)
-        if self.stdout:
+        if self.stdout and echo:
             items = []
             for key, value in data.items():
                 text = "{} : {}".format(key, value)
