@@ -33,6 +33,7 @@ def predict_files(predict_step, files, image_size, batch_size, class_names=None)
     first, and each of its `skipped` entries is a SKIPPED line and counts as failed, before the files are read.
     An interrupt (Ctrl-C, SIGTERM) ends the run with one line saying how many files were predicted."""
     counts = PredictCounts()
+    noted = False  # an EXIF orientation note explained once; later ones short (a folder of phone photos)
 
     def skip(path, reason):
         counts.failed += 1
@@ -56,16 +57,18 @@ def predict_files(predict_step, files, image_size, batch_size, class_names=None)
                 top = np.argsort(-probs, kind="stable")[:5]
                 print(format_prediction(name, probs, top, class_names), flush=True)
                 counts.predicted += 1
-                orientation = _orientation_note(name)
+                orientation = _orientation_note(name, explained=noted)
                 if orientation:
+                    noted = True
                     print(orientation, file=sys.stderr, flush=True)
     print("Ending Inference ...", flush=True)
     print("predicted {}, failed {}".format(counts.predicted, counts.failed), flush=True)
     return counts
 
 
-def _orientation_note(path):
-    """The note for a photo whose EXIF Orientation tag a viewer obeys and the model does not, else None."""
+def _orientation_note(path, explained=False):
+    """The note for a photo whose EXIF Orientation tag a viewer obeys and the model does not, else None; short once
+    a note has `explained` what it means."""
     try:
         with open(path, "rb") as handle:
             orientation = pixels.exif_orientation_note(handle.read(1 << 20))  # the tag is in the header
@@ -73,6 +76,9 @@ def _orientation_note(path):
         return None
     if orientation is None:
         return None
+    if explained:
+        return "Note: {} carries EXIF orientation {} too: seen as stored, as the first note says".format(
+            path, orientation.split(",")[0])
     return ("Note: {} carries EXIF orientation {}: viewers show it so, but the model saw its pixels as stored, as "
             "every image in training (TensorFlow's decoder ignores the tag, as the original's did)".format(
                 path, orientation))

@@ -214,12 +214,13 @@ def test_an_empty_labels_file_names_no_classes(tmp_path):
 
 def test_a_photo_whose_exif_orientation_asks_a_turn_is_noted_as_seen_as_stored(tmp_path, capsys):
     """A phone photo stored sideways with Orientation 6: viewers turn it, the model (as in training, and as the
-    original's decoder) does not. Said once per such file on stderr; 1 and no tag say nothing."""
+    original's decoder) does not. Said once per such file on stderr, explained in the first; 1 and no tag say nothing."""
     from PIL import Image
     images = tmp_path / "images"
     images.mkdir()
     rng = np.random.default_rng(0)
-    for name, orientation in (("a_plain.jpg", None), ("b_upright.jpg", 1), ("c_turned.jpg", 6), ("d_png.png", None)):
+    for name, orientation in (("a_plain.jpg", None), ("b_upright.jpg", 1), ("c_turned.jpg", 6), ("d_png.png", None),
+                              ("e_turned.jpg", 8)):
         exif = Image.Exif()
         if orientation is not None:
             exif[0x0112] = orientation
@@ -228,11 +229,14 @@ def test_a_photo_whose_exif_orientation_asks_a_turn_is_noted_as_seen_as_stored(t
                                                  "JPEG", **options))
     counts = predict_files(fake_step, runner_utils.parse_inference_input(str(images)), 16, 2)
     _, err = capsys.readouterr()
-    assert counts.predicted == 4
+    assert counts.predicted == 5
     assert err.splitlines() == [
         "Note: {} carries EXIF orientation 6, turned 90 degrees clockwise: viewers show it so, but the model saw its "
         "pixels as stored, as every image in training (TensorFlow's decoder ignores the tag, as the original's "
-        "did)".format(images / "c_turned.jpg")]
+        "did)".format(images / "c_turned.jpg"),
+        # a folder of phone photos: the explanation once, then one short line a file
+        "Note: {} carries EXIF orientation 8 too: seen as stored, as the first note says".format(
+            images / "e_turned.jpg")]
 
 
 def test_predict_says_where_its_class_names_came_from_or_that_there_are_none(tmp_path):
