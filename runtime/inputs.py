@@ -30,14 +30,9 @@ def training_length(config, global_batch_size, log=print):
     try:
         num_steps, num_epochs, num_decay_steps = runner_utils.count_steps(
             config.iter_unit, num_samples, config.num_iter, global_batch_size)
-    except UserError as error:  # the flags that make up the batch, and what to change
-        replicas = global_batch_size // (config.batch_size * config.grad_accum_steps)
-        parts = ["--batch_size {}".format(config.batch_size)] + \
-            (["{} replicas".format(replicas)] if replicas > 1 else []) + \
-            (["--grad_accum_steps {}".format(config.grad_accum_steps)] if config.grad_accum_steps > 1 else [])
-        raise UserError("{} ({}): use a smaller {}".format(
-            error, " x ".join(parts), "--batch_size or --grad_accum_steps" if config.grad_accum_steps > 1 else
-            "--batch_size")) from None
+    except UserError:  # the flags that make up the batch, and what to change
+        raise runner_utils.too_few_for_a_batch(
+            num_samples, config, global_batch_size // (config.batch_size * config.grad_accum_steps)) from None
     return TrainingLength(num_steps, num_epochs, num_decay_steps, num_steps / num_epochs, num_samples)
 
 

@@ -86,6 +86,17 @@ def count_samples(filenames: Sequence[str], what: str = "", log: Callable[[str],
     return num_samples
 
 
+def too_few_for_a_batch(num_samples, config, replicas):
+    """The UserError of a train split of `num_samples` records, fewer than one global batch of `config` over
+    `replicas`: the flags that make up the batch, and which to lower."""
+    parts = ["--batch_size {}".format(config.batch_size)] + \
+        (["{} replicas".format(replicas)] if replicas > 1 else []) + \
+        (["--grad_accum_steps {}".format(config.grad_accum_steps)] if config.grad_accum_steps > 1 else [])
+    return UserError("the dataset has {} samples, fewer than one global batch of {} ({}): use a smaller {}".format(
+        num_samples, config.batch_size * replicas * config.grad_accum_steps, " x ".join(parts),
+        "--batch_size or --grad_accum_steps" if config.grad_accum_steps > 1 else "--batch_size"))
+
+
 def count_steps(iter_unit, num_samples, num_iter, global_batch_size):
     """(num_steps, num_epochs, num_decay_steps) of docs/ORIGINAL.md#step-counting."""
     steps_per_real_epoch = num_samples // global_batch_size

@@ -978,6 +978,8 @@ def check_data(config, log=print, workers=1, classes_from=None):
                                 "s" * (files > 1)))
         elif split == "train" and workers > 1 and len(split_facts.files) % workers:
             _note_uneven_files(config.data_dir, split_facts.files, workers, log)
+        if split == "train":
+            _check_training_batch(config, split_facts, workers)
         if split == "validation" and config.mode == "train_and_evaluate":
             _check_evaluation_batch(config, split_facts)
         if split_facts.num_classes is not None:
@@ -1020,6 +1022,17 @@ def _note_uneven_files(data_dir, files, workers, log):
         "multi-GPU input. A multiple of {} files reads each image once an epoch (python -m dataprep.build_tfrecords "
         "--train_shards N)".format(data_dir, len(files), workers, workers,
                                    " / ".join("{:,}".format(share) for share in shares), workers))
+
+
+def _check_training_batch(config, split_facts, workers):
+    """A train split of fewer records than one global batch (at least one replica a worker) is refused here, before
+    the run's log and model_dir are written, when dataprep recorded its image count; without a manifest (ImageNet
+    converted by the original's scripts: 1.28 M records, walked once already by runtime/inputs.training_length)
+    that refusal comes at the count there."""
+    from runtime import runner_utils
+    images = split_facts.num_images
+    if images is not None and images < images_per_step(config, workers):
+        raise runner_utils.too_few_for_a_batch(images, config, workers)
 
 
 def _check_evaluation_batch(config, split_facts):

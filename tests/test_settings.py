@@ -1332,3 +1332,28 @@ def test_a_log_filename_with_a_tilde_the_shell_left_is_refused(tmp_path, monkeyp
         settings.check_mode_arguments(RunConfig(mode="train", batch_size=2, data_dir=str(tmp_path),
                                                 results_dir=str(tmp_path / "r"),
                                                 log_filename="~/l.json"))
+
+
+def test_a_train_split_smaller_than_one_global_batch_is_refused_before_the_run_starts(tmp_path):
+    """dataprep recorded 30 images: a global batch of 8 x 2 workers x --grad_accum_steps 2 = 32 is refused at the
+    data check, before the log and model_dir (until 2026-12-07 at the sample count, after the run's log began);
+    without a manifest the count comes later, at the training's own (runtime/inputs.training_length)."""
+    import numpy as np
+    from dataprep import records
+    from tests._data_helpers import encode_image, random_image, write_tfrecord_shards
+    rng = np.random.default_rng(0)
+    items = [records.ImageItem(filename="i%d.jpg" % i, label=1 + i % 3, synset="c%d" % (i % 3), text="c%d" % (i % 3),
+                               data=encode_image(random_image(rng, 16, 16))) for i in range(30)]
+    data = tmp_path / "data"
+    records.write_split(items, str(data), "train", 2, num_classes=3)
+    config = RunConfig(mode="train", data_dir=str(data), num_classes=4, batch_size=8, grad_accum_steps=2,
+                       model_dir=str(tmp_path / "run"))
+    with pytest.raises(UserError) as error:
+        settings.check_data(config, workers=2)
+    assert str(error.value) == ("the dataset has 30 samples, fewer than one global batch of 32 (--batch_size 8 x 2 "
+                                "replicas x --grad_accum_steps 2): use a smaller --batch_size or --grad_accum_steps")
+    assert set(settings.check_data(config)) == {"train"}  # one worker: 16 images a step
+    plain = tmp_path / "plain"  # no manifest: nothing counted here
+    write_tfrecord_shards(str(plain), "train", 2, 15, 16)
+    assert set(settings.check_data(dataclasses.replace(config, data_dir=str(plain), num_classes=11),
+                                   workers=2)) == {"train"}
