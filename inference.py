@@ -400,8 +400,9 @@ def resolve_input_pixels(args, onnx_path, log, onnx_model=None):
         raise UserError(f"--normalized-input but --model {args.model} takes {export.describe_input_pixels(pixels)}, "
                         f"according to {known_from}: omit --normalized-input")
     elif pixels == export.NORMALIZED:
+        timed = " before it is timed" if getattr(args, "to_predict", None) is None else ""  # (a benchmark)
         log(f"Input: --model {args.model} takes {export.describe_input_pixels(pixels)}, according to {known_from}: "
-            "inference.py normalises each batch" + (" before it is timed" if getattr(args, "to_predict", None) is None else ""))
+            f"inference.py normalises each batch{timed}")
     elif pixels != export.RAW:
         raise UserError(f"--model {args.model} records input_pixels {pixels!r}, which this version does not know")
     return input_feed(pixels), pixels

@@ -48,11 +48,12 @@ def no_checkpoint(model_dir):
         except UserError:  # a damaged record: the hint goes without it
             source = {}
         exported_from = source.get("checkpoint")
+        origin = ", or give --model_dir the directory of the checkpoint it was exported from, {}".format(
+            os.path.dirname(exported_from)) if exported_from else ""
         return UserError(printable(
             "model_dir {} is a SavedModel (an export), not a training directory: serve it with python inference.py "
             "--model {} (--to-predict <images> for their classes, --data-dir <TFRecords> for its accuracy){}".format(
-                where, model_dir, ", or give --model_dir the directory of the checkpoint it was exported from, {}".format(
-                    os.path.dirname(exported_from)) if exported_from else "")))
+                where, model_dir, origin)))
     return UserError("no checkpoint in model_dir {} (train first, or point --model_dir at a directory with "
                      "model.ckpt-* files)".format(where))
 

@@ -214,7 +214,8 @@ def test_an_empty_labels_file_names_no_classes(tmp_path):
 
 def test_a_photo_whose_exif_orientation_asks_a_turn_is_noted_as_seen_as_stored(tmp_path, capsys):
     """A phone photo stored sideways with Orientation 6: viewers turn it, the model (as in training, and as the
-    original's decoder) does not. Said once per such file on stderr, explained in the first; 1 and no tag say nothing."""
+    original's decoder) does not. Said once per such file on stderr, explained in the first; 1 and no tag say
+    nothing."""
     from PIL import Image
     images = tmp_path / "images"
     images.mkdir()
