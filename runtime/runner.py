@@ -506,7 +506,9 @@ class Runner:
         losses = {key: float(values[key]) for key in ("cross_entropy", "l2_loss", "total_loss", "learning_rate")}
         if self.precision.loss_scaling:  # the scale this step ran with (an addition, under loss scaling only)
             losses["loss_scale"] = float(values["loss_scale"])
-        if index % config.display_every == 0:
+        # Every --display_every steps counted from the training's first step, not this invocation's (the original's
+        # hook counted its own): a resumed run logs the steps an uninterrupted one does.
+        if (step - 1) % config.display_every == 0:
             self.logger.log(step=(epoch, step), data={"imgs_per_sec": meter.last_ips, **losses})
         if int(step // steps_per_epoch) > int((step - 1) // steps_per_epoch):
             # global_step (an addition): the step that ended the epoch, which the step records every --display_every

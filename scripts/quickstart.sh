@@ -6,7 +6,7 @@
 #   EPOCHS=10 bash scripts/quickstart.sh       longer (the recipe's cosine schedule stretches with it)
 #   SIZE=32 bash scripts/quickstart.sh         another image size (40 by default; see the recipe below)
 #   bash scripts/quickstart.sh --amp           extra arguments go to both main.py calls
-#   OUT=/tmp/qs bash scripts/quickstart.sh     another output directory
+#   OUT=/tmp/qs bash scripts/quickstart.sh     another output directory (a relative one is where you are)
 # Ctrl-C stops training after a checkpoint (status 130); the same command again continues that run where it
 # stopped (seeded: the same result as without the interrupt). Any other run starts afresh. While a quickstart runs
 # into OUT (any of its steps), or a training or predict (OUT/.run.lock), another is refused before it touches OUT.
@@ -20,6 +20,8 @@
 #   --batch_size 32       twice the updates of batch 64 for the same images (+1.4 points top-1 here)
 #   --min_crop_area 0.75  the original's 5-100% crop area cuts most of a 28 px garment away; 75-100% keeps it
 set -euo pipefail
+# A relative OUT= is where the caller is, as any path typed in a shell (the script works from the repository)
+if [ -n "${OUT:-}" ] && [ "${OUT#/}" = "$OUT" ]; then OUT="$PWD/$OUT"; fi
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 [ -x "$PYTHON" ] || PYTHON=python3
@@ -123,9 +125,11 @@ print("""
    log          {out}/log.json (DLLL JSON lines; stdout had the same records)
    curves       {out}/curves.png
    TensorBoard  {out} (training scalars) and {out}/eval: .venv/bin/tensorboard --logdir {out}
-next:
-   predict on your own photo (any size; it is resized to {size}x{size}; the model's settings come from its checkpoint):
-     .venv/bin/python main.py --mode predict --to_predict my.jpg --model_dir {out}{device} --batch_size 1
+next (from {repo}; each command keeps its log.json in the directory it names):
+   predict on your own photo (any size: its shorter side resized, the central {size}x{size} kept, as in evaluation; the
+   model's settings come from its checkpoint):
+     .venv/bin/python main.py --mode predict --to_predict my.jpg --model_dir {out}{device} --batch_size 1 \\
+       --results_dir {out}/predict
    fine-tune from this checkpoint (another dataset: its --data_dir and --num_classes; the last line is this recipe's):
      .venv/bin/python main.py --mode train_and_evaluate --finetune_checkpoint {out} {args} \\
        --data_dir {out}/data --batch_size 32 --num_iter 1 --lr_init 0.01 --lr_warmup_epochs 0 --cosine_lr \\
@@ -133,10 +137,12 @@ next:
        --momentum 0.875 --weight_decay 3.0517578125e-05 --label_smoothing 0.1 --min_crop_area 0.75
    export a SavedModel / a frozen graph:
      .venv/bin/python main.py --mode evaluate --model_dir {out}{device} --data_dir {out}/data --batch_size 32 \\
-       --export_dir /tmp/quickstart_savedmodel
-     .venv/bin/python inference.py --model /tmp/quickstart_savedmodel/<timestamp> --to-predict my.jpg  (serve it)
+       --export_dir /tmp/quickstart_savedmodel --results_dir {out}/export
+     .venv/bin/python inference.py --model /tmp/quickstart_savedmodel/<timestamp> --to-predict my.jpg \\
+       --log-path {out}/serve/log.json
      .venv/bin/python export_frozen_graph.py --checkpoint {out} --output_file /tmp/quickstart_frozen.pb{frozen}""".format(
     m=elapsed // 60, s=elapsed % 60, accuracy=accuracy, checkpoint=checkpoint, out=out, size=size, args=args,
+    repo=os.getcwd(),
     device=" " + device if device else "",
     frozen=" --compute_format NHWC" if device else "",  # the original's NCHW default needs a GPU to run
     continued=" (this run, which continued an interrupted one)" if continued else ""))

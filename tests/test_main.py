@@ -626,3 +626,16 @@ def test_photos_get_the_same_top5_from_the_checkpoint_and_from_its_export_on_eve
         for path, line in names.items():
             assert line.split(", ")[0].split(" ")[2].startswith("(class_"), line
     assert f"Class names: {NUM_CLASSES}, recorded in --model {exported}" in doors["savedmodel"].stdout.splitlines()
+
+
+def test_a_resumed_training_logs_the_steps_an_uninterrupted_one_logs(tmp_path, data_dir):
+    """--display_every counts from the training's first step: 6 steps at 4 log steps 1 and 5 whether they run in
+    one invocation or in two of 3 (the second logged its own first step, 4, until 2026-12-07)."""
+    steps = {}
+    for name, runs in (("whole", [6]), ("resumed", [3, 6])):
+        for run_iter in runs:
+            run_main("--mode", "train", "--data_dir", data_dir, "--batch_size", 8, "--num_iter", 6, "--run_iter",
+                     run_iter if name == "resumed" else -1, "--iter_unit", "batch", "--results_dir", tmp_path / name,
+                     "--seed", 3, *SMALL, "--display_every", 4)
+        steps[name] = [record["step"][1] for record in logged(tmp_path / name, "imgs_per_sec")]
+    assert steps == {"whole": [1, 5], "resumed": [1, 5]}

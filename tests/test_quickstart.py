@@ -89,3 +89,22 @@ def test_a_quickstart_into_the_out_of_another_quickstart_between_its_steps_stops
         assert result.stdout == ""
         assert os.listdir(out) == ["model.ckpt-3.index"]
         assert lock.read_text() == "pid 12345 on host first, started 2026-12-07T11:00:00+00:00"
+
+
+def test_a_relative_out_is_where_the_caller_is_not_the_repository(tmp_path):
+    """`cd ~/work && OUT=qs bash <repo>/scripts/quickstart.sh` writes to ~/work/qs: the script works from the
+    repository, and until 2026-12-07 took a relative OUT from there. Seen here by the lock beside OUT, held (as a
+    running quickstart holds it): the refusal names the caller's directory."""
+    import fcntl
+    from tests._cli import ROOT, child_env, run_command
+    lock = tmp_path / ".qs.quickstart.lock"
+    with open(lock, "a", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.write_text("pid 12345 on host first, started 2026-12-07T11:00:00+00:00")
+        # (PYTHON=/bin/false: were OUT taken elsewhere, the script would stop at its first Python step)
+        result = run_command(["bash", f"{ROOT}/scripts/quickstart.sh"], check=False, cwd=str(tmp_path),
+                             env=child_env(OUT="qs", PYTHON="/bin/false"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip() == (
+        f"ERROR: {tmp_path}/qs is in use by another quickstart (pid 12345 on host first, started "
+        "2026-12-07T11:00:00+00:00); wait for it to end or give this one another OUT=")
