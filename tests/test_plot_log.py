@@ -619,3 +619,10 @@ def test_outputs_are_checked_before_the_plot(tmp_path, monkeypatch):
     with pytest.raises(plot_log.UserError, match="^--csv missing/../c.csv cannot be created: it goes up out of"):
         plot_log.run("log.json", "c.png", "missing/../c.csv")
     assert sorted(os.listdir(tmp_path)) == ["log.json"]
+
+
+def test_the_throughput_lines_of_a_resumed_training_say_which_run_each_is():
+    finals = [(195, {"train_throughput": 112.5}), (195, {"top1_accuracy": 0.5}), (281, {"train_throughput": 110.0})]
+    assert plot_log.throughput_lines(finals) == [(112.5, "train_throughput 112.5 img/s (run 1 of 2)"),
+                                                 (110.0, "train_throughput 110.0 img/s (run 2 of 2)")]
+    assert plot_log.throughput_lines(finals[:2]) == [(112.5, "train_throughput 112.5 img/s")]

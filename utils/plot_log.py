@@ -402,6 +402,15 @@ def write_csv(rows, path):
             writer.writerow(["" if row[c] is None else repr(row[c]) for c in CSV_COLUMNS])
 
 
+def throughput_lines(finals):
+    """(value, legend label) of each final train_throughput: one a training invocation, so a resumed training has
+    several, told apart by their order."""
+    values = [data["train_throughput"] for _, data in finals if "train_throughput" in data]
+    return [(value, "train_throughput {:.1f} img/s{}".format(
+        value, " (run {} of {})".format(index + 1, len(values)) if len(values) > 1 else ""))
+        for index, value in enumerate(values)]
+
+
 def plot(rows, finals, output, title="", resumed=(), ends=None):
     """Writes the four-panel PNG to `output` with matplotlib's Agg canvas (no display, no pyplot state); a dashed
     line at each step of `resumed` (from `resumes`), a dotted one at each epoch boundary (`ends`: epoch_ends)."""
@@ -460,10 +469,8 @@ def plot(rows, finals, output, title="", resumed=(), ends=None):
     steps, values = series(BENCHMARK_KEY, bench)
     if steps:
         ax_ips.plot(steps, values, color="tab:orange", linewidth=0.9, label="total_ips (benchmark step)")
-    for _, data in finals:
-        if "train_throughput" in data:
-            ax_ips.axhline(data["train_throughput"], color="black", linestyle="--", linewidth=1,
-                           label="train_throughput {:.1f} img/s".format(data["train_throughput"]))
+    for value, label in throughput_lines(finals):
+        ax_ips.axhline(value, color="black", linestyle="--", linewidth=1, label=label)
     ax_ips.set_ylim(0, ax_ips.get_ylim()[1] * 1.1)  # headroom so the top of the curve is not on the frame
     _finish(ax_ips, "Throughput", "global step (benchmark: step index)" if train and bench else
             "global step" if train else "benchmark step", "images / s")
