@@ -135,8 +135,13 @@ def test_pooled_cpu_memory_stops_each_large_tensor_from_being_faulted_in_again()
         result = run_command([sys.executable, "-c", FAULTS_PER_RESULT_PAGE],
                              env=child_env(**{devices.POOLED_CPU_MEMORY_ENV: pooled}))
         shares[pooled] = float(result.stdout.strip().splitlines()[-1])
-    # (relative: where transparent huge pages are always on, malloc faults once per 2 MB instead of per page)
-    assert shares["false"] > 0 and shares["true"] < 0.1 * shares["false"], shares
+    # The pool's result pages are not faulted in again. malloc's are where glibc maps each large result afresh (the
+    # AVX2 machines: about once a page, or once per 2 MB where transparent huge pages are always on); on others
+    # (an AVX-512 machine, 2026-12-07) it reused them in some runs and not in others, so its figure is no fixed
+    # reference and is compared only where it shows the faults.
+    assert shares["true"] < 0.01, shares
+    if shares["false"] >= 0.01:
+        assert shares["true"] < 0.1 * shares["false"], shares
 
 
 @pytest.mark.parametrize("mode", ["train", "train_and_evaluate", "evaluate", "training_benchmark"])

@@ -92,7 +92,7 @@ def test_a_quickstart_into_the_out_of_another_quickstart_between_its_steps_stops
 
 
 def test_a_relative_out_is_where_the_caller_is_not_the_repository(tmp_path):
-    """`cd ~/work && OUT=qs bash <repo>/scripts/quickstart.sh` writes to ~/work/qs: the script works from the
+    """`cd ~/projects && OUT=qs bash <repo>/scripts/quickstart.sh` writes to ~/projects/qs: the script works from the
     repository, and until 2026-12-07 took a relative OUT from there. Seen here by the lock beside OUT, held (as a
     running quickstart holds it): the refusal names the caller's directory."""
     import fcntl
