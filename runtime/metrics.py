@@ -242,6 +242,19 @@ def require_evaluated(seen, num_samples, batch_size, skipped):
     raise UserError(text + " (see the warnings above)")
 
 
+def dali_drops_other_images_note(dropped, num_samples, num_files, interleave_block):
+    """The note of a DALI evaluation of several validation files whose last partial batch of `dropped` images was
+    left out: DALI reads the files one after another, tf.data `interleave_block` records from each in turn, so the two
+    pipelines leave out different images and their accuracies are of different sets. None where they are the same
+    (nothing dropped, one file)."""
+    if dropped <= 0 or num_files < 2:
+        return None
+    return ("Note: DALI reads the {} validation files one after another, tf.data {} records from each in turn, so the "
+            "{:,} images left out of the last partial batch are not the ones tf.data leaves out: to compare the two "
+            "pipelines' accuracies, evaluate at a --batch_size that divides {:,}".format(
+                num_files, interleave_block, dropped, num_samples))
+
+
 def evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size, skipped=0, read=None):
     """How much of the validation set an evaluation covered. Batches are whole (drop_remainder, as the original),
     so up to batch_size - 1 images of every pass are left out. `skipped`: records the input dropped as corrupt

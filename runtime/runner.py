@@ -17,9 +17,9 @@ import tensorflow as tf
 
 from model import checkpoint, export, resnet
 from runtime import checkpoints, inputs, predict, runner_utils, settings, startup, train_state, train_step
-from runtime.metrics import (ThroughputMeter, TrainStats, evaluated_images_line, few_batch_norm_values_warning,
-                             non_finite_warning, require_evaluated)
-from utils import errors, learning_rate, losses
+from runtime.metrics import (ThroughputMeter, TrainStats, dali_drops_other_images_note, evaluated_images_line,
+                             few_batch_norm_values_warning, non_finite_warning, require_evaluated)
+from utils import data_utils, errors, learning_rate, losses
 from utils.errors import StdoutWriteError, UserError, first_line
 from utils.devices import Platform, cpu_bfloat16_support
 from utils.distributed import SIGNAL_SYNC_EVERY
@@ -558,6 +558,11 @@ class Runner:
             log.print(evaluated_images_line(seen, num_samples, num_epochs, iter_unit, batch_size,
                                             skipped=skipped.count if passes is not None else 0,
                                             read=skipped.read if passes is not None else None))
+            if config.uses_dali and passes == 1 and stopped is None:
+                note = dali_drops_other_images_note(num_samples - skipped.count - seen, num_samples, len(filenames),
+                                                    data_utils.INTERLEAVE_BLOCK)
+                if note:
+                    log.print(note)
         if meter.warmup_warning():  # any evaluation this short: its throughput and latency count the warm-up
             log.print(meter.warmup_warning())
         if non_finite:
