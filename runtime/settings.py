@@ -1024,6 +1024,20 @@ def _note_uneven_files(data_dir, files, workers, log):
                                    " / ".join("{:,}".format(share) for share in shares), workers))
 
 
+def _note_default_num_classes(config, given, split_facts, log):
+    """A new training (or fine-tune) left at the original's ImageNet --num_classes on a dataset whose recorded labels
+    need far fewer outputs: said once, with the count that fits (labels 1..K are outputs 0..K-1; one more, the
+    original's layout of an unlabelled last output, is not remarked on)."""
+    if config.mode not in TRAINING_MODES or "num_classes" in given or split_facts is None or \
+            split_facts.label_range is None:
+        return
+    high = split_facts.label_range[1]
+    if config.num_classes > high + 1:
+        log("Note: --num_classes is the original's ImageNet default, {}, but dataset {} has labels 1..{}: the "
+            "classifier gets {} outputs no image is labelled with; --num_classes {} fits this dataset".format(
+                config.num_classes, config.data_dir, high, config.num_classes - high, high))
+
+
 def _check_training_batch(config, split_facts, workers):
     """A train split of fewer records than one global batch (at least one replica a worker) is refused here, before
     the run's log and model_dir are written, when dataprep recorded its image count; without a manifest (ImageNet
@@ -1125,6 +1139,8 @@ def resolve(config, given, log=print, replicas=1, workers=1, platform=None, engi
     _note_unused_synthetic_size(resolved, given, log)
     _check_benchmark_size(resolved, info, typed, log)
     data = check_data(resolved, log, workers, classes_from=info.path if uses_checkpoint_model else None)
+    if not uses_checkpoint_model:
+        _note_default_num_classes(resolved, given, data.get("train"), log)
     same_rates = False
     if resumes:
         count = _train_records(data["train"]) if "train" in data else None  # None: synthetic data

@@ -1357,3 +1357,28 @@ def test_a_train_split_smaller_than_one_global_batch_is_refused_before_the_run_s
     write_tfrecord_shards(str(plain), "train", 2, 15, 16)
     assert set(settings.check_data(dataclasses.replace(config, data_dir=str(plain), num_classes=11),
                                    workers=2)) == {"train"}
+
+
+def test_a_new_training_left_at_the_imagenet_class_count_on_a_small_dataset_is_told_the_count_that_fits(tmp_path):
+    """The audit's 3-class dataset trained with the default --num_classes 1001 (998 outputs no image is labelled
+    with) said so only inside the Dataset line. A Note now gives the count; a given --num_classes, the original's
+    one extra output, and a dataset without recorded labels say nothing."""
+    import numpy as np
+    from dataprep import records
+    from tests._data_helpers import encode_image, random_image
+    rng = np.random.default_rng(0)
+    items = [records.ImageItem(filename="i%d.jpg" % i, label=1 + i % 3, synset="c%d" % (i % 3), text="c%d" % (i % 3),
+                               data=encode_image(random_image(rng, 16, 16))) for i in range(12)]
+    data = tmp_path / "data"
+    records.write_split(items, str(data), "train", 1, num_classes=3)
+
+    def notes(given, **flags):
+        lines = []
+        settings.resolve(RunConfig(mode="train", data_dir=str(data), batch_size=4, model_dir=str(tmp_path / "run"),
+                                   **flags), set(given) | {"data_dir", "batch_size", "model_dir"}, log=lines.append)
+        return [line for line in lines if line.startswith("Note: --num_classes")]
+    assert notes(set()) == [
+        f"Note: --num_classes is the original's ImageNet default, 1001, but dataset {data} has labels 1..3: the "
+        "classifier gets 998 outputs no image is labelled with; --num_classes 3 fits this dataset"]
+    assert notes({"num_classes"}, num_classes=1001) == []
+    assert notes(set(), num_classes=4) == []  # the original's layout: one unlabelled output more
