@@ -91,6 +91,7 @@ def train_dataset(config, platform, rank, num_shards, start_step=0, log=print):
         log("Using Synthetic Data ...")
         return data_utils.get_synth_input_fn(batch_size, size, size, config.num_classes, seed=seed)
     filenames = runner_utils.list_filenames_in_dataset(config.data_dir, "train")
+    log(train_preprocessing(config, "DALI" if config.uses_dali else "tf.data"))
     # DALI's crop ignores the boxes.
     data_utils.check_tfrecord_files(filenames, log, boxes=not config.uses_dali, image_size=size)
     if config.uses_dali:
@@ -105,6 +106,24 @@ def train_dataset(config, platform, rank, num_shards, start_step=0, log=print):
         filenames, batch_size, size, size, training=True, deterministic=config.seed is not None,
         seed=seed, num_shards=num_shards, shard_index=rank, num_classes=config.num_classes, start_step=start_step,
         min_crop_area=config.min_crop_area, augment=augment_settings(config))
+
+
+def train_preprocessing(config, pipeline):
+    """The line saying how training images become the model's input (utils/image_processing.py, DALI's equivalent),
+    as eval_preprocessing does for evaluation."""
+    from utils.image_processing import ASPECT_RATIO_RANGE, MIN_OBJECT_COVERED
+    size = config.input_size
+    where = ("the whole image (DALI's crop ignores the records' boxes)" if pipeline == "DALI" else
+             "the image, covering at least {:.0%} of a bounding box where the record has one".format(MIN_OBJECT_COVERED))
+    line = ("Training preprocessing ({}): a random crop of {:.0%}-100% of the area of {}, aspect ratio {}-{}, "
+            "resized to {}x{}, random horizontal flip".format(pipeline, config.min_crop_area, where,
+                                                              *ASPECT_RATIO_RANGE, size, size))
+    augment = augment_settings(config)
+    if augment.enabled:
+        line += ", then {}".format("AutoAugment (the ImageNet policy)" if augment.name == "autoaugment" else
+                                   "RandAugment ({} layers, magnitude {:g})".format(augment.num_layers,
+                                                                                   augment.magnitude))
+    return line
 
 
 def eval_preprocessing(size, pipeline):

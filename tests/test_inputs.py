@@ -3,6 +3,7 @@ turning a label outside 1..--num_classes into one UserError and passing everythi
 settings of the flags, and the staging of batches on the accelerator. The pipelines themselves are tested in
 test_data_utils.py and test_dali.py."""
 
+import dataclasses
 import math
 import re
 
@@ -158,3 +159,18 @@ def test_the_evaluation_preprocessing_line_gives_the_originals_256_for_224_and_i
                                               "224x224 crop (DALI's resize filter is not TensorFlow's: a top-1 may " \
                                               "differ from tf.data's by about a point)"
     assert eval_preprocessing(40, "tf.data").endswith("resized to 45, central 40x40 crop")  # floor(40 * 256 / 224)
+
+
+def test_a_training_says_its_preprocessing_as_an_evaluation_does():
+    """The crop and flip of docs/ORIGINAL.md#training-augmentation, by pipeline, with --min_crop_area and the
+    augmenter, as the line a training prints (an audit found only `dali : False` in the PARAMETER record)."""
+    config = RunConfig(data_dir="/d", image_size=40, min_crop_area=0.75)
+    assert inputs.train_preprocessing(config, "tf.data") == (
+        "Training preprocessing (tf.data): a random crop of 75%-100% of the area of the image, covering at least 10% "
+        "of a bounding box where the record has one, aspect ratio 0.75-1.33, resized to 40x40, random horizontal flip")
+    assert inputs.train_preprocessing(dataclasses.replace(config, min_crop_area=0.05), "DALI") == (
+        "Training preprocessing (DALI): a random crop of 5%-100% of the area of the whole image (DALI's crop ignores "
+        "the records' boxes), aspect ratio 0.75-1.33, resized to 40x40, random horizontal flip")
+    assert inputs.train_preprocessing(dataclasses.replace(config, augmenter_name="randaugment", raug_num_layers=3,
+                                                          raug_magnitude=5), "tf.data").endswith(
+        ", random horizontal flip, then RandAugment (3 layers, magnitude 5)")
