@@ -114,7 +114,8 @@ def train_preprocessing(config, pipeline):
     from utils.image_processing import ASPECT_RATIO_RANGE, MIN_OBJECT_COVERED
     size = config.input_size
     where = ("the whole image (DALI's crop ignores the records' boxes)" if pipeline == "DALI" else
-             "the image, covering at least {:.0%} of a bounding box where the record has one".format(MIN_OBJECT_COVERED))
+             "the image, covering at least {:.0%} of a bounding box where the record has one".format(
+                 MIN_OBJECT_COVERED))
     line = ("Training preprocessing ({}): a random crop of {:.0%}-100% of the area of {}, aspect ratio {}-{}, "
             "resized to {}x{}, random horizontal flip".format(pipeline, config.min_crop_area, where,
                                                               *ASPECT_RATIO_RANGE, size, size))
