@@ -584,10 +584,9 @@ def predict_images(args, runner, normalize, files, source, logger, where=""):
     total = len(files) + len(files.skipped)
     logger.print(f"Predicting {total} file{'' if total == 1 else 's'} in batches of {args.batch_size} with backend "
                  f"{args.backend}{where}")
-    counts = predict.predict_files(run, files, args.image_size, args.batch_size, class_names)
-    # (in the log only: the line above says the same on the terminal, as main.py --mode predict ends)
-    logger.log(step=(), data={"predicted": counts.predicted, "failed": counts.failed}, echo=False)
-    return counts
+    # (the counts end the log only: the run's last line says them on the terminal, as main.py --mode predict ends)
+    return predict.predict_files(run, files, args.image_size, args.batch_size, class_names,
+                                 log=lambda data: logger.log(step=(), data=data, echo=False))
 
 
 def _padded(run, batch_size):
@@ -650,8 +649,9 @@ def _run(args):
     if args.to_predict is not None:
         from runtime.runner_utils import parse_inference_input
         files = parse_inference_input(args.to_predict, flag="--to-predict")  # before the (slow) model load
-        for name in ("predicted", "failed"):
-            logger.metadata(name, {"unit": "files"})
+        from runtime.predict import METADATA
+        for metric, meta in METADATA.items():
+            logger.metadata(metric, meta)
     else:
         logger.metadata("throughput", {"unit": "images/s"})
         logger.metadata("accuracy", {"unit": None})

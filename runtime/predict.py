@@ -3,6 +3,7 @@ labels file when there is one. A file that cannot be used is reported and skippe
 
 import json
 import os
+import signal
 import sys
 
 import numpy as np
@@ -12,7 +13,11 @@ from runtime import runner_utils, settings
 from runtime.runner_utils import read_class_names
 from utils import data_utils, pixels
 from utils.dataset_manifest import leaves_outputs_unnamed
-from utils.errors import UserError, on_interrupt, printable
+from utils.errors import STOPPING, UserError, on_interrupt, printable
+
+
+# The units of the counts ending a prediction's log (its final record, `PredictCounts.record`).
+METADATA = {"predicted": {"unit": "files"}, "failed": {"unit": "files"}}
 
 
 class PredictCounts:
@@ -22,8 +27,15 @@ class PredictCounts:
         self.predicted = 0
         self.failed = 0
 
+    def record(self, stop=None):
+        """The log's final record: the counts, and `interrupted` (the signal's name) when `stop` ended the run."""
+        data = {"predicted": self.predicted, "failed": self.failed}
+        if stop is not None:
+            data["interrupted"] = signal.Signals(getattr(stop, "signum", signal.SIGINT)).name
+        return data
 
-def predict_files(predict_step, files, image_size, batch_size, class_names=None):
+
+def predict_files(predict_step, files, image_size, batch_size, class_names=None, log=None):
     """Prints `<file>: <class> <probability>, ...` (top 5) for every file, `SKIPPED <file>: <reason>` on stderr for
     one that cannot be used, then `predicted N, failed M`; returns PredictCounts. `predict_step`: float32 images
     [B, S, S, 3] -> probabilities, a tensor or an array (runtime/train_step.make_predict_step; inference.py's
@@ -31,9 +43,10 @@ def predict_files(predict_step, files, image_size, batch_size, class_names=None)
 
     `files` from runtime/runner_utils.parse_inference_input (InferenceFiles): its `ignored` line goes to stderr
     first, and each of its `skipped` entries is a SKIPPED line and counts as failed, before the files are read.
-    An interrupt (Ctrl-C, SIGTERM) ends the run with one line saying how many files were predicted."""
+    An interrupt (Ctrl-C, SIGTERM) ends the run with one line saying how many files were predicted. `log(data)`
+    takes the final record (`PredictCounts.record`) when the run ends, an interrupted one included, so a log says
+    what a run it ended did."""
     counts = PredictCounts()
-    noted = False  # an EXIF orientation note explained once; later ones short (a folder of phone photos)
 
     def skip(path, reason):
         counts.failed += 1
@@ -45,25 +58,37 @@ def predict_files(predict_step, files, image_size, batch_size, class_names=None)
     for path, reason in getattr(files, "skipped", ()):
         skip(path, reason)
     total = len(files) + counts.failed
-    with on_interrupt(lambda: "{} of {} file{} predicted (the lines above); run the same command again to predict "
-                              "all".format(counts.predicted, total, "" if total == 1 else "s")):
-        for images, names in data_utils.iter_inference_batches(list(files), image_size, image_size, batch_size,
-                                                               skip):
-            probabilities = np.asarray(predict_step(images))
-            for probs, name in zip(probabilities, names):
-                if not np.all(np.isfinite(probs)):  # a ranking of NaNs would be a made-up answer
-                    skip(name, "the model's outputs for it are not finite: " + NON_FINITE_CAUSES)
-                    continue
-                top = np.argsort(-probs, kind="stable")[:5]
-                print(format_prediction(name, probs, top, class_names), flush=True)
-                counts.predicted += 1
-                orientation = _orientation_note(name, explained=noted)
-                if orientation:
-                    noted = True
-                    print(orientation, file=sys.stderr, flush=True)
+    try:
+        with on_interrupt(lambda: "{} of {} file{} predicted (the lines above); run the same command again to predict "
+                                  "all".format(counts.predicted, total, "" if total == 1 else "s")):
+            _predict_batches(predict_step, files, image_size, batch_size, class_names, counts, skip)
+    except STOPPING as stop:
+        if log is not None:
+            log(counts.record(stop))
+        raise
     print("Ending Inference ...", flush=True)
     print("predicted {}, failed {}".format(counts.predicted, counts.failed), flush=True)
+    if log is not None:
+        log(counts.record())
     return counts
+
+
+def _predict_batches(predict_step, files, image_size, batch_size, class_names, counts, skip):
+    """predict_files' loop: a line for each file, SKIPPED for one whose outputs are not finite."""
+    noted = False  # an EXIF orientation note explained once; later ones short (a folder of phone photos)
+    for images, names in data_utils.iter_inference_batches(list(files), image_size, image_size, batch_size, skip):
+        probabilities = np.asarray(predict_step(images))
+        for probs, name in zip(probabilities, names):
+            if not np.all(np.isfinite(probs)):  # a ranking of NaNs would be a made-up answer
+                skip(name, "the model's outputs for it are not finite: " + NON_FINITE_CAUSES)
+                continue
+            top = np.argsort(-probs, kind="stable")[:5]
+            print(format_prediction(name, probs, top, class_names), flush=True)
+            counts.predicted += 1
+            orientation = _orientation_note(name, explained=noted)
+            if orientation:
+                noted = True
+                print(orientation, file=sys.stderr, flush=True)
 
 
 def _orientation_note(path, explained=False):

@@ -701,7 +701,11 @@ class Runner:
         class_names = predict.load_class_names(labels_file, config, say=self.logger.print)
         model, _ = self.inference_model()
         predict_step = train_step.make_predict_step(model, config.image_size, jit_compile=config.xla)
-        return predict.predict_files(predict_step, files, config.image_size, config.batch_size, class_names)
+        for metric, meta in predict.METADATA.items():
+            self.logger.metadata(metric, meta)
+        # (the counts end the log only: the run's last line says them on the terminal)
+        return predict.predict_files(predict_step, files, config.image_size, config.batch_size, class_names,
+                                     log=lambda data: self.logger.log(step=(), data=data, echo=False))
 
 
 class TrainingInterrupted(Exception):

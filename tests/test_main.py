@@ -310,6 +310,11 @@ def test_predict_on_a_directory_skips_each_bad_file_and_exits_1(trained, tmp_pat
     assert predicted == [str(images / name) for name in ("a_photo.jpg", "c_photo.png", "f_grey.jpg")]
     lines = result.stdout.strip().splitlines()
     assert lines[-2:] == ["Ending Inference ...", "predicted 3, failed 4"]
+    # the log ends with the same counts, as inference.py --to-predict's does (until 2026-12-07 it had none)
+    records = read_log(os.path.join(trained["dir"], "log.json"))
+    assert records[-1]["step"] == [] and records[-1]["data"] == {"predicted": 3, "failed": 4}
+    assert {"predicted": {"unit": "files"}, "failed": {"unit": "files"}}.items() <= {
+        r["metric"]: r["metadata"] for r in records if r["type"] == "METADATA"}.items()
 
 
 def test_export_round_trip_matches_in_memory_model(trained, data_dir, tmp_path):

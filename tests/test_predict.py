@@ -1,6 +1,7 @@
 """runtime/predict.py: what `--mode predict` prints for a directory (links, ignored entries, interrupts), with a
 stand-in predict step (no model); the labels file against the classifier's width (load_class_names)."""
 import os
+import signal
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from runtime import runner_utils
 from runtime.config import RunConfig
 from runtime.predict import load_class_names, predict_files
 from tests._data_helpers import encode_image, random_image
-from utils.errors import UserError, command
+from utils.errors import Terminated, UserError, command
 
 NUM_CLASSES = 6
 
@@ -43,9 +44,11 @@ def test_a_link_out_of_the_directory_is_skipped_and_the_others_are_predicted(tmp
     (images / "sub").mkdir()
     (images / "z_empty.png").write_bytes(b"")
 
-    counts = predict_files(fake_step, runner_utils.parse_inference_input(str(images)), 16, 2)
+    records = []
+    counts = predict_files(fake_step, runner_utils.parse_inference_input(str(images)), 16, 2, log=records.append)
     out, err = capsys.readouterr()
     assert (counts.predicted, counts.failed) == (2, 3)
+    assert records == [{"predicted": 2, "failed": 3}]  # the log's final record
     assert err.splitlines() == [
         "Ignored 4 files that are not .jpg/.jpeg/.png (2 .bmp: f.bmp, g.bmp; 1 .txt: notes.txt; 1 .webp: e.webp) and 1 "
         "sub-directory (not searched)",
@@ -113,29 +116,34 @@ def test_a_file_name_holding_colon_space_is_quoted_so_the_line_splits_at_the_rig
     assert lines[2].startswith(str(images / "plain:x.jpg") + ": 3 ")
 
 
-def test_an_interrupt_says_how_many_files_were_predicted(tmp_path, capsys):
+@pytest.mark.parametrize("stop, name", [(KeyboardInterrupt, "SIGINT"), (lambda: Terminated(signal.SIGTERM), "SIGTERM")])
+def test_an_interrupt_says_how_many_files_were_predicted_and_logs_the_counts(tmp_path, capsys, stop, name):
+    """The line says how far the run got, and so does the log's final record, with the signal that ended it (until
+    2026-12-07 an interrupted run's log ended at its PARAMETER record)."""
     images = photo_dir(tmp_path, ["a.jpg", "b.jpg", "c.jpg", "d.jpg", "e.jpg"])
     calls = []
+    records = []
 
     def interrupted_step(batch):
         calls.append(len(batch))
         if len(calls) == 2:
-            raise KeyboardInterrupt
+            raise stop()
         return fake_step(batch)
 
     @command
     def main(argv=None):
-        predict_files(interrupted_step, runner_utils.parse_inference_input(str(images)), 16, 2)
+        predict_files(interrupted_step, runner_utils.parse_inference_input(str(images)), 16, 2, log=records.append)
 
     try:
         status = main()
     except KeyboardInterrupt:
         pytest.fail("the KeyboardInterrupt escaped the command wrapper")
-    assert status == 130
+    assert status == (130 if name == "SIGINT" else 143)
     out, err = capsys.readouterr()
-    assert err.splitlines() == ["INTERRUPTED: {} stopped by SIGINT; 2 of 5 files predicted (the lines above); run "
-                                "the same command again to predict all".format(__name__)]
+    assert err.splitlines() == ["INTERRUPTED: {} stopped by {}; 2 of 5 files predicted (the lines above); run "
+                                "the same command again to predict all".format(__name__, name)]
     assert len(out.splitlines()) == 2 and "predicted 2" not in out
+    assert records == [{"predicted": 2, "failed": 0, "interrupted": name}]
 
 
 def _labels(tmp_path, count):
