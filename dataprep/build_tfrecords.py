@@ -426,7 +426,7 @@ def _check_labels_of_other_splits(output_dir: str, splits, classes: ClassList) -
                         f"{path}), or write both splits in one run")
 
 
-def build(args) -> dict[str, list[records.ShardResult]]:
+def build(args) -> tuple[dict[str, list[records.ShardResult]], int]:
     check_output_dir("--output_directory", args.output_directory)  # before the (long) scan of the images
     # The run owns the output directory from its first check of what is there to its last write: a second
     # dataprep into it is refused, naming this one, instead of mixing its shards with ours (utils/run_lock.py).
@@ -434,7 +434,7 @@ def build(args) -> dict[str, list[records.ShardResult]]:
         return _build(args)
 
 
-def _build(args) -> dict[str, list[records.ShardResult]]:
+def _build(args) -> tuple[dict[str, list[records.ShardResult]], int]:
     classes, splits, imagenet = discover(args)
     shards = {"train": args.train_shards, "validation": args.validation_shards}
     _check_labels_of_other_splits(args.output_directory, splits, classes)
@@ -456,7 +456,7 @@ def _build(args) -> dict[str, list[records.ShardResult]]:
     pre_skipped = {split: s.skipped for split, s in splits.items()}
     print(f"{len(classes.synsets)} classes (labels 1..{len(classes.synsets)}); labels.txt written")
     records.summarize(results, pre_skipped=pre_skipped)
-    return results
+    return results, records.count_skipped(results, pre_skipped)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -510,11 +510,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 @command
 def main(argv=None):
+    """Exit status 0; 1 when files were skipped (the summary lists them; the dataset holds the others), as predict
+    exits when it skipped a file: a script that goes on to train is told the data are short (2: bad input)."""
     args = parse_args(argv)
     # A stop, and stdout's failure at one of the prints (`| head -1`), leave the complete shards: said, as
     # dataprep.fashion_mnist says it (a closed pipe otherwise ends a tool silently, status 141).
     with on_interrupt(records.INTERRUPTED_KEPT, closed_stdout=True):
-        build(args)
+        _, skipped = build(args)
+    if skipped:
+        print("{} file{} skipped (listed above); the dataset holds the others: exit status 1".format(
+            skipped, "" if skipped == 1 else "s"), file=sys.stderr, flush=True)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

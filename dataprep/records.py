@@ -463,6 +463,12 @@ def write_labels_file(output_dir: str, class_texts: Sequence[str]) -> str:
     return path
 
 
+def count_skipped(split_results: dict[str, list[ShardResult]], pre_skipped: dict | None = None) -> int:
+    """The files summarize lists as skipped, over every split."""
+    return (sum(len(files) for files in (pre_skipped or {}).values())
+            + sum(len(r.skipped) for results in split_results.values() for r in results))
+
+
 def summarize(split_results: dict[str, list[ShardResult]], pre_skipped: dict | None = None, out=None) -> str:
     """Human-readable end-of-run summary: images written per split, skipped files with reasons.
 

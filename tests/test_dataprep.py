@@ -30,6 +30,11 @@ pytestmark = pytest.mark.shallow
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# build_tfrecords' status when it skipped files (the tree's empty and text files, images no ground truth names):
+# the dataset holds the others
+SKIPPED_SOME = 1
+
+
 def build(argv) -> int:
     return build_tfrecords.main(list(argv) + ["--no_progress", "--num_workers", "1"])
 
@@ -43,17 +48,20 @@ def tree(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def built(tree, tmp_path_factory):
-    """The tree converted once with explicit shard counts; stdout kept for the summary checks."""
+    """The tree converted once with explicit shard counts; stdout kept for the summary checks. Two of its files are
+    not images: skipped, so the run exits 1 and says why on stderr."""
     root, layout = tree
     out = tmp_path_factory.mktemp("out")
-    buffer = io.StringIO()
-    old, sys.stdout = sys.stdout, buffer
+    buffer, errors = io.StringIO(), io.StringIO()
+    old, sys.stdout, old_err, sys.stderr = sys.stdout, buffer, sys.stderr, errors
     try:
         rc = build(["--train_directory", f"{root}/train", "--validation_directory", f"{root}/val",
                     "--output_directory", str(out), "--train_shards", "3", "--validation_shards", "2"])
     finally:
-        sys.stdout = old
-    assert rc == 0
+        sys.stdout, sys.stderr = old, old_err
+    assert rc == 1
+    assert errors.getvalue().splitlines()[-1] == ("2 files skipped (listed above); the dataset holds the others: exit "
+                                                  "status 1")
     return out, buffer.getvalue()
 
 
@@ -128,7 +136,7 @@ def test_file_order_is_the_originals_seeded_shuffle(tree, built):
 
 def test_default_shard_counts(tree, tmp_path):
     root, _ = tree
-    assert build(["--train_dir", f"{root}/train", "--output_dir", str(tmp_path)]) == 0
+    assert build(["--train_dir", f"{root}/train", "--output_dir", str(tmp_path)]) == SKIPPED_SOME
     assert [os.path.basename(p) for p in h.shard_paths(str(tmp_path), "train")] == [
         "train-00000-of-00002", "train-00001-of-00002"]
     assert build_tfrecords.default_shards("train", 5000, imagenet=False) == 5
@@ -196,7 +204,7 @@ def test_parallel_workers_write_identical_shards(tree, built, tmp_path):
     rc = build_tfrecords.main(["--train_directory", f"{root}/train", "--validation_directory", f"{root}/val",
                                "--output_directory", str(tmp_path), "--train_shards", "3",
                                "--validation_shards", "2", "--num_workers", "2", "--no_progress"])
-    assert rc == 0
+    assert rc == SKIPPED_SOME
     for split in ("train", "validation"):
         for mine, theirs in zip(h.shard_paths(str(tmp_path), split), h.shard_paths(str(out), split), strict=True):
             assert open(mine, "rb").read() == open(theirs, "rb").read()
@@ -210,7 +218,7 @@ def test_bbox_csv_is_honoured(tree, tmp_path):
     csv.write_text("rgb_a.JPEG,0.1000,0.2000,0.5000,0.6000\nrgb_a.JPEG,0.0,0.0,1.0,1.0\n"
                    "unknown.JPEG,0.1,0.1,0.2,0.2\n")
     out = tmp_path / "out"
-    assert build(["--train_dir", f"{root}/train", "--output_dir", str(out), "--bounding_box_file", str(csv)]) == 0
+    assert build(["--train_dir", f"{root}/train", "--output_dir", str(out), "--bounding_box_file", str(csv)]) == SKIPPED_SOME
     by_name = {r["image/filename"]: r for r in h.read_split(str(out), "train")}
     boxed = by_name["rgb_a.JPEG"]
     assert boxed["image/object/bbox/xmin"] == pytest.approx([0.1, 0.0])
@@ -296,7 +304,7 @@ def test_imagenet_flat_val_labels_from_package(tmp_path, capsys):
     _imagenet_tree(tmp_path)
     out = tmp_path / "out"
     assert build(["--train_dir", f"{tmp_path}/train", "--val_dir", f"{tmp_path}/val", "--output_dir", str(out),
-                  "--train_shards", "1", "--validation_shards", "1"]) == 0
+                  "--train_shards", "1", "--validation_shards", "1"]) == SKIPPED_SOME
     val = {r["image/filename"]: r for r in h.read_split(str(out), "validation")}
     assert sorted(val) == ["ILSVRC2012_val_00000001.JPEG", "ILSVRC2012_val_00000002.JPEG"]
     assert val["ILSVRC2012_val_00000001.JPEG"]["image/class/label"] == 1
@@ -405,7 +413,7 @@ def test_interrupted_run_resumes(tree, built, tmp_path, monkeypatch, capsys):
     assert build(_args(root, out)) == 2  # neither --resume nor --overwrite
     assert "already holds train output" in capsys.readouterr().err
 
-    assert build(_args(root, out) + ["--resume"]) == 0
+    assert build(_args(root, out) + ["--resume"]) == SKIPPED_SOME
     assert "2 shard(s) written now, 1 kept from the interrupted run" in capsys.readouterr().out
     again = os.stat(out / "train-00000-of-00003")
     assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)  # not rewritten
@@ -414,17 +422,17 @@ def test_interrupted_run_resumes(tree, built, tmp_path, monkeypatch, capsys):
         for mine, theirs in zip(h.shard_paths(str(out), split), h.shard_paths(str(reference), split), strict=True):
             assert open(mine, "rb").read() == open(theirs, "rb").read()
     capsys.readouterr()
-    assert build(_args(root, out) + ["--resume"]) == 0  # again, on the finished dataset
+    assert build(_args(root, out) + ["--resume"]) == SKIPPED_SOME  # again, on the finished dataset
     assert "train: nothing to write: its 3 shard(s) (" in capsys.readouterr().out
 
 
 def test_leftover_temp_file_is_not_a_complete_shard(tree, tmp_path):
     root, _ = tree
     out = tmp_path / "out"
-    assert build(_args(root, out)) == 0
+    assert build(_args(root, out)) == SKIPPED_SOME
     os.remove(out / "train-00002-of-00003")
     (out / ".tmp.train-00002-of-00003").write_bytes(b"partial garbage")
-    assert build(_args(root, out) + ["--resume"]) == 0
+    assert build(_args(root, out) + ["--resume"]) == SKIPPED_SOME
     assert (out / "train-00002-of-00003").exists() and not (out / ".tmp.train-00002-of-00003").exists()
     assert len(h.read_split(str(out), "train")) == 7
 
@@ -432,14 +440,15 @@ def test_leftover_temp_file_is_not_a_complete_shard(tree, tmp_path):
 def test_existing_output_refused_overwrite_replaces(tree, tmp_path, capsys):
     root, _ = tree
     out = tmp_path / "out"
-    assert build(_args(root, out)) == 0
+    assert build(_args(root, out)) == SKIPPED_SOME
     capsys.readouterr()
     assert build(_args(root, out)) == 2
     err = capsys.readouterr().err
     assert err.startswith("ERROR: ") and "--overwrite" in err and err.count("\n") == 1
     # different shard count: --overwrite removes the old shards, --resume refuses to mix
     assert build(_args(root, out)[:-4] + ["--train_shards", "2", "--validation_shards", "1", "--resume"]) == 2
-    assert build(_args(root, out)[:-4] + ["--train_shards", "2", "--validation_shards", "1", "--overwrite"]) == 0
+    assert build(_args(root, out)[:-4] + ["--train_shards", "2", "--validation_shards", "1",
+                                          "--overwrite"]) == SKIPPED_SOME
     assert [os.path.basename(p) for p in h.shard_paths(str(out), "train")] == [
         "train-00000-of-00002", "train-00001-of-00002"]
     assert build(_args(root, out) + ["--resume", "--overwrite"]) == 2
@@ -450,7 +459,7 @@ def test_resume_refuses_changed_inputs(tree, tmp_path, capsys):
     src = tmp_path / "src"
     shutil.copytree(root, src)
     out = tmp_path / "out"
-    assert build(_args(src, out)) == 0
+    assert build(_args(src, out)) == SKIPPED_SOME
     h.write_kind(f"{src}/train/apple/new.JPEG", "rgb", seed=99)
     assert build(_args(src, out) + ["--resume"]) == 2
     assert "changed since the interrupted run" in capsys.readouterr().err
@@ -511,7 +520,7 @@ def test_a_dataprep_into_a_directory_another_run_writes_is_refused_naming_it(tre
             assert err.endswith(f"; wait for it to end or use another {flag}\n") and err.count("\n") == 1
             assert os.listdir(target) == [".run.lock"]  # nothing of the refused run
         assert not target.exists()  # the lock's directory, left empty, is removed with it
-    assert build(["--train_directory", f"{root}/train", "--output_directory", str(target)]) == 0
+    assert build(["--train_directory", f"{root}/train", "--output_directory", str(target)]) == SKIPPED_SOME
     assert ".run.lock" not in os.listdir(target)  # released at the end of a run
 
 
