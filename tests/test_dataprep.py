@@ -218,7 +218,8 @@ def test_bbox_csv_is_honoured(tree, tmp_path):
     csv.write_text("rgb_a.JPEG,0.1000,0.2000,0.5000,0.6000\nrgb_a.JPEG,0.0,0.0,1.0,1.0\n"
                    "unknown.JPEG,0.1,0.1,0.2,0.2\n")
     out = tmp_path / "out"
-    assert build(["--train_dir", f"{root}/train", "--output_dir", str(out), "--bounding_box_file", str(csv)]) == SKIPPED_SOME
+    assert build(["--train_dir", f"{root}/train", "--output_dir", str(out), "--bounding_box_file",
+                  str(csv)]) == SKIPPED_SOME
     by_name = {r["image/filename"]: r for r in h.read_split(str(out), "train")}
     boxed = by_name["rgb_a.JPEG"]
     assert boxed["image/object/bbox/xmin"] == pytest.approx([0.1, 0.0])
