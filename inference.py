@@ -525,11 +525,12 @@ def top_k_hits(probabilities, labels, k):
 def benchmark(run, data, steps, batch_size, warmup_steps, logger, records=None):
     """Runs `run` on every batch of `data` and logs the figures; `records`: (validation images, SkippedRecords) of
     the batches (a line says how many of them were scored), None for random inputs."""
-    times, correct, correct5, counted, non_finite = [], 0, 0, 0, 0
+    times, correct, correct5, counted, non_finite, num_outputs = [], 0, 0, 0, 0, None
     for index, (images, labels) in enumerate(data):
         start = time.perf_counter()
         probabilities = run(images)
         times.append(time.perf_counter() - start)
+        num_outputs = np.shape(probabilities)[-1]
         finite = np.all(np.isfinite(probabilities), axis=-1)
         non_finite += int(np.sum(~finite))
         if labels is not None:  # (a row of NaNs counts as a miss)
@@ -556,6 +557,10 @@ def benchmark(run, data, steps, batch_size, warmup_steps, logger, records=None):
     if counted:
         results["accuracy"] = correct / counted
         results["accuracy_top5"] = correct5 / counted
+        from runtime.metrics import top5_of_few_outputs_note
+        note = top5_of_few_outputs_note(num_outputs, "accuracy_top5")
+        if note:
+            logger.print(note)
     if records is not None:
         from runtime.metrics import evaluated_images_line, require_evaluated
         num_samples, skipped = records

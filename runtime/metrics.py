@@ -242,6 +242,15 @@ def require_evaluated(seen, num_samples, batch_size, skipped):
     raise UserError(text + " (see the warnings above)")
 
 
+def top5_of_few_outputs_note(num_outputs, key="top5_accuracy"):
+    """The note for a model of at most 5 outputs, whose top 5 holds every class: its top-5 accuracy is 1.0 whatever
+    it predicts (a 3-class dataset trained at --num_classes 3), which the figure alone does not say. None otherwise."""
+    if num_outputs is None or num_outputs > 5:
+        return None
+    return ("Note: {} is 1.0 whatever the model predicts: it has {} outputs, all of them in its top 5; "
+            "top-1 is the figure that tells".format(key, num_outputs))
+
+
 def dali_drops_other_images_note(dropped, num_samples, num_files, interleave_block):
     """The note of a DALI evaluation of several validation files whose last partial batch of `dropped` images was
     left out: DALI reads the files one after another, tf.data `interleave_block` records from each in turn, so the two

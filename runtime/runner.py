@@ -18,7 +18,8 @@ import tensorflow as tf
 from model import checkpoint, export, resnet
 from runtime import checkpoints, inputs, predict, runner_utils, settings, startup, train_state, train_step
 from runtime.metrics import (ThroughputMeter, TrainStats, dali_drops_other_images_note, evaluated_images_line,
-                             few_batch_norm_values_warning, non_finite_warning, require_evaluated)
+                             few_batch_norm_values_warning, non_finite_warning, require_evaluated,
+                             top5_of_few_outputs_note)
 from utils import data_utils, errors, learning_rate, losses
 from utils.errors import StdoutWriteError, UserError, first_line
 from utils.devices import Platform, cpu_bfloat16_support
@@ -571,6 +572,8 @@ class Runner:
         if config.data_dir is None:  # synthetic labels are random: an accuracy of them would mean nothing
             results = {}
             log.print("Synthetic data: no accuracy is reported (its labels are random)")
+        elif (note := top5_of_few_outputs_note(config.num_classes)) is not None:
+            log.print(note)
         if not is_benchmark and info is not None and info.has_weight_averages:
             results.update(self._evaluate_averages(info, eval_step, dataset, num_steps, export_dir))
         results.update(meter.summary("eval"))

@@ -525,6 +525,8 @@ def test_non_finite_outputs_are_said_and_count_as_misses():
     results = inference.benchmark(model, [(np.zeros((4, 8, 8, 3), np.float32), labels)] * 2, 2, 4, 0, logger)
     assert results["accuracy"] == pytest.approx(4 / 8)
     assert results["accuracy_top5"] == pytest.approx(4 / 8)  # 5 classes: every finite row's label is in its top 5
+    assert ("Note: accuracy_top5 is 1.0 whatever the model predicts: it has 5 outputs, all of them in its top 5; top-1 "
+            "is the figure that tells") in logger.logged
     assert "WARNING: 4 of 8 evaluated images got non-finite outputs and count as misses: the model is not usable as " \
            "it stands (trained for only a few steps, its BN moving statistics not settled, or its training " \
            "diverged)" in logger.logged

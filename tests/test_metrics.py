@@ -276,3 +276,13 @@ def test_a_dali_evaluation_that_drops_a_partial_batch_says_tf_data_drops_other_i
         "pipelines' accuracies, evaluate at a --batch_size that divides 31")
     assert dali_drops_other_images_note(0, 32, 2, 8) is None
     assert dali_drops_other_images_note(15, 31, 1, 8) is None
+
+
+def test_a_top5_of_at_most_5_outputs_is_said_to_hold_every_class():
+    """With 5 outputs or fewer every label is in the top 5: its accuracy is 1.0 whatever the model predicts (an
+    audit's 3-class dataset reported top5 1.0 beside a top-1 of 0.35). Nothing to say from 6 outputs on."""
+    from runtime.metrics import top5_of_few_outputs_note
+    assert top5_of_few_outputs_note(3) == ("Note: top5_accuracy is 1.0 whatever the model predicts: it has 3 outputs, "
+                                           "all of them in its top 5; top-1 is the figure that tells")
+    assert top5_of_few_outputs_note(5, "accuracy_top5").startswith("Note: accuracy_top5 is 1.0 ")
+    assert top5_of_few_outputs_note(6) is None and top5_of_few_outputs_note(1001) is None
