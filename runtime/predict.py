@@ -36,8 +36,9 @@ class PredictCounts:
 
 
 def predict_files(predict_step, files, image_size, batch_size, class_names=None, log=None):
-    """Prints `<file>: <class> <probability>, ...` (top 5) for every file, `SKIPPED <file>: <reason>` on stderr for
-    one that cannot be used, then `predicted N, failed M`; returns PredictCounts. `predict_step`: float32 images
+    """Prints a legend (`legend_line`), then `<file>: <class> <probability>, ...` (top 5) for every file, `SKIPPED
+    <file>: <reason>` on stderr for one that cannot be used, then `predicted N, failed M`; returns PredictCounts.
+    `predict_step`: float32 images
     [B, S, S, 3] -> probabilities, a tensor or an array (runtime/train_step.make_predict_step; inference.py's
     backends).
 
@@ -52,6 +53,7 @@ def predict_files(predict_step, files, image_size, batch_size, class_names=None,
         counts.failed += 1
         print("SKIPPED {}: {}".format(printable(path), reason), file=sys.stderr, flush=True)
 
+    print(legend_line(class_names), flush=True)
     ignored = getattr(files, "ignored", None)
     if ignored:
         print(ignored, file=sys.stderr, flush=True)
@@ -112,6 +114,14 @@ def _orientation_note(path, explained=False):
 def check_image(path, image_size):
     """UserError when the single file to predict on cannot be decoded (before the checkpoint is read)."""
     data_utils.load_inference_image(path, image_size, image_size)
+
+
+def legend_line(class_names):
+    """What the numbers of a prediction line are, said once before them: the output index is 0-based, as the
+    original printed it, while dataprep and the records label the classes 1..K."""
+    return ("Each line below gives a file's top 5 as <output index>{} <probability>, and output k is label k + 1 of "
+            "the dataset's records (their labels start at 1)".format(" (<class name>)" if class_names is not None
+                                                                      else ""))
 
 
 def format_prediction(filename, probabilities, top, class_names):

@@ -55,7 +55,9 @@ def test_a_link_out_of_the_directory_is_skipped_and_the_others_are_predicted(tmp
         "SKIPPED {}: a link pointing outside {} (not followed)".format(images / "b_out.jpg", images),
         "SKIPPED {}: a dangling link (its target gone.jpg does not exist)".format(images / "d_dangling.jpg"),
         "SKIPPED {}: image file is empty (0 bytes)".format(images / "z_empty.png")]
-    lines = out.splitlines()
+    legend, *lines = out.splitlines()
+    assert legend == ("Each line below gives a file's top 5 as <output index> <probability>, and output k is label "
+                      "k + 1 of the dataset's records (their labels start at 1)")
     assert [line.split(": ", 1)[0] for line in lines[:-2]] == [str(images / "a.jpg"), str(images / "c.jpg")]
     assert lines[0].split(": ", 1)[1].startswith("3 0.5000, ")
     assert lines[-2:] == ["Ending Inference ...", "predicted 2, failed 3"]
@@ -77,7 +79,8 @@ def test_a_file_whose_outputs_are_not_finite_is_reported_and_counts_as_failed(tm
     assert err.splitlines() == ["SKIPPED {}: the model's outputs for it are not finite: the model is not usable as it "
                                 "stands (trained for only a few steps, its BN moving statistics not settled, or its "
                                 "training diverged)".format(images / "b.jpg")]
-    assert [line.split(": ", 1)[0] for line in out.splitlines()[:2]] == [str(images / "a.jpg"), str(images / "c.jpg")]
+    assert [line.split(": ", 1)[0] for line in out.splitlines()[1:3]] == [str(images / "a.jpg"),
+                                                                          str(images / "c.jpg")]
     assert out.splitlines()[-1] == "predicted 2, failed 1"
 
 
@@ -97,7 +100,7 @@ def test_a_file_name_with_control_characters_is_printed_escaped_on_one_line(tmp_
     counts = predict_files(fake_step, [str(images / name) for name in names + ["bad\x1b[31m.jpg"]], 16, 4)
     assert (counts.predicted, counts.failed) == (2, 1)
     captured = capsys.readouterr()
-    lines = captured.out.splitlines()
+    lines = captured.out.splitlines()[1:]  # (after the legend)
     # (a name holding ": " is quoted as a JSON string: a reader splits the line at its first ": ")
     assert lines[0].startswith('"{}": 3 '.format(images / "nl\\nFAKE.jpg: 0 (T-shirt) 1.0000.jpg"))
     assert lines[1].startswith(str(images / "ansi\\x1b]0;PWN\\x07.jpg") + ": 3 ")
@@ -111,7 +114,7 @@ def test_a_file_name_holding_colon_space_is_quoted_so_the_line_splits_at_the_rig
     names = ["colon: 9 (Bag) 1.0000.jpg", 'quote" and: x.jpg', "plain:x.jpg"]
     images = photo_dir(tmp_path, names)
     predict_files(fake_step, [str(images / name) for name in names], 16, 4)
-    lines = capsys.readouterr().out.splitlines()
+    lines = capsys.readouterr().out.splitlines()[1:]  # (after the legend)
     assert [json.loads(line.split(": 3 ", 1)[0]) for line in lines[:2]] == [str(images / name) for name in names[:2]]
     assert lines[2].startswith(str(images / "plain:x.jpg") + ": 3 ")
 
@@ -142,7 +145,7 @@ def test_an_interrupt_says_how_many_files_were_predicted_and_logs_the_counts(tmp
     out, err = capsys.readouterr()
     assert err.splitlines() == ["INTERRUPTED: {} stopped by {}; 2 of 5 files predicted (the lines above); run "
                                 "the same command again to predict all".format(__name__, name)]
-    assert len(out.splitlines()) == 2 and "predicted 2" not in out
+    assert len(out.splitlines()) == 3 and "predicted 2" not in out  # the legend and two files
     assert records == [{"predicted": 2, "failed": 0, "interrupted": name}]
 
 
