@@ -284,13 +284,53 @@ def checkpoint_prefix_hint(flag, path):
                      f"python export_onnx.py --input <name>.pb --output <name>.onnx")
 
 
+def exports_in(path):
+    """The names of the SavedModels a directory holds as main.py's --export_dir writes them (timestamped
+    subdirectories), oldest first; [] for anything else. An interrupted export's temporary is none."""
+    if not os.path.isdir(path):
+        return []
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return []
+    return sorted(name for name in names if not name.startswith(SAVED_MODEL_TEMPORARY_PREFIX)
+                  and os.path.isfile(os.path.join(path, name, "saved_model.pb")))
+
+
+class ExportGiven:
+    """An export given where a training checkpoint is expected (`as_export`): `what` it is, as a phrase
+    ("a SavedModel (an export)", "an --export_dir holding 2 SavedModels (exports), the newest <dir>/<ts>"),
+    the SavedModel to serve, and the directory of the checkpoint its record says it was exported from (or None)."""
+
+    def __init__(self, what, saved_model, checkpoint_dir):
+        self.what, self.saved_model, self.checkpoint_dir = what, saved_model, checkpoint_dir
+
+
+def as_export(path):
+    """An ExportGiven when `path` is a SavedModel or a directory of them (main.py's --export_dir), else None: the one
+    reading of an export given to a tool that wants a checkpoint (main.py's --model_dir, --finetune_checkpoint,
+    export_frozen_graph.py's --checkpoint, postprocess_ckpt.py's --input)."""
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        saved_model, what = path, "a SavedModel (an export)"
+    else:
+        exports = exports_in(path)
+        if not exports:
+            return None
+        saved_model = os.path.join(path, exports[-1])
+        what = ("an --export_dir holding {}, the newest {}".format(
+            "1 SavedModel (an export)" if len(exports) == 1 else f"{len(exports)} SavedModels (exports)", saved_model))
+    try:
+        exported_from = (read_source(saved_model) or {}).get("checkpoint")
+    except UserError:  # a damaged record: the hint goes without it
+        exported_from = None
+    return ExportGiven(what, saved_model, os.path.dirname(exported_from) if exported_from else None)
+
+
 def _what_to_pass_instead(path):
     """The hint of a path that is not a SavedModel: the newest export under an --export_dir, or how to export a
     training directory's checkpoint (with the evaluation data, or without any through a frozen graph)."""
     if os.path.isdir(path):
-        exports = sorted(name for name in os.listdir(path)  # (an interrupted export's temporary is none)
-                         if not name.startswith(SAVED_MODEL_TEMPORARY_PREFIX)
-                         and os.path.isfile(os.path.join(path, name, "saved_model.pb")))
+        exports = exports_in(path)
         if exports:
             return "it holds {} export(s): pass one, e.g. {}".format(len(exports), os.path.join(path, exports[-1]))
         if os.path.isfile(os.path.join(path, "checkpoint")) or glob.glob(

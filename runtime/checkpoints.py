@@ -41,19 +41,15 @@ def no_checkpoint(model_dir):
     directory it was taken relative to may be the wrong one). A SavedModel given as model_dir is said to be one,
     with the tool that serves it and the checkpoint it records it was exported from."""
     where = model_dir if os.path.isabs(model_dir) else "{} ({})".format(model_dir, os.path.abspath(model_dir))
-    if os.path.isfile(os.path.join(model_dir, "saved_model.pb")):
-        from model import export
-        try:
-            source = export.read_source(model_dir) or {}
-        except UserError:  # a damaged record: the hint goes without it
-            source = {}
-        exported_from = source.get("checkpoint")
+    from model.export import as_export
+    exported = as_export(model_dir)
+    if exported is not None:
         origin = ", or give --model_dir the directory of the checkpoint it was exported from, {}".format(
-            os.path.dirname(exported_from)) if exported_from else ""
+            exported.checkpoint_dir) if exported.checkpoint_dir else ""
         return UserError(printable(
-            "model_dir {} is a SavedModel (an export), not a training directory: serve it with python inference.py "
-            "--model {} (--to-predict <images> for their classes, --data-dir <TFRecords> for its accuracy){}".format(
-                where, model_dir, origin)))
+            "model_dir {} is {}, not a training directory: serve it with python inference.py --model {} "
+            "(--to-predict <images> for their classes, --data-dir <TFRecords> for its accuracy){}".format(
+                where, exported.what, exported.saved_model, origin)))
     return UserError("no checkpoint in model_dir {} (train first, or point --model_dir at a directory with "
                      "model.ckpt-* files)".format(where))
 

@@ -1,5 +1,6 @@
 """Tests of model/checkpoint/read.py: finding the newest complete checkpoint, and what inspect() reads from the
 object format's object graph (architecture from model.resnet.ARCHITECTURES, classes, classifier form)."""
+import json
 import os
 
 import keras
@@ -73,8 +74,20 @@ def test_a_checkpoints_file_or_an_export_given_as_a_checkpoint_is_refused_with_w
     with pytest.raises(UserError) as error:
         checkpoint.find_checkpoint(str(export), "--finetune_checkpoint")
     assert str(error.value) == (f"--finetune_checkpoint {export} is a SavedModel (an export), not a training "
-                                "checkpoint: give the checkpoint it was exported from (its assets.extra/source.json "
-                                "names it)")
+                                "checkpoint: give the checkpoint it was exported from, which its record does not name")
+    # the --export_dir that holds it, named as such, with the checkpoint its newest export records (an audit's
+    # `export_frozen_graph.py --checkpoint <export_dir>` said `no complete checkpoint in that directory`, 2026-12-07)
+    newer = tmp_path / "export" / "1796663299"
+    (newer / "assets.extra").mkdir(parents=True)
+    (newer / "saved_model.pb").write_bytes(b"")
+    (newer / "assets.extra" / "source.json").write_text(json.dumps({"checkpoint": "/runs/a/model.ckpt-7"}))
+    (tmp_path / "export" / ".tmp-1796663300").mkdir()  # an interrupted export's temporary: not one
+    for flag in ("--checkpoint", "--input"):
+        with pytest.raises(UserError) as error:
+            checkpoint.find_checkpoint(str(tmp_path / "export"), flag)
+        assert str(error.value) == (f"{flag} {tmp_path / 'export'} is an --export_dir holding 2 SavedModels "
+                                    f"(exports), the newest {newer}, not a training checkpoint: give the checkpoint "
+                                    "it was exported from, /runs/a")
 
 
 def test_incomplete_newest_checkpoint_falls_back_with_a_warning(trained_model, tmp_path):
@@ -95,6 +108,14 @@ def test_incomplete_newest_checkpoint_falls_back_with_a_warning(trained_model, t
     assert warnings == warnings[:1] * 2
     with pytest.raises(UserError, match="incomplete"):
         checkpoint.find_checkpoint(str(tmp_path / "model.ckpt-2"), "--checkpoint")
+    # its .index gone instead, named by its prefix: incomplete too, as the directory's warning says, not "no such
+    # checkpoint" (an audit, 2026-12-07), with the complete one beside it
+    writer.save(3)
+    os.remove(str(tmp_path / "model.ckpt-3.index"))
+    with pytest.raises(UserError) as error:
+        checkpoint.find_checkpoint(str(tmp_path / "model.ckpt-3"), "--checkpoint")
+    assert str(error.value) == (f"--checkpoint {tmp_path}/model.ckpt-3: the checkpoint is incomplete (its .index file "
+                                f"is missing); the newest complete one beside it is {tmp_path}/model.ckpt-1")
 
 
 def test_a_directory_whose_checkpoints_are_all_damaged_or_missing_is_refused(trained_model, tmp_path):

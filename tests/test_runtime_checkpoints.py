@@ -74,6 +74,12 @@ def test_a_savedmodel_given_as_model_dir_is_named_with_what_serves_it_and_its_ch
     (export / "assets.extra" / "source.json").write_text(json.dumps({"checkpoint": "/runs/a/model.ckpt-7", "step": 7}))
     assert str(checkpoints.no_checkpoint(str(export))).endswith(
         "for its accuracy), or give --model_dir the directory of the checkpoint it was exported from, /runs/a")
+    # the --export_dir holding it: the newest export is the one to serve (until 2026-12-07 "train first")
+    assert str(checkpoints.no_checkpoint(str(export.parent))) == (
+        f"model_dir {export.parent} is an --export_dir holding 1 SavedModel (an export), the newest {export}, not a "
+        f"training directory: serve it with python inference.py --model {export} (--to-predict <images> for their "
+        "classes, --data-dir <TFRecords> for its accuracy), or give --model_dir the directory of the checkpoint it was "
+        "exported from, /runs/a")
 
 
 def test_a_new_training_from_a_finetune_checkpoint_says_so(resnet50_checkpoint, tmp_path, monkeypatch):

@@ -218,9 +218,12 @@ def find_checkpoint(path, flag, warn=print):
     if os.path.isdir(path):
         latest = latest_checkpoint(path, warn)
         if latest is None:
-            if os.path.isfile(os.path.join(path, "saved_model.pb")):
-                raise UserError(f"{flag} {path} is a SavedModel (an export), not a training checkpoint: give the "
-                                "checkpoint it was exported from (its assets.extra/source.json names it)")
+            from model.export import as_export
+            exported = as_export(path)
+            if exported is not None:
+                raise UserError(printable(f"{flag} {path} is {exported.what}, not a training checkpoint: give the "
+                                          "checkpoint it was exported from, " + (
+                                              exported.checkpoint_dir or "which its record does not name")))
             raise UserError(f"{flag} {path}: no complete checkpoint in that directory")
         return latest
     if not os.path.exists(path + ".index"):
@@ -228,6 +231,13 @@ def find_checkpoint(path, flag, warn=print):
         if prefix != path and os.path.exists(prefix + ".index"):
             raise UserError(f"{flag} {path} is one of a checkpoint's files: name the checkpoint by its prefix, "
                             f"{flag} {prefix}")
+        if glob.glob(glob.escape(path) + ".data-*"):  # its data without its index: not "no such checkpoint"
+            try:
+                newest = latest_checkpoint(os.path.dirname(path) or ".", warn=lambda line: None)
+            except UserError:  # none complete there either
+                newest = None
+            raise UserError(f"{flag} {path}: the checkpoint is incomplete (its .index file is missing)" + (
+                f"; the newest complete one beside it is {newest}" if newest else ""))
         raise UserError(f"{flag} {path}: no such checkpoint (expected {path}.index or a directory of checkpoints)")
     if not is_complete(path):
         raise UserError(f"{flag} {path}: the checkpoint is incomplete (its .data file is missing)")
