@@ -25,7 +25,7 @@ from runtime.config import given_options
 from runtime.settings import classifier_form_note, reconcile
 from utils import defaults, quiet
 from utils.errors import ArgumentParser, command, doc_part, on_interrupt, printable
-from utils.output_paths import check_output_file, check_tensorflow_path
+from utils.output_paths import check_output_file, check_tensorflow_path, earlier_file_kept
 
 FORMATS = ("NCHW", "NHWC")
 
@@ -197,7 +197,8 @@ def kept_line(output_file, written):
     """What an export stopped by a signal or a closed stdout has left."""
     if written:
         return f"the graph was written to {printable(output_file)}; only the lines after it are lost"
-    return f"no graph was written to {printable(output_file)}; run the same command again"
+    return (f"no graph was written to {printable(output_file)}{earlier_file_kept(output_file)}; run the same "
+            "command again")
 
 
 if __name__ == "__main__":

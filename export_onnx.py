@@ -4,7 +4,8 @@
     python export_onnx.py --input rn50_qat.pb --output rn50_qat.onnx            # export_frozen_graph.py output
 
 A SavedModel's `serving_default` signature is frozen first; its ONNX graph has input `input` and outputs
-`classes` and `probabilities`. A frozen GraphDef keeps its `input` placeholder and single softmax output. QAT graphs
+`classes` and `probabilities`. A frozen GraphDef keeps its `input` placeholder; its single softmax output
+(`<arch>/output/softmax`) is named `probabilities` in the ONNX graph, as the SavedModel's. QAT graphs
 keep their quantisation as QuantizeLinear/DequantizeLinear pairs (what TensorRT's explicit INT8 mode consumes).
 tf2onnx cannot convert FakeQuant ops with a narrow range (symmetric FakeQuant weights): export those graphs with
 --use_qdq. The conversion itself is model/export.py's.

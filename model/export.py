@@ -25,7 +25,7 @@ import uuid
 
 from utils.dataset_manifest import leaves_outputs_unnamed
 from utils.errors import UserError, first_line, on_interrupt, printable
-from utils.output_paths import replaced_path
+from utils.output_paths import earlier_file_kept, replaced_path
 from utils.run_lock import missing_directories
 
 DEFAULT_OPSET = 17
@@ -457,7 +457,8 @@ def _write_atomically(path, write):
     import tensorflow as tf
     temporary = "{}.tmp-{}".format(os.path.abspath(path), uuid.uuid4().hex)
     try:
-        with on_interrupt("no output written to {}".format(path)), replaced_path(path, temporary):
+        with on_interrupt(lambda: "no output written to {}{}".format(path, earlier_file_kept(path))), \
+                replaced_path(path, temporary):
             os.makedirs(os.path.dirname(temporary), exist_ok=True)
             write(temporary)
     except tf.errors.OpError as error:  # a full disk, a read-only or vanished directory, as TensorFlow reports it

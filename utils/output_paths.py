@@ -139,6 +139,12 @@ def check_output_file(flag, path):
     _check_can_create_in(flag, path, os.path.dirname(os.path.abspath(path)))
 
 
+def earlier_file_kept(path):
+    """The clause for an output a stopped run did not write, when a file of that name was there before: it is still
+    there (writes are atomic), and it is not this run's output. Empty when there is none."""
+    return "; the file there is the one from before, not this run's" if os.path.lexists(path) else ""
+
+
 @contextlib.contextmanager
 def replaced_path(path, temporary=None):
     """Yields a temporary path beside `path` for the block to write (by default `.<name>.tmp-<hex>`, hidden, which
