@@ -14,8 +14,8 @@ The result is loaded by a model built with --use_final_conv (export_frozen_graph
   checkpoint (the original hard-coded 2048x1001), into `<output>/new.ckpt` with a `checkpoint` file, as the original.
 - Object-based checkpoints of earlier versions of this port: restored into a model with the 1x1-conv head and
   written as ours; optimizer slots are not carried over (the output is for export, evaluation or a fresh fine-tune).
-The output directory must not exist (the original failed on it too), unless --overwrite; one a running training
-holds (its `.run.lock`) is refused. A `labels.txt` beside the
+The output directory must not exist (the original failed on it too), unless --overwrite (what else it holds is kept,
+and named after the write); one a running training holds (its `.run.lock`) is refused. A `labels.txt` beside the
 input checkpoint (training copies the dataset's class names there) is copied too, so `predict` on the output still
 names classes.
 """
@@ -132,6 +132,14 @@ def copy_class_names(info, output):
     return target
 
 
+def others_in(output, written, labels):
+    """What --output holds besides this run's checkpoint, its state file, labels.txt and the lock: files of an
+    earlier checkpoint or run there (an --overwrite), which the state file no longer names."""
+    ours = {"checkpoint", "labels.txt" if labels else None}
+    return sorted(name for name in os.listdir(output) if name not in ours and not name.startswith(".")
+                  and not name.startswith(os.path.basename(written) + "."))
+
+
 def convert(args):
     from model import checkpoint
     check_tensorflow_path("--input", args.input)
@@ -177,6 +185,11 @@ def main(argv=None):
         written, labels = convert(args)
         done.append(written)
         print(f"Wrote {written}")
+        others = others_in(args.output, written, labels)
+        if others:  # an --overwrite of a directory that held something else: said, not deleted
+            print(printable("Note: --output {} also holds what this run did not write ({}{}): not this checkpoint's "
+                            "(an evaluation's events in it would be another checkpoint's); remove them if they are "
+                            "not wanted".format(args.output, ", ".join(others[:5]), ", ..." if len(others) > 5 else "")))
         if labels:
             print(f"Copied the class names to {labels}")
         else:

@@ -74,7 +74,19 @@ def test_existing_output_is_refused_unless_overwrite(qat_checkpoint, tmp_path):
     result = run("--input", str(directory), "--output", str(tmp_path / "out"))
     assert result.returncode == 2
     assert "ERROR: --output" in result.stderr and "already exists" in result.stderr and "--overwrite" in result.stderr
-    assert run("--input", str(directory), "--output", str(tmp_path / "out"), "--overwrite").returncode == 0
+    result = run("--input", str(directory), "--output", str(tmp_path / "out"), "--overwrite")
+    assert result.returncode == 0
+    assert "also holds" not in result.stdout  # an empty directory: nothing else to say
+    # an earlier checkpoint's files and evaluation events stay (nothing of the user's is deleted), said not to be
+    # this checkpoint's (an audit's TensorBoard showed the old evaluation beside the new checkpoint, 2026-12-07)
+    (tmp_path / "out" / "eval").mkdir()
+    (tmp_path / "out" / "model.ckpt-64.index").write_bytes(b"")
+    result = run("--input", str(directory), "--output", str(tmp_path / "out"), "--overwrite")
+    assert result.returncode == 0
+    assert (f"Note: --output {tmp_path / 'out'} also holds what this run did not write (eval, model.ckpt-64.index): "
+            "not this checkpoint's (an evaluation's events in it would be another checkpoint's); remove them if they "
+            "are not wanted") in result.stdout.splitlines()
+    assert (tmp_path / "out" / "eval").is_dir() and (tmp_path / "out" / "model.ckpt-64.index").exists()
 
 
 def test_missing_checkpoint(tmp_path):
