@@ -189,7 +189,8 @@ def main(argv=None):
         if others:  # an --overwrite of a directory that held something else: said, not deleted
             print(printable("Note: --output {} also holds what this run did not write ({}{}): not this checkpoint's "
                             "(an evaluation's events in it would be another checkpoint's); remove them if they are "
-                            "not wanted".format(args.output, ", ".join(others[:5]), ", ..." if len(others) > 5 else "")))
+                            "not wanted".format(args.output, ", ".join(others[:5]),
+                                                ", ..." if len(others) > 5 else "")))
         if labels:
             print(f"Copied the class names to {labels}")
         else:
