@@ -547,6 +547,11 @@ class Runner:
         log.print("Evaluation Steps", num_steps)
         log.print("Decay Steps", num_decay_steps)
         log.print("Global Batch Size", batch_size)
+        replicas = self.distribution.num_replicas
+        if replicas > 1:  # (training's global batch spans the replicas; this one does not)
+            log.print("Note: rank 0 evaluates alone, on one device, so this batch is --batch_size's, as the "
+                      "original's; {}".format("the other replica waits" if replicas == 2 else
+                                              "the other {} replicas wait".format(replicas - 1)))
 
         model, global_step = self.inference_model()
         eval_step = train_step.make_eval_step(model, config.num_classes, jit_compile=config.xla)

@@ -277,9 +277,12 @@ def check_mode_arguments(config):
 
 
 def check_single_process(config, processes):
-    """The original's refusal of an inference mode in several processes (or on several devices)."""
+    """The original's refusal of an inference mode in several processes (or on several devices), with how to run it
+    (the original's sentence named no way out, and spoke of GPUs on a CPU too)."""
     if processes > 1 and config.mode in SINGLE_PROCESS_MODES:
-        raise UserError("Only single GPU inference is implemented.")
+        raise UserError("Only single GPU inference is implemented. (--mode {} runs in one process on one device: run "
+                        "main.py directly, without runtime.launch, horovodrun, mpirun, srun or "
+                        "RN50_ENGINE=mirrored)".format(config.mode))
 
 
 def parse(argv=None):
@@ -691,9 +694,11 @@ def _note_another_stream(config, info, count, replicas, workers, note):
         # The same images per step read by another number of processes, each reading its own share of the train
         # files: the seeded stream is another one (DALI's resume has its own note).
         processes = recorded["processes"]
-        note("Note: checkpoint {} was trained by {} process{}, each reading its own share of the train files: this "
-             "run has {}, so --seed's data stream does not continue where the checkpoint's stopped (the same {} images "
-             "per step, other images in them)".format(info.path, processes, "es" * (processes != 1), workers, images))
+        note("Note: checkpoint {} was trained by {}: this run has {} process{}{}, so --seed's data stream does not "
+             "continue where the checkpoint's stopped (the same {} images per step, other images in them)".format(
+                 info.path, "1 process, which read all the train files" if processes == 1 else
+                 "{} processes, each reading its own share of the train files".format(processes), workers,
+                 "es" * (workers != 1), ", each reading its own share" if workers > 1 else "", images))
     for line in stream_notes:
         note(line)
     if config.uses_dali and config.seed is not None:
@@ -722,11 +727,14 @@ def _schedule_at_other_images(config, info, count, images):
     seen = before + max(end - step, 0) * images
     # "Epoch" is the schedule's (under --iter_unit batch, num_iter steps over a whole number of them, as the
     # original's), the images are counted in passes over the train split: the two differ under --iter_unit batch.
+    # A run length given anew moves the end itself: said first, so the end is not read as the batch's doing.
+    length = "".join("--{} {} (was {}); ".format(name, getattr(config, name), recorded.get(name))
+                     for name in ("num_iter", "iter_unit") if recorded.get(name) != getattr(config, name))
     return ("so at step {} its learning rate is {:.6g} where the checkpoint's run had {:.6g}, and it ends at step {} "
-            "where that run ended at step {} ({}its schedule's epoch is {:g} steps, that run's {:g}): {:,} images in "
+            "where that run ended at step {} ({}{}its schedule's epoch is {:g} steps, that run's {:g}): {:,} images in "
             "all ({:.3g} pass{} over the {:,} train images) where that run saw {:,} ({:.3g} pass{}){}".format(
                 step, learning_rate_at(schedule, images, step), learning_rate_at(recorded, recorded_images, step),
-                end, recorded["num_steps"], "under --iter_unit batch " if config.iter_unit == "batch" else "",
+                end, recorded["num_steps"], length, "under --iter_unit batch " if config.iter_unit == "batch" else "",
                 schedule["steps_per_epoch"], recorded["steps_per_epoch"],
                 seen, seen / count, "" if seen == count else "es", count, then, then / count,
                 "" if then == count else "es",

@@ -157,6 +157,9 @@ def test_two_workers_train_identically_and_resume(tmp_path, data_dir):
     second = _check(_launch(*_train_args(data_dir, results_dir, -1, weights_dir, mode="train_and_evaluate")))
     _check_two_worker_run(second, results_dir, weights_dir, "multi_worker", expected_step=3, start_step=2)
     assert "Evaluated 4 of 4 images" in second.stdout and "[worker 1] Starting Model Evaluation" not in second.stdout
+    # its batch is said to be rank 0's alone (after training's "Global Batch Size" over both workers, 2026-12-07)
+    assert ("Note: rank 0 evaluates alone, on one device, so this batch is --batch_size's, as the original's; the "
+            "other replica waits") in second.stdout.splitlines()
     assert any('"top1_accuracy"' in line for line in open(os.path.join(results_dir, "log.json")))
 
 
@@ -180,7 +183,9 @@ def test_inference_modes_refuse_several_workers(tmp_path):
                      "--iter_unit", "batch", "--synthetic_data_size", 32, "--results_dir", tmp_path)
     # Refused once, by the launcher, before any worker starts.
     assert (result.returncode, result.stderr.strip(), result.stdout) == (
-        2, "ERROR: Only single GPU inference is implemented.", "")
+        2, "ERROR: Only single GPU inference is implemented. (--mode inference_benchmark runs in one process on one "
+           "device: run main.py directly, without runtime.launch, horovodrun, mpirun, srun or RN50_ENGINE=mirrored)",
+        "")
 
 
 def test_a_run_into_a_busy_model_dir_stops_every_worker_with_one_line_each(tmp_path, data_dir):

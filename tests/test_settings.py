@@ -539,8 +539,17 @@ def test_a_seeded_resume_by_another_number_of_processes_says_its_stream_is_anoth
     config = RunConfig(model_dir=str(tmp_path), batch_size=16, seed=1, **model)
     settings.resolve(config, {"batch_size", "seed"} | set(model), log=collect(lines), replicas=1, workers=1)
     assert lines == [f"Note: checkpoint {path} was trained by 2 processes, each reading its own share of the train files: "
-                     "this run has 1, so --seed's data stream does not continue where the checkpoint's stopped (the "
-                     "same 16 images per step, other images in them)"]
+                     "this run has 1 process, so --seed's data stream does not continue where the checkpoint's "
+                     "stopped (the same 16 images per step, other images in them)"]
+    # the other way round, as the audit of 2026-12-07 met it ("trained by 1 process, each reading its own share")
+    one = fake_checkpoint(tmp_path / "one", training={"moving_average_decay": 0.0, "images_per_step": 16,
+                                                      "processes": 1})
+    lines = []
+    settings.resolve(RunConfig(model_dir=str(tmp_path / "one"), batch_size=8, seed=1, **model),
+                     {"batch_size", "seed"} | set(model), log=collect(lines), replicas=2, workers=2)
+    assert lines == [f"Note: checkpoint {one} was trained by 1 process, which read all the train files: this run has 2 "
+                     "processes, each reading its own share, so --seed's data stream does not continue where the "
+                     "checkpoint's stopped (the same 16 images per step, other images in them)"]
     lines = []  # the same processes, or no --seed (no exact stream to continue): nothing to say
     settings.resolve(RunConfig(model_dir=str(tmp_path), batch_size=8, seed=1, **model), {"batch_size", "seed"} |
                      set(model), log=collect(lines), replicas=2, workers=2)
@@ -857,7 +866,8 @@ def test_a_schedule_note_is_about_the_schedule_flags_not_a_batch_change(tmp_path
     assert lines == [f"Note: checkpoint {path} was trained at 1 images per step: this run continues at 2 (--batch_size 2 x "
                      f"1 replica(s) x --grad_accum_steps 1), so at step 2 its learning rate is {0.256 * 2 / 256:.6g} "
                      f"where the checkpoint's run had {0.256 / 256:.6g}, and it ends at step 4 where that run ended at "
-                     "step 3 (under --iter_unit batch its schedule's epoch is 2 steps, that run's 3): 6 images in "
+                     "step 3 (--num_iter 4 (was 3); under --iter_unit batch its schedule's epoch is 2 steps, that "
+                     "run's 3): 6 images in "
                      "all (1 pass over the 6 train images) where that run saw 3 (0.5 passes)"]
     assert resolve(tmp_path / "run", batch_size=2, num_iter=4, **dict(flags, lr_init=0.512))[1][1].endswith(
         f"--lr_init 0.512 (was 0.256), --num_iter 4 (was 3); at step 2 the rate is {0.512 * 2 / 256:.6g} where the "
@@ -915,8 +925,9 @@ def test_the_images_seen_count_every_images_per_step_a_run_had(tmp_path):
     line = resolve(tmp_path / "run", batch_size=16, num_iter=30, **flags)[1][0]
     # (under --iter_unit batch the schedule's epoch is num_iter / ceil(num_iter / steps of a pass over the 64 records):
     # 30 / ceil(30 / 4) = 3.75 steps now, 10 / ceil(10 / 8) = 5 then; not a pass's 4)
-    assert line.endswith("and it ends at step 30 where that run ended at step 10 (under --iter_unit batch its "
-                         "schedule's epoch is 3.75 steps, that run's 5): 448 images in all (7 passes over the "
+    # (--num_iter 30 against that run's 10 moved the end, not the batch: said first, 2026-12-07)
+    assert line.endswith("and it ends at step 30 where that run ended at step 10 (--num_iter 30 (was 10); under "
+                         "--iter_unit batch its schedule's epoch is 3.75 steps, that run's 5): 448 images in all (7 passes over the "
                          "64 train images) where that run saw 128 (2 passes)"), line
     older = fake_checkpoint(tmp_path / "older", step=10, training=settings.training_state(
         RunConfig(batch_size=8, num_iter=10, **flags), train_images=64, length=TrainingLength(10, 2, 720, 5.0, 64)))
