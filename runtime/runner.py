@@ -44,7 +44,8 @@ class StopRequest:
     """SIGTERM / SIGINT / SIGUSR1 / SIGHUP: finish the current step, checkpoint, stop. A second signal exits at once,
     with one line ending in `kept`: what is left of the run."""
 
-    def __init__(self, kept, agree_every=None):
+    def __init__(self, kept, agree_every=None, say=print):
+        self.say = say  # the run's notes (rank 0's alone under several workers: they would repeat it)
         self.requested = False
         self.signum = None  # the first signal received (None when a peer worker's stop ended the loop)
         self.kept = kept
@@ -76,8 +77,8 @@ class StopRequest:
         for signum in STOP_SIGNALS:
             if signal.getsignal(signum) == signal.SIG_IGN:
                 if signum == signal.SIGINT:  # ignored by the parent (a job started with & from a script): said
-                    print("Note: SIGINT is ignored in this process (its parent set it so, as a shell script does for "
-                          "a job it starts with &): Ctrl-C and kill -INT do not stop it; SIGTERM does", flush=True)
+                    self.say("Note: SIGINT is ignored in this process (its parent set it so, as a shell script does "
+                             "for a job it starts with &): Ctrl-C and kill -INT do not stop it; SIGTERM does")
                 continue  # stays ignored
             try:
                 self._previous[signum] = signal.signal(signum, self._handle)
@@ -225,7 +226,8 @@ class Runner:
         stopped_by_signal = False
         stepped = False
         with StopRequest(BENCHMARK_KEEPS if is_benchmark else CHECKPOINT_KEPT,
-                         agree_every=SIGNAL_SYNC_EVERY if distribution.size > 1 else None) as stop:
+                         agree_every=SIGNAL_SYNC_EVERY if distribution.size > 1 else None,
+                         say=self.logger.print) as stop:
             try:
                 for index in range(run_iter):
                     start = time.perf_counter()
