@@ -51,6 +51,21 @@ def test_dry_run_prints_commands_whose_flags_parse(script):
         parse_cmdline(main_args)
 
 
+def test_qat_without_a_checkpoint_and_an_unknown_launcher_are_one_error_line():
+    """The QAT recipe printed `--finetune_checkpoint=` (empty) and main.py trained QAT from fresh weights; an unknown
+    LAUNCHER's line had no ERROR: prefix (a newcomer's audit, 2026-12-07)."""
+    environ = dict(os.environ, DRY_RUN="1", NUM_GPUS="8")
+    qat = os.path.join(ROOT, "training", "resnet50v1.5", "GPU1_RN50_QAT.sh")
+    for args in ([], ["--batch_size=4"]):
+        result = run_command(["bash", qat, *args], check=False, env=environ, timeout=60)
+        assert (result.returncode, result.stdout, result.stderr) == (
+            2, "", "ERROR: QAT fine-tunes a converged checkpoint: give it first (usage: GPU1_RN50_QAT.sh CHECKPOINT "
+                   "[DATA_DIR] [RESULTS_DIR] [extra flags])\n")
+    result = run_command(["bash", RECIPES[0], "/ws", "/dd"], check=False, env=dict(environ, LAUNCHER="bogus"),
+                         timeout=60)
+    assert (result.returncode, result.stderr) == (2, "ERROR: LAUNCHER must be tf, horovod or mpirun (got bogus)\n")
+
+
 @pytest.mark.parametrize("script", RECIPES, ids=lambda path: os.path.basename(path))
 def test_recipe_matches_the_table(script):
     name = os.path.basename(script)

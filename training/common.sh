@@ -100,7 +100,7 @@ apt-get install openmpi-bin, and Horovod built with it; or use LAUNCHER=tf or LA
             LAUNCH=(mpirun --allow-run-as-root)
             [ -n "${BIND_TO_SOCKET:-}" ] && LAUNCH+=(--bind-to socket)
             LAUNCH+=(-np "$np" "$PYTHON" "$TRAINING_ROOT/main.py") ;;
-    *) echo "LAUNCHER must be tf, horovod or mpirun (got ${LAUNCHER})" >&2; return 2 ;;
+    *) echo "ERROR: LAUNCHER must be tf, horovod or mpirun (got ${LAUNCHER})" >&2; return 2 ;;
   esac
 }
 
@@ -138,6 +138,11 @@ run_recipe() {
 # (docs/ORIGINAL.md#quantisation-aware-training).
 run_qat() {
   local arch=$1 checkpoint=${2:-} data_dir=${3:-/data/tfrecords} results_dir=${4:-/workspace/rn50v15_tf/results}
+  if [ -z "$checkpoint" ] || [ "${checkpoint#-}" != "$checkpoint" ]; then  # none, or a flag in its place
+    echo "ERROR: QAT fine-tunes a converged checkpoint: give it first (usage: $(basename "$0") CHECKPOINT [DATA_DIR]" \
+      "[RESULTS_DIR] [extra flags])" >&2
+    return 2
+  fi
   shift 4 2>/dev/null || shift $#
   _run_or_print "$PYTHON" "$TRAINING_ROOT/main.py" --arch="$arch" --mode=train_and_evaluate --batch_size=32 \
     --lr_warmup_epochs=1 --quantize --symmetric --use_qdq --label_smoothing 0.1 --lr_init=0.00005 \
