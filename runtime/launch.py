@@ -276,6 +276,19 @@ def _show(pairs, quiet):
                 StdoutLost.on_lost()
 
 
+# s: how long an abort line met before the launcher knows of a failure waits for it. A worker killed with -9 resets
+# its peers' connections as it exits, and a peer may print its abort lines before the killed one is reaped (a
+# newcomer's audit saw six of them shown, 2026-12-07).
+ABORT_SETTLE = 1.0
+
+
+def _settle(interrupted, seconds=ABORT_SETTLE):
+    """Waits until `interrupted()` or `seconds` have passed."""
+    deadline = time.monotonic() + seconds
+    while not interrupted() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def _pump(stream, rank, quiet, lock, interrupted=lambda: False, filter_abort=True, repeated=None):
     """Copies a worker's output to stdout, prefixed. `interrupted()`: whether the launcher has forwarded an
     interrupt or a worker has failed, from when on AbortNoise filters the lines (unless `filter_abort` is False:
@@ -288,6 +301,8 @@ def _pump(stream, rank, quiet, lock, interrupted=lambda: False, filter_abort=Tru
                 repeated.feed(rank, line) if repeated is not None else [(rank, line)])], quiet)
 
     for line in iter(stream.readline, b""):
+        if filter_abort and not interrupted() and _ABORT_LINE.match(line):
+            _settle(interrupted)
         take(noise.feed(line) if filter_abort and interrupted() else noise.flush() + [line])
     take(noise.flush())
     if repeated is not None:

@@ -321,6 +321,32 @@ def test_after_an_interrupt_the_aborted_collectives_output_of_a_worker_is_one_co
     assert out == [b"[worker 1] " + peer_stopped] and err.startswith("runtime.launch: 4 line(s) of worker 1's")
 
 
+def test_abort_lines_that_come_just_before_the_launcher_sees_the_failure_are_counted_not_shown(capsysbinary):
+    """A peer killed with -9 resets the connections as it exits: a worker may print its abort lines before the
+    launcher has reaped the killed one (a newcomer's audit saw six lines shown, 2026-12-07). An abort line met before
+    a failure is known waits up to launch.ABORT_SETTLE seconds for one; a line that is no abort line does not wait."""
+    import threading
+    import time
+    from runtime import launch
+    lines = [b"Current step: 16\n"] + ABORT_OUTPUT_3
+
+    class Stream:
+        def __init__(self):
+            self.left = list(lines)
+
+        def readline(self):
+            return self.left.pop(0) if self.left else b""
+
+        def close(self):
+            pass
+
+    failed_at = time.monotonic() + 0.3  # the launcher learns of the failure 0.3 s after the first abort line
+    launch._pump(Stream(), 0, False, threading.Lock(), lambda: time.monotonic() > failed_at)
+    out, err = capsysbinary.readouterr()
+    assert out.splitlines(keepends=True) == [b"Current step: 16\n"]  # (rank 0 unprefixed)
+    assert err.decode().startswith("runtime.launch: {} line(s) of worker 0's output".format(len(ABORT_OUTPUT_3)))
+
+
 def test_the_launcher_filters_the_aborted_collectives_once_a_worker_has_failed(monkeypatch):
     """A worker killed (or stopped on its own ERROR) aborts its peers' collectives as an interrupt does: from its
     exit on, the pumps filter those lines. A worker that exited 0 is no failure."""
