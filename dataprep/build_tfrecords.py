@@ -137,12 +137,14 @@ def _require_dir(path: str, what: str) -> None:
 
 
 def read_metadata(path: str) -> dict[str, str]:
-    """`<wnid>\\t<text>` lines (the original's imagenet_metadata.txt)."""
+    """`<wnid>\\t<text>` lines (the original's imagenet_metadata.txt), or `<wnid> <text>` (Kaggle's
+    LOC_synset_mapping.txt): the key is the line's first field, up to a tab if it has one, else up to a space."""
     texts = {}
     try:
         with open(path, encoding="utf-8") as f:
             for line in f:
-                parts = line.rstrip("\n").split("\t", 1)
+                line = line.rstrip("\r\n")
+                parts = line.split("\t", 1) if "\t" in line else line.strip().split(None, 1)
                 if len(parts) == 2:
                     texts[parts[0].strip()] = parts[1].strip()
     except OSError as exc:
@@ -298,6 +300,13 @@ def discover(args) -> tuple[ClassList, dict[str, SplitInput], bool]:
     if args.metadata_file:
         metadata = read_metadata(args.metadata_file)
         texts.update({s: metadata[s] for s in synsets if s in metadata})
+        missing = [s for s in synsets if s not in metadata]
+        if missing:  # their texts stay the class names, which a metadata file was given to replace
+            print("WARNING: --metadata_file {} names {} of the {} classes (not {}{}): their texts are their class "
+                  "names{}".format(args.metadata_file, len(synsets) - len(missing), len(synsets), ", ".join(missing[:3]),
+                                   ", ..." if len(missing) > 3 else "",
+                                   "" if len(missing) < len(synsets) else "; expected '<class>\\t<text>' lines"),
+                  file=sys.stderr)
     elif imagenet:
         texts.update({s: t for s, t in (_imagenet_texts(synsets) or {}).items() if s in texts})
     classes = ClassList(synsets, [texts[s] for s in synsets])
@@ -355,7 +364,23 @@ def discover(args) -> tuple[ClassList, dict[str, SplitInput], bool]:
                       ", ..." if len(classes_left) > 5 else "", os.path.basename(others[0][0])), file=sys.stderr)
         split_input.items = shuffled(split_input.items, args.shuffle_seed)
         splits[split] = split_input
+    if args.bounding_box_file or args.bounding_box_dir:  # matched by file name: a mismatch leaves every record without
+        _say_box_coverage(splits, bboxes, args.bounding_box_file or args.bounding_box_dir)
     return classes, splits, imagenet
+
+
+def _say_box_coverage(splits, bboxes, source):
+    """How many images got a box from `source`, split by split: boxes are matched by file name (`<stem>.JPEG`), and
+    a dataset whose files are named otherwise got none, which only this line says (a WARNING when none matched)."""
+    for split, split_input in splits.items():
+        items = split_input.items
+        boxed = sum(1 for item in items if item.bboxes)
+        line = "{}: {} of {} files have a bounding box from {}".format(split, boxed, len(items), source)
+        if boxed or not bboxes or split != "train":
+            print(line)
+        else:
+            print("WARNING: {}: no file name matches one of its {} boxed images (e.g. {}; this split's files are "
+                  "named e.g. {})".format(line, len(bboxes), sorted(bboxes)[0], items[0].filename), file=sys.stderr)
 
 
 def _refuse_split_folders_as_classes(directory: str, folders: list[str]) -> None:

@@ -4,13 +4,15 @@
 
 Walks xml_dir recursively (ILSVRC layout: `<wnid>/<wnid>_<n>.xml`) and writes one line per box,
 `<image>.JPEG,xmin,ymin,xmax,ymax`, coordinates normalised by the annotated image size, clipped to [0, 1], min/max
-swapped if given in the wrong order, 4 decimals, lines sorted. With a synsets file (one WNID per line) only boxes of
-those synsets are kept. Boxes of degenerate size are dropped. Boxes whose label differs from the image's folder
+swapped if given in the wrong order, 4 decimals, lines sorted. With a synsets file (one WNID per line, alone or
+followed by its words as in Kaggle's LOC_synset_mapping.txt) only boxes of those synsets are kept; when no box is
+kept, an error (status 2) and nothing written. Boxes of degenerate size are dropped. Boxes whose label differs from the image's folder
 synset are kept but counted (the original reported them the same way).
 """
 from __future__ import annotations
 
 import os
+import re
 import sys
 import xml.etree.ElementTree as ElementTree
 
@@ -51,7 +53,8 @@ def process_bounding_boxes(xml_dir: str, synsets: set[str] | None = None) -> tup
     if not os.path.isdir(xml_dir):
         raise UserError(f"bounding-box directory not found: {xml_dir}")
     lines = []
-    stats = {"files": 0, "boxes": 0, "skipped_files": 0, "skipped_boxes": 0, "label_mismatch": 0}
+    stats = {"files": 0, "boxes": 0, "skipped_files": 0, "skipped_boxes": 0, "label_mismatch": 0, "other_synset": 0,
+             "degenerate": 0}
     for root, _, files in os.walk(xml_dir):
         for name in files:
             if not name.lower().endswith(".xml"):
@@ -69,9 +72,11 @@ def process_bounding_boxes(xml_dir: str, synsets: set[str] | None = None) -> tup
             for label, xmin, ymin, xmax, ymax in boxes:
                 if synsets is not None and label not in synsets:
                     stats["skipped_boxes"] += 1
+                    stats["other_synset"] += 1
                     continue
-                if xmin >= xmax or ymin >= ymax:
+                if xmin >= xmax or ymin >= ymax:  # (after clipping: a box outside its image is one)
                     stats["skipped_boxes"] += 1
+                    stats["degenerate"] += 1
                     continue
                 if folder_synset.startswith("n") and label != folder_synset:
                     stats["label_mismatch"] += 1
@@ -124,6 +129,16 @@ def read_synsets(path: str) -> list[str]:
     return synsets
 
 
+# A line of a synsets file that starts with a WNID: `n01440764`, or Kaggle's LOC_synset_mapping.txt's
+# `n01440764 tench, Tinca tinca`, whose whole line is no WNID.
+_LEADING_WNID = re.compile(r"^(n\d{8})(?:\s|$)")
+
+
+def read_wnids(path: str) -> list[str]:
+    """The WNIDs of a synsets file: one per line, alone or followed by its words (Kaggle's mapping file)."""
+    return [match.group(1) if (match := _LEADING_WNID.match(line)) else line for line in read_synsets(path)]
+
+
 @command
 def main(argv=None):
     parser = ArgumentParser(prog="python -m dataprep.process_bounding_boxes",
@@ -136,8 +151,17 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.output:
         check_output_file("--output", args.output)  # before the (long) parse of the XML files
-    synsets = set(read_synsets(args.synsets_file)) if args.synsets_file else None
+    synsets = set(read_wnids(args.synsets_file)) if args.synsets_file else None
     lines, stats = process_bounding_boxes(args.xml_dir, synsets)
+    print(f"{stats['boxes']} boxes from {stats['files']} files; skipped {stats['skipped_boxes']} boxes "
+          f"({stats['other_synset']} of synsets not in the synsets file, {stats['degenerate']} empty or outside "
+          f"their image) and {stats['skipped_files']} files; {stats['label_mismatch']} boxes labelled with another "
+          "synset", file=sys.stderr)
+    if not lines and stats["skipped_boxes"]:  # every box dropped: an empty CSV is no result to go on with
+        raise UserError("no box kept: all {} were dropped{}; nothing written".format(
+            stats["skipped_boxes"], " (no box's label is among the {} synsets of {}, e.g. {!r}: one WNID per line "
+            "expected)".format(len(synsets), args.synsets_file, sorted(synsets)[0]) if stats["other_synset"] else
+            " (empty or outside their images)"))
     text = "".join(line + "\n" for line in lines)
     if args.output:
         try:
@@ -147,9 +171,6 @@ def main(argv=None):
             raise UserError(f"cannot write --output {args.output}: {error.strerror or error}") from None
     else:
         sys.stdout.write(text)
-    print(f"{stats['boxes']} boxes from {stats['files']} files; skipped {stats['skipped_boxes']} boxes and "
-          f"{stats['skipped_files']} files; {stats['label_mismatch']} boxes labelled with another synset",
-          file=sys.stderr)
 
 
 if __name__ == "__main__":

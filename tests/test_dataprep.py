@@ -212,7 +212,7 @@ def test_parallel_workers_write_identical_shards(tree, built, tmp_path):
 
 # ---- bounding boxes ---------------------------------------------------------------------------------------------
 
-def test_bbox_csv_is_honoured(tree, tmp_path):
+def test_bbox_csv_is_honoured(tree, tmp_path, capsys):
     root, _ = tree
     csv = tmp_path / "boxes.csv"
     csv.write_text("rgb_a.JPEG,0.1000,0.2000,0.5000,0.6000\nrgb_a.JPEG,0.0,0.0,1.0,1.0\n"
@@ -220,6 +220,16 @@ def test_bbox_csv_is_honoured(tree, tmp_path):
     out = tmp_path / "out"
     assert build(["--train_dir", f"{root}/train", "--output_dir", str(out), "--bounding_box_file",
                   str(csv)]) == SKIPPED_SOME
+    # how many images got a box is said (boxes are matched by file name; an audit's `*.jpg` files got none, silently)
+    assert f"train: 1 of 9 files have a bounding box from {csv}" in capsys.readouterr().out.splitlines()
+    names_otherwise = tmp_path / "names_otherwise.csv"
+    names_otherwise.write_text("rgb_a.jpeg,0.1,0.2,0.5,0.6\n")
+    assert build(["--train_dir", f"{root}/train", "--output_dir", str(tmp_path / "none"), "--bounding_box_file",
+                  str(names_otherwise)]) == SKIPPED_SOME
+    warning = [line for line in capsys.readouterr().err.splitlines() if "bounding box" in line]
+    assert len(warning) == 1 and warning[0].startswith(
+        f"WARNING: train: 0 of 9 files have a bounding box from {names_otherwise}: no file name matches one of its 1 "
+        "boxed images (e.g. rgb_a.jpeg; this split's files are named e.g. ")
     by_name = {r["image/filename"]: r for r in h.read_split(str(out), "train")}
     boxed = by_name["rgb_a.JPEG"]
     assert boxed["image/object/bbox/xmin"] == pytest.approx([0.1, 0.0])
@@ -268,7 +278,22 @@ def test_process_bounding_boxes_xml_to_csv(tmp_path, capsys):
         "n01440764_2.JPEG,0.2500,0.0500,0.7500,0.9500",
         "n01443537_1.JPEG,0.0000,0.0000,0.5000,0.5000",
     ]
-    assert "skipped 2 boxes" in capsys.readouterr().err  # foreign synset + zero-width box
+    assert ("skipped 2 boxes (1 of synsets not in the synsets file, 1 empty or outside their image)"
+            in capsys.readouterr().err)  # foreign synset + zero-width box
+    # Kaggle's LOC_synset_mapping.txt (`<wnid> <words>`) is read for its WNIDs: the same CSV (an audit's run of it
+    # kept no box and wrote an empty CSV with status 0, 2026-12-07)
+    kaggle = tmp_path / "LOC_synset_mapping.txt"
+    kaggle.write_text("n01440764 tench, Tinca tinca\nn01443537 goldfish, Carassius auratus\n")
+    assert process_bounding_boxes.main([str(xml_dir), str(kaggle), "--output", str(tmp_path / "kaggle.csv")]) == 0
+    assert (tmp_path / "kaggle.csv").read_text() == csv.read_text()
+    # a synsets file none of whose lines is a box's label: an error, and no CSV
+    other = tmp_path / "other.txt"
+    other.write_text("tench\ngoldfish\n")
+    assert process_bounding_boxes.main([str(xml_dir), str(other), "--output", str(tmp_path / "none.csv")]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"ERROR: no box kept: all 6 were dropped (no box's label is among the 2 synsets of {other}, e.g. 'goldfish': "
+        "one WNID per line expected); nothing written")
+    assert not (tmp_path / "none.csv").exists()
 
 
 def test_bounding_box_dir_is_converted_on_the_fly(tmp_path):
@@ -925,6 +950,24 @@ def test_two_classes_given_the_same_text_by_the_metadata_are_written(tmp_path):
     out = tmp_path / "out"
     assert build(["--train_dir", str(train), "--output_dir", str(out), "--metadata_file", str(metadata)]) == 0
     assert (out / "labels.txt").read_text() == "crane\ncrane\n"
+
+
+def test_a_metadata_file_of_space_separated_lines_is_read_and_one_that_names_no_class_is_said(tmp_path, capsys):
+    """Kaggle's LOC_synset_mapping.txt (`<wnid> <text>`) gave no text and no word: labels.txt held bare WNIDs,
+    where without the flag it would have held the package's names (an audit, 2026-12-07)."""
+    train = tmp_path / "train"
+    for folder in ("n01440764", "n01443537"):
+        h.write_kind(str(train / folder / "0.JPEG"), "rgb")
+    kaggle = tmp_path / "LOC_synset_mapping.txt"
+    kaggle.write_text("n01440764 tench, Tinca tinca\nn01443537 goldfish, Carassius auratus\n")
+    assert build(["--train_dir", str(train), "--output_dir", str(tmp_path / "a"), "--metadata_file", str(kaggle)]) == 0
+    assert (tmp_path / "a" / "labels.txt").read_text() == "tench, Tinca tinca\ngoldfish, Carassius auratus\n"
+    assert "WARNING" not in capsys.readouterr().err
+    other = tmp_path / "other.txt"
+    other.write_text("tench\tfish\n")
+    assert build(["--train_dir", str(train), "--output_dir", str(tmp_path / "b"), "--metadata_file", str(other)]) == 0
+    assert (f"WARNING: --metadata_file {other} names 0 of the 2 classes (not n01440764, n01443537): their texts are "
+            "their class names; expected '<class>\\t<text>' lines") in capsys.readouterr().err.splitlines()
 
 
 def test_the_class_names_of_an_error_are_quoted_since_imagenet_s_hold_commas():
