@@ -303,8 +303,8 @@ def discover(args) -> tuple[ClassList, dict[str, SplitInput], bool]:
         missing = [s for s in synsets if s not in metadata]
         if missing:  # their texts stay the class names, which a metadata file was given to replace
             print("WARNING: --metadata_file {} names {} of the {} classes (not {}{}): their texts are their class "
-                  "names{}".format(args.metadata_file, len(synsets) - len(missing), len(synsets), ", ".join(missing[:3]),
-                                   ", ..." if len(missing) > 3 else "",
+                  "names{}".format(args.metadata_file, len(synsets) - len(missing), len(synsets),
+                                   ", ".join(missing[:3]), ", ..." if len(missing) > 3 else "",
                                    "" if len(missing) < len(synsets) else "; expected '<class>\\t<text>' lines"),
                   file=sys.stderr)
     elif imagenet:

@@ -6,8 +6,8 @@ Walks xml_dir recursively (ILSVRC layout: `<wnid>/<wnid>_<n>.xml`) and writes on
 `<image>.JPEG,xmin,ymin,xmax,ymax`, coordinates normalised by the annotated image size, clipped to [0, 1], min/max
 swapped if given in the wrong order, 4 decimals, lines sorted. With a synsets file (one WNID per line, alone or
 followed by its words as in Kaggle's LOC_synset_mapping.txt) only boxes of those synsets are kept; when no box is
-kept, an error (status 2) and nothing written. Boxes of degenerate size are dropped. Boxes whose label differs from the image's folder
-synset are kept but counted (the original reported them the same way).
+kept, an error (status 2) and nothing written. Boxes of degenerate size are dropped. Boxes whose label differs from the
+image's folder synset are kept but counted (the original reported them the same way).
 """
 from __future__ import annotations
 
