@@ -111,6 +111,13 @@ def test_damaged_lines_are_left_out_and_counted(tmp_path, capsys):
     rows = plot_log.run(str(log_path), str(tmp_path / "curves.png"))
     assert [row["global_step"] for row in rows] == [step for (_, step), _ in logged]
     assert "left out 3 damaged lines (not a record as main.py writes them): lines " in capsys.readouterr().out
+    # a torn line, in the middle (edited) or last (a run killed mid-write, a file cut short), is counted too: it may
+    # have been a step or the run's result (until 2026-12-07 left out without a word)
+    text = log_path.read_text().splitlines(keepends=True)
+    text[3] = text[3][:40] + "\n"
+    log_path.write_text("".join(text) + 'DLLL {"type": "LOG", "step": [], "data": {"train_thr')
+    plot_log.run(str(log_path), str(tmp_path / "curves.png"))
+    assert "left out 5 damaged lines (not a record as main.py writes them): lines 4, " in capsys.readouterr().out
 
 
 def test_benchmark_log_plots_total_ips(tmp_path, monkeypatch):
@@ -139,8 +146,36 @@ def test_final_results_follow_the_last_training_step(tmp_path):
     log_path = tmp_path / "log.json"
     write_training_log(log_path, epochs=1, steps_per_epoch=10, display_every=4)
     finals = plot_log.final_results(plot_log.load_log(str(log_path))[0])
-    assert [step for step, _ in finals] == [9, 9]
+    # the training's last step is 10 (its epoch end says so), though --display_every 4 logged 9 last: the evaluation
+    # of its checkpoint sits at 10 (until 2026-12-07 at 9, a step no checkpoint was written at)
+    assert [step for step, _ in finals] == [10, 10]
     assert finals[1][1]["top1_accuracy"] == 0.7523
+    write_training_log(tmp_path / "old.json", epochs=1, steps_per_epoch=10, display_every=4, epoch_end_steps=False)
+    assert [step for step, _ in plot_log.final_results(plot_log.load_log(str(tmp_path / "old.json"))[0])] == [9, 9]
+
+
+def test_the_summary_box_says_when_its_evaluation_figures_are_a_later_runs(tmp_path, monkeypatch):
+    """A --mode evaluate after the training, logged to the same file: its throughput and latency took the box's
+    eval lines without a word, under a title naming the training's mode (an audit, 2026-12-07)."""
+    from matplotlib.figure import Figure
+    figures = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), save(self, *a, **k))[1])
+    log_path = tmp_path / "log.json"
+    write_training_log(log_path, epochs=1, steps_per_epoch=10)
+    plot_log.run(str(log_path), str(tmp_path / "a.png"))
+    texts = [text.get_text() for axis in figures[0].axes for text in axis.texts if "throughput" in text.get_text()]
+    assert texts == ["train throughput: 403.0 img/s\neval throughput: 1200.0 img/s\neval latency avg: 26.50 ms\n"
+                     "eval latency p99: 29.00 ms"]
+    logger = DLLogger(str(log_path), stdout=False)
+    logger.log(step="PARAMETER", data={"arch": "resnet50", "mode": "evaluate", "batch_size": 32})
+    logger.log(step=(), data={"top1_accuracy": 0.75, "top5_accuracy": 0.93, "eval_throughput": 900.0,
+                              "eval_latency_avg": 30.0, "eval_latency_p99": 41.0})
+    logger.close()
+    plot_log.run(str(log_path), str(tmp_path / "b.png"))
+    texts = [text.get_text() for axis in figures[1].axes for text in axis.texts if "throughput" in text.get_text()]
+    assert texts == ["train throughput: 403.0 img/s\neval throughput (--mode evaluate): 900.0 img/s\neval latency "
+                     "avg (--mode evaluate): 30.00 ms\neval latency p99 (--mode evaluate): 41.00 ms"]
 
 
 def _error(argv, capsys):
@@ -157,7 +192,7 @@ def _error(argv, capsys):
     ('DLLL {"type": "METADATA", "metric": "top1_accuracy", "metadata": {"unit": null}}\nDLLL {"type": "LO',
      "has DLLL METADATA records but no LOG record: the run that wrote it stopped before its PARAMETER record"),
     ('DLLL {"type": "LOG", "step": [], "data": {"top1_accuracy": 0.7, "top5_accuracy": 0.9}}\n',
-     "no training steps"),
+     "no steps to plot"),
 ])
 def test_errors(tmp_path, capsys, content, message):
     log_path = tmp_path / "log.json"
@@ -410,7 +445,9 @@ def test_a_log_without_steps_says_which_tool_or_mode_wrote_it(tmp_path, capsys):
                                            "num_iter": 3, "iter_unit": "batch"})
         logger.log(step=(), data={"top1_accuracy": 0.5} if mode == "evaluate" else {"train_throughput": 30.0})
         logger.close()
-        expected = {"evaluate": "--mode evaluate logs no steps, so there is nothing to plot",
+        expected = {"evaluate": "--mode evaluate logs no training steps (its evaluation's throughput records are "
+                                "not plotted; its result is its final record's accuracy and throughput), so there is "
+                                "nothing to plot",
                     "predict": "--mode predict logs no steps, so there is nothing to plot",
                     "training_benchmark": "its --mode training_benchmark logged no step: a benchmark logs one every "
                                           "--display_every 10 steps after its --warmup_steps 5, and it was run with "

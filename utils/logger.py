@@ -165,8 +165,9 @@ def _well_formed(record):
 
 
 def read_log(path, damaged=None):
-    """Parses a `DLLL` log file into a list of dicts (the inverse of the JSON backend); skips a torn last line and
-    any line that is not a record as the backend writes them, whose numbers are appended to `damaged` (a list)."""
+    """Parses a `DLLL` log file into a list of dicts (the inverse of the JSON backend); skips any line that is not a
+    record as the backend writes them, a torn one included (a run killed mid-write, a file cut short), whose numbers
+    are appended to `damaged` (a list)."""
     records = []
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
@@ -174,7 +175,9 @@ def read_log(path, damaged=None):
                 continue
             try:
                 record = json.loads(line[5:])
-            except json.JSONDecodeError:
+            except json.JSONDecodeError:  # torn or edited: said, not dropped silently (its record may be a result)
+                if damaged is not None:
+                    damaged.append(number)
                 continue
             if _well_formed(record):
                 records.append(record)

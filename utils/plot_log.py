@@ -41,6 +41,7 @@ FINAL_TEXT_KEYS = (  # (key, label, format) shown in the accuracy panel's summar
     ("eval_latency_p99", "eval latency p99", "{:.2f} ms"),
 )
 MAX_EPOCH_LINES = 20
+RUN_MODE_KEY = "_run_mode"  # load_log's mark of a final record's run (not a logged key)
 RUN_PARAMETERS = ("arch", "mode", "batch_size", "amp", "xla")  # shown in the title when the log has them
 # The modes whose runs log the plotted steps. A log also holds the PARAMETER records of evaluate / predict runs on
 # the same results directory (the quick start predicts after training); the title describes the steps' runs.
@@ -90,7 +91,10 @@ def load_log(path):
     parameters = {}
     for run in stepping or runs:  # a later run of the same kind (a resumed training) wins
         parameters.update(run)
-    return [record for _, run_records in plotted for record in run_records], parameters, left_out
+    # Each run's final records carry its mode (RUN_MODE_KEY), for the summary box to tell whose figures it shows.
+    records = [dict(record, data=dict(record["data"], **{RUN_MODE_KEY: (run or {}).get("mode")}))
+               if record.get("step") == [] else record for run, run_records in plotted for record in run_records]
+    return records, parameters, left_out
 
 
 def _split_runs(logs):
@@ -381,12 +385,16 @@ def epoch_boundaries(train, ends):
 
 
 def final_results(records):
-    """The step-[] records in file order, each paired with the last training step logged before it."""
+    """The step-[] records in file order, each paired with the last training step logged before it: a step record's,
+    or an epoch end's `global_step` (the training's last step, which --display_every may not log: an evaluation
+    after it is of that step's checkpoint)."""
     results, last_step = [], 0
     for record in records:
         step, data = record.get("step"), record["data"]
         if isinstance(step, list) and len(step) == 2 and BENCHMARK_KEY not in data:
             last_step = int(step[1])
+        elif isinstance(step, list) and len(step) == 1 and isinstance(data.get("global_step"), int):
+            last_step = max(last_step, data["global_step"])
         elif step == []:
             results.append((last_step, data))
     return results
@@ -506,12 +514,15 @@ def _plot_accuracy(axis, finals, xlim, title):
     else:
         _no_data(axis, "no evaluation in this log")
     summary = []
-    last = {}
+    last, source = {}, {}
     for _, data in finals:
         last.update(data)
+        source.update(dict.fromkeys(data, data.get(RUN_MODE_KEY)))
     for key, label, fmt in FINAL_TEXT_KEYS:
         if isinstance(last.get(key), (int, float)) and math.isfinite(last[key]):
-            summary.append("{}: {}".format(label, fmt.format(last[key])))
+            # a figure of a later run on the same model (an evaluate after the training) says so
+            where = " (--mode {})".format(source[key]) if source.get(key) not in (None,) + TRAINING_MODES else ""
+            summary.append("{}{}: {}".format(label, where, fmt.format(last[key])))
     if summary:
         axis.text(0.02, 0.03, "\n".join(summary), transform=axis.transAxes, va="bottom", fontsize=9,
                   bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "0.7"})
@@ -559,8 +570,11 @@ def _why_no_steps(parameters):
     mode = parameters.get("mode")
     if "backend" in parameters and mode is None:
         return "it is a log of inference.py, which logs its throughput, latency and accuracy, not steps"
-    if mode in ("evaluate", "predict"):
-        return "--mode {} logs no steps, so there is nothing to plot".format(mode)
+    if mode == "evaluate":  # its (0, i) throughput records are its evaluation's, left out of the curves
+        return ("--mode evaluate logs no training steps (its evaluation's throughput records are not plotted; its "
+                "result is its final record's accuracy and throughput), so there is nothing to plot")
+    if mode == "predict":
+        return "--mode predict logs no steps, so there is nothing to plot"
     if mode in BENCHMARK_MODES:
         return ("its --mode {} logged no step: a benchmark logs one every --display_every {} steps after its "
                 "--warmup_steps {}, and it was run with --num_iter {} --iter_unit {} (or stopped before)".format(
@@ -581,8 +595,8 @@ def run(log_path, output, csv_path=None):
         print("Note: {}".format(left_out))
     rows = step_table(records)
     if not rows:
-        raise UserError("{} has no training steps (no records with step [epoch, global_step] or benchmark "
-                        "[0, i]): {}".format(log_path, _why_no_steps(parameters)))
+        raise UserError("{} has no steps to plot (no training records with step [epoch, global_step], no benchmark "
+                        "records with step [0, i]): {}".format(log_path, _why_no_steps(parameters)))
     resumed = resumes(records)
     changed = describe_resumes(resumed)
     if changed:
