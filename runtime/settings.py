@@ -918,8 +918,8 @@ def _note_another_train_set(config, info, train, count, log):
 
 def _finetune_changes(config, given, log):
     """--finetune_checkpoint: its architecture, class count and image size where the flags leave them out. A given
-    class count or size is a choice (a new classifier; another resolution); another --arch is refused when the
-    weights are restored."""
+    class count or size is a choice (a new classifier; another resolution); another --arch is refused here, before
+    the run logs anything."""
     from model import checkpoint
     info = checkpoint.inspect(checkpoint.find_checkpoint(config.finetune_checkpoint, "--finetune_checkpoint",
                                                          warn=log))
@@ -930,6 +930,10 @@ def _finetune_changes(config, given, log):
     changes = reconcile(dataclasses.asdict(config), recorded, given, {name: "--" + name for name in names},
                         "checkpoint {}".format(info.path), log, compatible=lambda *_: True,
                         unrecorded=info.unrecorded_settings())
+    arch = changes.get("arch", config.arch)
+    if info.arch is not None and arch != info.arch:  # refused now, before the run logs or writes anything
+        from runtime.checkpoints import check_fits
+        check_fits(info, arch, changes.get("num_classes", config.num_classes), allow_other_classes=True)
     if "use_final_conv" in given and recorded.get("use_final_conv", config.use_final_conv) != config.use_final_conv:
         log(classifier_form_note("checkpoint {}".format(info.path), recorded["use_final_conv"],
                                  config.use_final_conv, writes_checkpoints=True))

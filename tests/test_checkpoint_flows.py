@@ -212,6 +212,9 @@ def test_finetune_from_1001_classes_onto_the_embedded_10_class_data(tmp_path):
     assert other_arch.returncode == 2
     assert "is a resnet50 checkpoint; this run builds se-resnext101-32x4d (pass --arch resnet50)" in \
         other_arch.stderr.strip().splitlines()[-1]
+    # refused with the settings, before the run logs or creates anything (until 2026-12-07 when its weights were
+    # restored: a log.json with its PARAMETER record was left behind, and a "new training" line printed)
+    assert not (tmp_path / "x").exists() and "new training" not in other_arch.stdout
 
 
 # ---------------------------------------------------------------- one checkpoint through every tool
