@@ -636,9 +636,13 @@ def run(args):
     check_output_file("--log-path", args.log_path)
     if args.model and not args.model.endswith(".onnx"):  # a SavedModel, whose variables TensorFlow loads
         check_tensorflow_path("--model", args.model)
-    # The log's directory is held as main.py holds its log's: a training (or another inference.py) appending to the
-    # same log.json refuses this run, or is refused, rather than interleaving their records.
-    with RunLock(os.path.dirname(os.path.abspath(args.log_path)), flag="--log-path"):
+    # The log's directory is held as main.py holds its log's (its --results_dir): a training (or another
+    # inference.py) appending to the same log.json refuses this run, or is refused, rather than interleaving their
+    # records; one run at a time logs into a directory, whatever its log file's name.
+    with RunLock(os.path.dirname(os.path.abspath(args.log_path)), flag="--log-path",
+                 subject="the directory of --log-path", remedy="give --log-path a file in another directory (one run "
+                                                               "at a time logs into a directory, as into main.py's "
+                                                               "--results_dir)"):
         return _run(args)
 
 

@@ -653,9 +653,12 @@ def test_a_log_path_in_a_directory_a_training_holds_is_refused_and_its_log_left_
         result = run("--architecture", "resnet50", "--num-iter", "2", *SMALL, "--log-path", str(log))
         assert result.returncode == 2
         assert result.stderr.strip().startswith(
-            f"ERROR: log-path {tmp_path / 'model'} is in use by another run (pid {os.getpid()} on host "
-            f"{socket.gethostname()}, started ")
-        assert result.stderr.strip().endswith("; wait for it to end or use another --log-path")
+            f"ERROR: the directory of --log-path {tmp_path / 'model'} is in use by another run (pid {os.getpid()} "
+            f"on host {socket.gethostname()}, started ")
+        # (what is locked is the directory, whatever the log file's name: said, with how to go on; 2026-12-07)
+        assert result.stderr.strip().endswith("; wait for it to end or give --log-path a file in another directory "
+                                              "(one run at a time logs into a directory, as into main.py's "
+                                              "--results_dir)")
         assert log.read_text() == "DLLL {}\n"
 
 

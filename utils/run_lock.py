@@ -65,9 +65,13 @@ class RunLock:
     `held` tells whether this object holds the lock (False after a failed acquire or on a file system without
     lock support)."""
 
-    def __init__(self, model_dir, warn=None, argv=None, flag="--model_dir"):
+    def __init__(self, model_dir, warn=None, argv=None, flag="--model_dir", subject=None, remedy=None):
         self.model_dir = model_dir
         self.flag = flag  # the flag that named the directory, for the messages (--results_dir for a log's)
+        # what the in-use message calls the directory and how it says to go on, where the flag names no directory
+        # (inference.py's --log-path: "the directory of --log-path", "give --log-path a file in another directory")
+        self.subject = subject or flag.lstrip("-")
+        self.remedy = remedy or "use another " + flag
         self.path = os.path.join(model_dir, LOCK_NAME)
         self._warn = warn or _print_stderr
         self._argv = list(sys.argv if argv is None else argv)
@@ -155,8 +159,8 @@ class RunLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
-            raise UserError("{} {} is in use by another run ({}); wait for it to end or use another {}".format(
-                self.flag.lstrip("-"), self.model_dir, describe_holder(_read_holder(fd)), self.flag)) from None
+            raise UserError("{} {} is in use by another run ({}); wait for it to end or {}".format(
+                self.subject, self.model_dir, describe_holder(_read_holder(fd)), self.remedy)) from None
         except OSError as error:
             if error.errno not in _UNSUPPORTED:
                 raise UserError("cannot lock {} {}: {}".format(self.flag, self.model_dir, error.strerror or error)) \
