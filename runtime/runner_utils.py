@@ -5,6 +5,7 @@ import errno
 import glob
 import math
 import os
+import shlex
 import unicodedata
 from typing import Callable, Sequence
 
@@ -44,8 +45,9 @@ def list_index_files(idx_dir, filenames):
     missing = [path for path in indexes if not os.path.isfile(path)]
     if missing:
         raise UserError("{} DALI index file(s) missing in {}, e.g. {} (create them with "
-                        "`python -m dataprep.make_dali_index DATA_DIR IDX_DIR`)".format(
-                            len(missing), idx_dir, os.path.basename(missing[0])))
+                        "`python -m dataprep.make_dali_index {} {}`)".format(
+                            len(missing), idx_dir, os.path.basename(missing[0]),
+                            shlex.quote(os.path.dirname(filenames[0]) or "."), shlex.quote(idx_dir)))
     for index, path in zip(indexes, filenames):
         check_index_matches(index, path)
     return indexes
@@ -69,8 +71,9 @@ def check_index_matches(index_path, tfrecord_path):
     if end != os.path.getsize(tfrecord_path):
         count_records(tfrecord_path)  # a damaged shard is named as such (UserError), not blamed on its index
         raise UserError("DALI index {} does not describe {} (another dataset's, or made before the file was "
-                        "rewritten): re-create it with `python -m dataprep.make_dali_index DATA_DIR IDX_DIR`".format(
-                            index_path, tfrecord_path))
+                        "rewritten): re-create it with `python -m dataprep.make_dali_index {} {}`".format(
+                            index_path, tfrecord_path, shlex.quote(os.path.dirname(tfrecord_path) or "."),
+                            shlex.quote(os.path.dirname(index_path) or ".")))
 
 
 def count_samples(filenames: Sequence[str], what: str = "", log: Callable[[str], None] | None = None) -> int:

@@ -258,5 +258,8 @@ def test_a_dali_index_edited_in_its_middle_is_refused(tmp_path, edit):
         lines[2] = "99999999999 {}".format(lines[2].split()[1])
     with open(index, "w") as handle:
         handle.write("\n".join(lines) + "\n")
-    with pytest.raises(UserError, match=r"^DALI index .* does not describe"):
+    with pytest.raises(UserError, match=r"^DALI index .* does not describe") as error:
         list_index_files(str(tmp_path / "idx"), [shard])
+    # the command to re-create it names this run's directories (placeholders until 2026-12-07)
+    assert str(error.value).endswith("re-create it with `python -m dataprep.make_dali_index {} {}`".format(
+        os.path.dirname(shard), tmp_path / "idx"))
