@@ -927,8 +927,8 @@ def test_the_images_seen_count_every_images_per_step_a_run_had(tmp_path):
     # 30 / ceil(30 / 4) = 3.75 steps now, 10 / ceil(10 / 8) = 5 then; not a pass's 4)
     # (--num_iter 30 against that run's 10 moved the end, not the batch: said first, 2026-12-07)
     assert line.endswith("and it ends at step 30 where that run ended at step 10 (--num_iter 30 (was 10); under "
-                         "--iter_unit batch its schedule's epoch is 3.75 steps, that run's 5): 448 images in all (7 passes over the "
-                         "64 train images) where that run saw 128 (2 passes)"), line
+                         "--iter_unit batch its schedule's epoch is 3.75 steps, that run's 5): 448 images in all "
+                         "(7 passes over the 64 train images) where that run saw 128 (2 passes)"), line
     older = fake_checkpoint(tmp_path / "older", step=10, training=settings.training_state(
         RunConfig(batch_size=8, num_iter=10, **flags), train_images=64, length=TrainingLength(10, 2, 720, 5.0, 64)))
     assert settings.images_seen(checkpoint.inspect(older)) is None  # before the count was recorded
