@@ -345,28 +345,31 @@ def discover(args) -> tuple[ClassList, dict[str, SplitInput], bool]:
             raise UserError(f"no images found for {split} in {directory}")
         for folder, label in split_input.empty_classes:
             print(f"WARNING: class folder {folder} has no images (label {label} gets none)", file=sys.stderr)
+        class_source = "--labels_file" if args.labels_file else f"the class folders of {folder_source}"
         if split_input.other_folders:  # a subset by --labels_file, or a class the other split does not have
-            others = split_input.other_folders
-            print("WARNING: {} folder{} of {} {} not among the {} classes ({}) and {} left out: {}{}".format(
-                len(others), "s" * (len(others) > 1), directory, "are" if len(others) > 1 else "is",
-                len(synsets), "--labels_file" if args.labels_file else f"the class folders of {folder_source}",
-                "are" if len(others) > 1 else "is", ", ".join(others[:5]),
-                ", ..." if len(others) > 5 else ""), file=sys.stderr)
+            print(_left_out_line(split_input.other_folders, "folder", directory, "", len(synsets), class_source),
+                  file=sys.stderr)
         if split_input.other_class_files:  # the flat directory's counterpart of the folders above
             others = split_input.other_class_files
             classes_left = sorted({synset for _, synset in others})
-            print("WARNING: {} image{} of {} {} of {} class{} not among the {} classes ({}) and {} left out: {}{} "
-                  "(e.g. {})".format(
-                      len(others), "s" * (len(others) > 1), directory, "are" if len(others) > 1 else "is",
-                      len(classes_left), "es" * (len(classes_left) > 1), len(synsets),
-                      "--labels_file" if args.labels_file else "the class folders of {}".format(folder_source),
-                      "are" if len(others) > 1 else "is", ", ".join(classes_left[:5]),
-                      ", ..." if len(classes_left) > 5 else "", os.path.basename(others[0][0])), file=sys.stderr)
+            print(_left_out_line(classes_left, "image", directory, "of {} class{} ".format(
+                len(classes_left), "es" * (len(classes_left) > 1)), len(synsets), class_source,
+                count=len(others), example=os.path.basename(others[0][0])), file=sys.stderr)
         split_input.items = shuffled(split_input.items, args.shuffle_seed)
         splits[split] = split_input
     if args.bounding_box_file or args.bounding_box_dir:  # matched by file name: a mismatch leaves every record without
         _say_box_coverage(splits, bboxes, args.bounding_box_file or args.bounding_box_dir)
     return classes, splits, imagenet
+
+
+def _left_out_line(names, noun, directory, what, num_classes, class_source, count=None, example=None):
+    """The WARNING for what of a split's `directory` is not among the classes and is left out: its folders
+    (`names`), or (`what`: "of 2 classes ") `count` images of the classes `names`, with an `example` file."""
+    count = len(names) if count is None else count
+    verb = "are" if count > 1 else "is"
+    return "WARNING: {} {}{} of {} {} {}not among the {} classes ({}) and {} left out: {}{}{}".format(
+        count, noun, "s" * (count > 1), directory, verb, what, num_classes, class_source, verb, ", ".join(names[:5]),
+        ", ..." if len(names) > 5 else "", " (e.g. {})".format(example) if example else "")
 
 
 def _say_box_coverage(splits, bboxes, source):
