@@ -451,7 +451,8 @@ def _first_names(names: list[str], shown: int = 4) -> str:
     return ", ".join(f'"{name}"' for name in names[:shown]) + (", ..." if len(names) > shown else "")
 
 
-def _check_labels_of_other_splits(output_dir: str, splits, classes: ClassList) -> None:
+def _check_labels_of_other_splits(output_dir: str, splits, classes: ClassList,
+                                  metadata_file: str | None = None) -> None:
     """A run that writes one split beside another split's shards must label its images as those are: refused when
     the labels.txt there (written with them) names other classes than this run's, which it would overwrite."""
     others = [split for split in ("train", "validation")
@@ -462,9 +463,14 @@ def _check_labels_of_other_splits(output_dir: str, splits, classes: ClassList) -
     with open(path, encoding="utf-8") as handle:
         written = [line.rstrip("\n") for line in handle]
     if written != list(classes.texts):
+        # labels.txt holds the classes' texts: one that names none of this run's class folders was likely written
+        # by a run given --metadata_file, which the same file again reproduces
+        texts_hint = ("if that run was given --metadata_file, give the same one again (labels.txt holds its texts, "
+                      "not the class folders' names); otherwise " if metadata_file is None
+                      and len(written) == len(classes.texts) and not set(written) & set(classes.synsets) else "")
         raise UserError(f"{output_dir} holds {others[0]} shards labelled by its labels.txt ({len(written)} classes: "
                         f"{_first_names(written)}), and this run's {len(classes.texts)} classes "
-                        f"({_first_names(classes.texts)}) would label the images otherwise: pass "
+                        f"({_first_names(classes.texts)}) would label the images otherwise: {texts_hint}pass "
                         "--labels_file with the class folders of that run in label order (for a folder dataset, "
                         f"{path}), or write both splits in one run")
 
@@ -480,7 +486,7 @@ def build(args) -> tuple[dict[str, list[records.ShardResult]], int]:
 def _build(args) -> tuple[dict[str, list[records.ShardResult]], int]:
     classes, splits, imagenet = discover(args)
     shards = {"train": args.train_shards, "validation": args.validation_shards}
-    _check_labels_of_other_splits(args.output_directory, splits, classes)
+    _check_labels_of_other_splits(args.output_directory, splits, classes, args.metadata_file)
     for split in splits:  # refuse before writing anything
         existing = records.existing_split_files(args.output_directory, split)
         if existing and not (args.resume or args.overwrite):

@@ -394,6 +394,10 @@ class Runner:
                       "{:.4g} (the original's linear scaling)".format(
                           config.lr_init, learning_rate.REFERENCE_BATCH, self.global_batch_size,
                           learning_rate.base_learning_rate(config.lr_init, self.global_batch_size)))
+        epoch_note = None if is_benchmark else runner_utils.batch_unit_epoch_note(
+            config.iter_unit, length.num_samples, length.num_steps, length.num_epochs, self.global_batch_size)
+        if epoch_note:
+            log.print(epoch_note)
         reach = learning_rate.warmup_reach(length.steps_per_epoch, config.lr_warmup_epochs, length.num_steps)
         if reach is not None and not is_benchmark:  # (a benchmark's synthetic epoch is the whole run)
             def steps(n):

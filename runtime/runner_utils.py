@@ -117,6 +117,22 @@ def count_steps(iter_unit, num_samples, num_iter, global_batch_size):
     return num_steps, num_epochs, num_decay_steps
 
 
+def batch_unit_epoch_note(iter_unit, num_samples, num_steps, num_epochs, global_batch_size):
+    """The note of a run counted in batches on a dataset whose pass is not the schedule's epoch, else None: the
+    original's epoch is then num_steps / num_epochs steps (count_steps), which the learning-rate schedule and the
+    log's epoch numbers count, not a pass over the data."""
+    if iter_unit != "batch" or not num_samples:
+        return None
+    per_pass = num_samples // global_batch_size
+    steps_per_epoch = num_steps / num_epochs
+    if steps_per_epoch == per_pass:
+        return None
+    return ("Note: under --iter_unit batch an epoch of the learning-rate schedule (--lr_warmup_epochs included) and "
+            "of the log's epoch numbers is {:,} steps / {} Training Epochs = {:g} steps (the original's counting), "
+            "not a pass over the {:,} training images ({:,} steps of {})").format(
+                num_steps, num_epochs, steps_per_epoch, num_samples, per_pass, global_batch_size)
+
+
 def steps_this_run(run_iter, iter_unit, steps_per_epoch, num_steps, current_step):
     """Training steps of this invocation: --run_iter (in --iter_unit; -1 = all), never past num_steps."""
     if run_iter == -1:

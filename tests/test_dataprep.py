@@ -970,6 +970,26 @@ def test_a_metadata_file_of_space_separated_lines_is_read_and_one_that_names_no_
             "their class names; expected '<class>\\t<text>' lines") in capsys.readouterr().err.splitlines()
 
 
+def test_a_split_rebuilt_without_the_metadata_file_of_the_other_is_told_to_give_it(tmp_path, capsys):
+    """labels.txt holds the texts a --metadata_file gave: a validation-only run beside such train shards, without the
+    file, was refused with --labels_file advice that cannot help there (an audit, 2026-12-07); it now names the file,
+    and the run given it writes beside the train shards."""
+    train, val, out = tmp_path / "train", tmp_path / "val", tmp_path / "out"
+    for folder in ("n01440764", "n01443537"):
+        h.write_kind(str(train / folder / "0.JPEG"), "rgb")
+        h.write_kind(str(val / folder / "1.JPEG"), "rgb")
+    metadata = tmp_path / "meta.txt"
+    metadata.write_text("n01440764\tthe tench\nn01443537\tthe goldfish\n")  # not the package's names
+    assert build(["--train_dir", str(train), "--output_dir", str(out), "--metadata_file", str(metadata)]) == 0
+    capsys.readouterr()
+    assert build(["--val_dir", str(val), "--output_dir", str(out)]) == 2
+    assert ("would label the images otherwise: if that run was given --metadata_file, give the same one again "
+            "(labels.txt holds its texts, not the class folders' names); otherwise pass --labels_file"
+            in capsys.readouterr().err)
+    assert build(["--val_dir", str(val), "--output_dir", str(out), "--metadata_file", str(metadata)]) == 0
+    assert len(h.read_split(str(out), "validation")) == 2
+
+
 def test_the_class_names_of_an_error_are_quoted_since_imagenet_s_hold_commas():
     assert build_tfrecords._first_names(["tench, Tinca tinca", "goldfish, Carassius auratus"]) == \
         '"tench, Tinca tinca", "goldfish, Carassius auratus"'

@@ -263,3 +263,17 @@ def test_a_dali_index_edited_in_its_middle_is_refused(tmp_path, edit):
     # the command to re-create it names this run's directories (placeholders until 2026-12-07)
     assert str(error.value).endswith("re-create it with `python -m dataprep.make_dali_index {} {}`".format(
         os.path.dirname(shard), tmp_path / "idx"))
+
+
+def test_an_epoch_of_a_run_counted_in_batches_is_said_when_it_is_not_a_pass_over_the_data():
+    """The original's batch-unit epoch is num_steps / ceil(num_steps / steps per pass): 400 steps of 32 on 9,000
+    images are 2 epochs of 200 steps, not of 281; the log said "Steps per Epoch 200.0" and nothing more."""
+    num_steps, num_epochs, _ = runner_utils.count_steps("batch", 9000, 400, 32)
+    assert (num_steps, num_epochs) == (400, 2)
+    assert runner_utils.batch_unit_epoch_note("batch", 9000, num_steps, num_epochs, 32) == (
+        "Note: under --iter_unit batch an epoch of the learning-rate schedule (--lr_warmup_epochs included) and of "
+        "the log's epoch numbers is 400 steps / 2 Training Epochs = 200 steps (the original's counting), not a pass "
+        "over the 9,000 training images (281 steps of 32)")
+    assert runner_utils.batch_unit_epoch_note("batch", 9000, 562, 2, 32) is None  # 281 steps: a pass
+    assert runner_utils.batch_unit_epoch_note("epoch", 9000, 562, 2, 32) is None
+    assert runner_utils.batch_unit_epoch_note("batch", None, 400, 1, 32) is None  # synthetic data
