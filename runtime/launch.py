@@ -289,10 +289,16 @@ def _settle(interrupted, seconds=ABORT_SETTLE):
         time.sleep(0.02)
 
 
-def _pump(stream, rank, quiet, lock, interrupted=lambda: False, filter_abort=True, repeated=None):
+_SIGTERM_RECEIVED = re.compile(rb"Received signal SIGTERM: ")
+
+
+def _pump(stream, rank, quiet, lock, interrupted=lambda: False, filter_abort=True, repeated=None,
+          terminated_by=lambda: None):
     """Copies a worker's output to stdout, prefixed. `interrupted()`: whether the launcher has forwarded an
     interrupt or a worker has failed, from when on AbortNoise filters the lines (unless `filter_abort` is False:
-    --verbose). `repeated`: the launcher's RepeatedLines, shared by every worker's pump (None: every line shown)."""
+    --verbose). `repeated`: the launcher's RepeatedLines, shared by every worker's pump (None: every line shown).
+    `terminated_by()`: the rank whose failure made the launcher send SIGTERM to the others (None before), which a
+    worker's line on receiving it then names: the user sent no signal."""
     noise = AbortNoise()
 
     def take(lines):
@@ -301,6 +307,10 @@ def _pump(stream, rank, quiet, lock, interrupted=lambda: False, filter_abort=Tru
                 repeated.feed(rank, line) if repeated is not None else [(rank, line)])], quiet)
 
     for line in iter(stream.readline, b""):
+        failed = terminated_by()
+        if failed is not None and _SIGTERM_RECEIVED.match(line):
+            line = "Received signal SIGTERM (sent by runtime.launch, after worker {}'s failure): ".format(
+                failed).encode() + line[_SIGTERM_RECEIVED.match(line).end():]
         if filter_abort and not interrupted() and _ABORT_LINE.match(line):
             _settle(interrupted)
         take(noise.feed(line) if filter_abort and interrupted() else noise.flush() + [line])
@@ -347,6 +357,7 @@ class Launcher:
         self.interrupted = False  # a signal to the launcher was forwarded (not the SIGTERM after a failure)
         self._chief_stopped_at = None  # when rank 0 stopped on a forwarded signal
         self._left_behind = set()  # the ranks killed after it (_kill_workers_left_behind): stopped, not failed
+        self._terminated_by = None  # the rank whose failure made terminate_all stop the others
         self.filter_abort = not quiet_module.verbose_requested(command)
         # the ERROR / WARNING lines several workers print, shown once (with --quiet_workers only rank 0's are)
         self.repeated = None if quiet_workers else RepeatedLines(REPEAT_WAIT)
@@ -362,7 +373,8 @@ class Launcher:
                                        stdin=subprocess.DEVNULL, start_new_session=True)
             self.processes.append(process)
             thread = threading.Thread(target=_pump, args=(process.stdout, rank, self.quiet_workers, self._lock,
-                                                          self._stopping, self.filter_abort, self.repeated),
+                                                          self._stopping, self.filter_abort, self.repeated,
+                                                          lambda: self._terminated_by),
                                       daemon=True)
             thread.start()
             self.threads.append(thread)
@@ -387,7 +399,11 @@ class Launcher:
                 except ProcessLookupError:
                     pass
 
-    def terminate_all(self):
+    def terminate_all(self, failed=None):
+        """SIGTERM to the workers still running (`failed`: the rank whose failure stops them, which their line on
+        the signal then names), SIGKILL to those left after --grace seconds."""
+        if failed is not None:
+            self._terminated_by = failed
         self._send(signal.SIGTERM)
         deadline = time.monotonic() + self.grace
         while time.monotonic() < deadline and any(p.poll() is None for p in self.processes):
@@ -436,7 +452,7 @@ class Launcher:
                 with self._lock:
                     _show(self._repeated("release"), self.quiet_workers)
                     print(message, file=sys.stderr, flush=True)
-                self.terminate_all()
+                self.terminate_all(rank)
                 self._end_output()
                 with self._lock:
                     print("runtime.launch: job failed: worker {} {}".format(rank, describe_exit(code)),

@@ -347,6 +347,30 @@ def test_abort_lines_that_come_just_before_the_launcher_sees_the_failure_are_cou
     assert err.decode().startswith("runtime.launch: {} line(s) of worker 0's output".format(len(ABORT_OUTPUT_3)))
 
 
+def test_the_sigterm_the_launcher_sends_after_a_failure_is_said_to_be_its_own(capsysbinary):
+    """After worker 0 was killed, the survivor's "Received signal SIGTERM" read as if the user had sent it (an
+    audit, 2026-12-07): once the launcher terminates the others it names itself and the failure on that line; a
+    SIGTERM line before that (the user's, forwarded) is shown as printed."""
+    import threading
+    from runtime import launch
+    said = b"Received signal SIGTERM: stopping at the next step the workers agree on (send it again to exit at " \
+        b"once)\n"
+    for terminated_by, expected in ((None, said), (0, said.replace(
+            b"SIGTERM:", b"SIGTERM (sent by runtime.launch, after worker 0's failure):"))):
+        lines = [b"Current step: 3\n", said]
+
+        class Stream:
+            def readline(self):
+                return lines.pop(0) if lines else b""
+
+            def close(self):
+                pass
+
+        launch._pump(Stream(), 1, False, threading.Lock(), terminated_by=lambda: terminated_by)
+        out = capsysbinary.readouterr().out.splitlines(keepends=True)
+        assert out == [b"[worker 1] Current step: 3\n", b"[worker 1] " + expected]
+
+
 def test_the_launcher_filters_the_aborted_collectives_once_a_worker_has_failed(monkeypatch):
     """A worker killed (or stopped on its own ERROR) aborts its peers' collectives as an interrupt does: from its
     exit on, the pumps filter those lines. A worker that exited 0 is no failure."""
