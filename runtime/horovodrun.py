@@ -7,6 +7,9 @@ horovodrun (`horovod.runner.launch.run_commandline`, in this process), with thre
   `cpu_feature_guard`) go through utils/quiet.py as every tool's do (--verbose or RN50_VERBOSE=1 shows them);
 - an ERROR or WARNING line several workers print alike (`[0]<stderr>:ERROR: ...`, `[1]<stderr>:ERROR: ...`) is
   shown once, the first one, and at the end one line names the processes whose line was not shown again;
+- after a process failed, Horovod's C++ lines of the others on the connection it closed (`Horovod background loop
+  uncaught exception: ... Connection reset by peer`) are counted, not shown (each worker's ERROR line says why it
+  stopped), and a survivor's `Received signal SIGTERM` line names horovodrun and the failure as its cause;
 - a failed job ends with one line, `runtime.horovodrun: job failed: process R exited with code C`, and that status
   (horovodrun printed its own RuntimeError's traceback and exited 1);
 - a Ctrl-C ends with status 130 and one INTERRUPTED line, as main.py and runtime.launch: horovodrun turns it into
@@ -24,6 +27,15 @@ from utils import quiet
 # horovodrun's prefix of a worker's line (gloo; with --prefix-output-with-timestamp a time before it)
 _WORKER_LINE = re.compile(r"^(?P<time>.*?)\[(?P<rank>\d+)\]<(?P<stream>stdout|stderr)>:(?P<text>(?:ERROR|WARNING): .*)",
                           re.S)
+# horovodrun's line when one process has failed and it stops the others (SIGTERM), and the line a survivor's
+# main.py then prints (runtime/runner.StopRequest)
+_TERMINATING = re.compile(r"Terminating remaining workers after failure of Process (?P<name>\S+?)\.?\s*$")
+_SIGTERM_RECEIVED = re.compile(r"^(?P<prefix>.*?\[\d+\]<(?:stdout|stderr)>:)Received signal SIGTERM: ", re.S)
+# Horovod's C++ line of a worker whose peer closed the connection (the peer stopped or was killed): the worker's
+# own ERROR line follows and says so ("a collective with the other workers failed ... because another worker
+# stopped ... or lost its connection")
+_LOST_CONNECTION = re.compile(r"^.*?\[\d+\]<stderr>:\[[^\]]*\] \[\d+\]: Horovod background loop uncaught exception: "
+                              r".*(?:Connection reset by peer|Connection closed by peer|Broken pipe)", re.S)
 _FAILED = re.compile(r"one or more processes exited with non-zero status.*Process name: (?P<name>\S+)\s+"
                      r"Exit code: (?P<code>-?\d+)", re.S)
 
@@ -31,13 +43,32 @@ _FAILED = re.compile(r"one or more processes exited with non-zero status.*Proces
 class RepeatedWorkerLines:
     """The filter of horovodrun's output streams: `keep(text)` for each line horovodrun writes. Every worker's line
     is prefixed alike (`[R]<stream>:`), so the first of identical ERROR / WARNING lines is shown (nothing is held)
-    and the others' are not; one worker's line is matched with at most one line of each other worker."""
+    and the others' are not; one worker's line is matched with at most one line of each other worker. Unless
+    `verbose`, Horovod's C++ lines on a connection a stopped peer closed are not shown (counted in `notes`), and
+    `rewrite(text)` names horovodrun as the sender of the SIGTERM a survivor says it received after a failure."""
 
-    def __init__(self):
+    def __init__(self, verbose=False):
         self.shown = {}  # text -> [[process that showed it, processes that said it], ...]
         self.lock = threading.Lock()
+        self.verbose = verbose
+        self.failed = None  # the process horovodrun named when it terminated the others
+        self.lost_connection = 0  # Horovod's lines not shown
+
+    def rewrite(self, line):
+        """`line` as shown: a survivor's SIGTERM line after horovodrun stopped it for another's failure names both."""
+        terminating = _TERMINATING.search(line)
+        if terminating:
+            self.failed = terminating.group("name")
+        received = _SIGTERM_RECEIVED.match(line) if self.failed is not None else None
+        if received:
+            return "{}Received signal SIGTERM (sent by horovodrun, after process {}'s failure): {}".format(
+                received.group("prefix"), self.failed, line[received.end():])
+        return line
 
     def keep(self, line):
+        if not self.verbose and _LOST_CONNECTION.match(line):
+            self.lost_connection += 1
+            return False
         match = _WORKER_LINE.match(line)
         if not match:
             return True
@@ -52,6 +83,10 @@ class RepeatedWorkerLines:
 
     def notes(self):
         notes = []
+        if self.lost_connection:
+            notes.append("runtime.horovodrun: {} line{} of Horovod's on a connection a stopped process closed not "
+                         "shown ({}=1 shows them)".format(self.lost_connection, "s" if self.lost_connection > 1
+                                                          else "", quiet.VERBOSE_ENV))
         for text, lines in self.shown.items():
             for shown_by, ranks in lines:
                 others = sorted(ranks - {shown_by})
@@ -71,7 +106,7 @@ class _Filtered:
 
     def write(self, text):
         if self._lines.keep(text):
-            return self._stream.write(text)
+            self._stream.write(self._lines.rewrite(text))
         return len(text)
 
     def __getattr__(self, name):
@@ -122,7 +157,7 @@ def main(argv=None, run_commandline=None, install_filter=True):
     quiet.setup(argv, install_filter=install_filter)  # before horovod.runner imports TensorFlow
     if run_commandline is None:
         from horovod.runner.launch import run_commandline
-    lines = RepeatedWorkerLines()
+    lines = RepeatedWorkerLines(verbose=quiet.verbose_requested(argv))
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _Filtered(sys.stdout, lines), _Filtered(sys.stderr, lines)
     saved_argv, sys.argv = sys.argv, ["horovodrun", *argv]

@@ -476,6 +476,33 @@ def test_horovodrun_through_runtime_horovodrun_reads_as_one_run(capsys, monkeypa
                                 "runtime.horovodrun: job failed: process 1 exited with code 2"]
     assert sys.argv[0] != "horovodrun"  # restored
 
+    def killed_job():  # what horovodrun wrote after a kill -9 of process 0, 2026-12-08
+        print("Process 0 exit with status code 137.")
+        print("Terminating remaining workers after failure of Process 0.")
+        print("[1]<stdout>:Received signal SIGTERM: stopping at the next step the workers agree on (they do every 10 "
+              "steps) (send it again to exit at once)")
+        sys.stderr.write("[1]<stderr>:[2026-12-08 01:28:18.625953: E /tmp/horovod-0.28.1/horovod/common/operations.cc"
+                         ":697] [1]: Horovod background loop uncaught exception: [/tmp/horovod-0.28.1/third_party/"
+                         "gloo/gloo/transport/tcp/pair.cc:589] Read error [127.0.0.1]:21927: Connection reset by peer\n")
+        sys.stderr.write("[1]<stderr>:ERROR: worker 1 stopped: a collective with the other workers failed\n")
+        raise RuntimeError("Horovod detected that one or more processes exited with non-zero status, thus causing "
+                           "the job to be terminated. The first process to do so was:\nProcess name: 0\n"
+                           "Exit code: 137\n")
+
+    assert horovodrun.main(["-np", "2", "python", "main.py"], killed_job, install_filter=False) == 137
+    out, err = capsys.readouterr()
+    assert out.splitlines()[2] == ("[1]<stdout>:Received signal SIGTERM (sent by horovodrun, after process 0's "
+                                   "failure): stopping at the next step the workers agree on (they do every 10 steps) "
+                                   "(send it again to exit at once)")
+    assert err.splitlines() == ["[1]<stderr>:ERROR: worker 1 stopped: a collective with the other workers failed",
+                                "runtime.horovodrun: 1 line of Horovod's on a connection a stopped process closed "
+                                "not shown (RN50_VERBOSE=1 shows them)",
+                                "runtime.horovodrun: job failed: process 0 exited with code 137"]
+    monkeypatch.setenv("RN50_VERBOSE", "1")
+    assert horovodrun.main(["-np", "2", "python", "main.py"], killed_job, install_filter=False) == 137
+    assert "Connection reset by peer" in capsys.readouterr().err
+    monkeypatch.delenv("RN50_VERBOSE")
+
     def other_failure():
         raise RuntimeError("could not find a usable network interface\nmore detail")
 
