@@ -64,6 +64,14 @@ if [ "${SKIP_HOROVOD:-0}" != "1" ]; then
   echo "+ bash scripts/install_horovod.sh   (GPU=$GPU)"
   PY="$PY" GPU="$GPU" DRY_RUN="$DRY" bash scripts/install_horovod.sh
 fi
+if [ "${USE_SYSTEM_PYTHON:-0}" != "1" ]; then
+  # The venv's interpreter finds the repository's modules from any directory (`python -m dataprep.build_tfrecords`
+  # run where the images are): a .pth file naming the repository, as an editable install writes.
+  SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null ||
+         echo "$VENV/lib/python$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')/site-packages")
+  echo "+ echo $PWD > $SITE/convnets_repository.pth"
+  [ "$DRY" = 1 ] || echo "$PWD" > "$SITE/convnets_repository.pth"
+fi
 if [ "$DRY" = 1 ]; then
   echo "install.sh: plan done ($MODE mode)"
 else

@@ -87,6 +87,22 @@ def test_cpu_mode_without_a_listed_gpu_or_when_asked(tmp_path, gpus, env, reason
     assert "AsGpuStreamValue" not in done.stdout
 
 
+def test_the_venv_finds_the_repository_s_modules_from_any_directory(tmp_path):
+    """`python -m dataprep.build_tfrecords` run where the images are said `No module named 'dataprep'`: install.sh
+    puts a .pth naming the repository into the venv (the plan says where), and this venv, made by it, has it."""
+    done = run_install_script("install.sh", tmp_path, GPU="0", SKIP_DALI="1", SKIP_HOROVOD="1")
+    assert done.returncode == 0, done.stderr
+    line = "+ echo {} > {}/lib/python{}.{}/site-packages/convnets_repository.pth".format(
+        ROOT, tmp_path / "venv", *sys.version_info[:2])
+    assert line in done.stdout.splitlines(), done.stdout
+    assert not (tmp_path / "venv").exists()
+    found = run_command([sys.executable, "-m", "dataprep.verify_records", "--help"], check=False, cwd=str(tmp_path),
+                        timeout=120)
+    assert found.returncode == 0 and "usage:" in found.stdout, (
+        "this interpreter does not find the repository from another directory: install with scripts/install.sh " +
+        found.stderr[-300:])
+
+
 def test_skip_flags_leave_dali_and_horovod_out(tmp_path):
     done = run_install_script("install.sh", tmp_path, GPU="1", SKIP_DALI="1", SKIP_HOROVOD="1")
     assert done.returncode == 0, done.stderr
