@@ -236,11 +236,13 @@ def test_a_labels_file_names_label_k_on_line_k_or_is_refused(tmp_path):
         read_class_names(str(path))
 
 
-@pytest.mark.parametrize("edit", ["repeat_first", "garbage_line", "offset_past_end"])
+@pytest.mark.parametrize("edit", ["repeat_first", "garbage_line", "offset_past_end", "two_merged"])
 def test_a_dali_index_edited_in_its_middle_is_refused(tmp_path, edit):
     """Only the last line was checked: an index whose lines all named record 0 (DALI read it again and again)
     changed evaluate's top-1 from 0.79 to 0.89 without a word; a line of garbage or an offset past the file's end
-    (a DALI traceback) likewise."""
+    (a DALI traceback) likewise. Two lines merged into one (`0 5639` for `0 2864` and `2864 2775`) follow on and end
+    where the file does: DALI dropped one image and read another twice, and a top-1 of 0.33 read 0.5 (an audit,
+    2026-12-08)."""
     from runtime.runner_utils import list_index_files
     from tests._data_helpers import write_tfrecord_shards
     from utils.tfrecord_framing import write_dali_index
@@ -254,6 +256,9 @@ def test_a_dali_index_edited_in_its_middle_is_refused(tmp_path, edit):
         lines = [lines[0]] * (len(lines) - 1) + lines[-1:]
     elif edit == "garbage_line":
         lines[2] = "abc def"
+    elif edit == "two_merged":
+        (offset, first), (_, second) = (map(int, line.split()) for line in lines[:2])
+        lines[:2] = ["{} {}".format(offset, first + second)]
     else:
         lines[2] = "99999999999 {}".format(lines[2].split()[1])
     with open(index, "w") as handle:
