@@ -61,6 +61,7 @@ def next_batch(iterator):
         user_error = data_utils.input_error(error) or dali_utils.decode_error(error)
         if user_error is None:
             raise
+        user_error.from_input = True  # the data or the flags that read it: the run's own steps were not at fault
         raise user_error from None
 
 

@@ -258,8 +258,9 @@ class Runner:
             except Exception as error:
                 if isinstance(error, LogWriteError) and stepped and saver is not None:
                     raise self._checkpointed_after_log_failure(error, saver, int(global_step.numpy())) from None
-                if started is not None and not stepped:
-                    self._discard_start(saver, started)
+                if started is not None and (not stepped or getattr(error, "from_input", False)
+                                            and saver.latest_checkpoint == started):
+                    self._discard_start(saver, started, int(global_step.numpy()) - current_step)
                 raise  # (main.py turns a collective's failure after another worker's loss into one line)
             finally:
                 # An exception leaves this frame in its traceback, and a traceback caught by a context manager can
@@ -483,13 +484,15 @@ class Runner:
             self.logger.print("WARNING: {}, the classes this checkpoint was trained on: {}".format(
                 other, runner_utils.OTHER_CLASSES_SCORED))
 
-    def _discard_start(self, saver, started):
-        """A run that failed before its first step (a label the classifier cannot hold, unreadable data, a full
-        disk) trained nothing: its start checkpoint would only bind the corrected command to the failed one's
-        settings, so it is removed."""
+    def _discard_start(self, saver, started, steps=0):
+        """A new run that failed before its first step (a label the classifier cannot hold, unreadable data, a full
+        disk) trained nothing, and one whose input failed (`steps` > 0: DALI checks a batch's labels as it
+        delivers it) before its first checkpoint after the start kept nothing of its steps: its start checkpoint
+        would only bind the corrected command to the failed one's settings, so it is removed."""
         saver.discard_only(started)
-        self.logger.print("Removed {}: this run stopped before its first step, so the next starts afresh".format(
-            started))
+        when = "before its first step" if not steps else "on its input before its first checkpoint after the start " \
+            "(the {} step{} it trained {} lost either way)".format(steps, *(("", "is") if steps == 1 else ("s", "are")))
+        self.logger.print("Removed {}: this run stopped {}, so the next starts afresh".format(started, when))
 
     def _copy_labels_file(self):
         """Keeps the dataset's class names beside the checkpoints, so `predict` can name classes. Copied under a

@@ -6,6 +6,7 @@ import builtins
 import dataclasses
 import io
 import os
+import re
 
 import numpy as np
 import pytest
@@ -502,3 +503,29 @@ def test_gpu_pipeline_has_the_cpu_pipelines_operators_and_parameters(training):
     if training:
         crop = next(arguments for name, _, arguments in cpu if "RandomCrop" in name)
         assert crop["random_area"].startswith("[0.25") and crop["num_attempts"] == "100"
+
+
+@needs_dali
+def test_a_dali_training_stopped_by_a_label_after_its_first_step_leaves_no_start_checkpoint(tmp_path):
+    """DALI checks a batch's labels as it delivers it: a label above --num_classes in the second batch stopped the
+    run after one step with its start checkpoint kept, and the corrected command was refused as contradicting that
+    checkpoint's --num_classes (an audit, 2026-12-08). The start checkpoint now goes, as when the tf.data pipeline
+    stops on such a label before the first step, and the corrected command trains."""
+    from tests._cli import main_in_process
+    paths = write_tfrecord_shards(str(tmp_path / "data"), "train", 1, 16, 40, NUM_CLASSES,
+                                  corrupt={(0, 11): "label_out_of_range"})  # label 16, delivered after the first batch
+    os.makedirs(tmp_path / "idx")
+    dali_utils.make_dali_index(paths[0], str(tmp_path / "idx" / os.path.basename(paths[0])))
+    model_dir = tmp_path / "model"
+    train = ("--mode", "train", "--data_dir", tmp_path / "data", "--dali", "--data_idx_dir", tmp_path / "idx",
+             "--image_size", 32, "--batch_size", 4, "--num_iter", 8, "--iter_unit", "batch", "--seed", 1,
+             "--model_dir", model_dir, "--results_dir", tmp_path / "results", "--no_progress", "--cpu")
+    failed = main_in_process(*train, "--num_classes", 11, check=False)
+    assert failed.returncode == 2, failed.stderr
+    assert failed.stderr.strip().splitlines()[-1].startswith("ERROR: label 16 in the DALI input is outside 1..11")
+    assert re.search(r"^Removed {}: this run stopped on its input before its first checkpoint after the start \(the "
+                     r"[1-8] steps? it trained (is|are) lost either way\), so the next starts afresh$".format(
+                         re.escape(str(model_dir / "model.ckpt-0"))), failed.stdout, re.M), failed.stdout[-2000:]
+    assert tf.train.latest_checkpoint(str(model_dir)) is None
+    main_in_process(*train, "--num_classes", 16)
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith("model.ckpt-8")
