@@ -72,9 +72,12 @@ def verify(tfrecord_dir: str, splits=("train", "validation"), log=print, decode=
                     f"; {failing - 1:,} more fail: records {', '.join(more)}{', ...' if failing > len(first) else ''}"
                     if more else ""))
                 log(bad[-1])
+    one = len(bad) == 1
     log(f"Read {len(names):,} shard(s) of {tfrecord_dir}, {records:,} records: " +
-        (f"{len(bad)} cannot be read to the end{' or hold images that do not decode' if decode else ''}; "
-         "delete them and run the same dataprep.build_tfrecords command with --resume to write them again" if bad
+        (f"{len(bad)} shard{'' if one else 's'} cannot be read to the end"
+         f"{(' or holds' if one else ' or hold') + ' images that do not decode' if decode else ''} (the count is of "
+         f"the records read); delete {'it' if one else 'them'} and run the same dataprep.build_tfrecords command "
+         f"with --resume to write {'it' if one else 'them'} again" if bad
          else "every record is readable" + (" and its image decodes" if decode else "")) +
         ("; training and evaluation refuse the dataset as it is (above)" if refused else ""))
     return refused + bad

@@ -448,7 +448,7 @@ def test_interrupted_run_resumes(tree, built, tmp_path, monkeypatch, capsys):
     assert "already holds train output" in capsys.readouterr().err
 
     assert build(_args(root, out) + ["--resume"]) == SKIPPED_SOME
-    assert "2 shard(s) written now, 1 kept from the interrupted run" in capsys.readouterr().out
+    assert "2 shard(s) written now, 1 kept from the run before (--resume)" in capsys.readouterr().out
     again = os.stat(out / "train-00000-of-00003")
     assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)  # not rewritten
     assert not [n for n in os.listdir(out) if n.startswith(".tmp.")]

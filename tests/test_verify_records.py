@@ -30,8 +30,9 @@ def test_a_readable_dataset_passes_and_a_damaged_shard_is_named_with_how_far_its
     lines = result.stdout.splitlines()
     assert len(lines) == 2 and lines[0].startswith(f"BAD {train[1]}: its reader stops after 2 of 5 records (")
     assert "corrupted record" in lines[0].lower()
-    assert lines[1] == (f"Read 3 shard(s) of {tmp_path}, 12 records: 1 cannot be read to the end; delete them and "
-                        "run the same dataprep.build_tfrecords command with --resume to write them again")
+    assert lines[1] == (f"Read 3 shard(s) of {tmp_path}, 12 records: 1 shard cannot be read to the end (the count is "
+                        "of the records read); delete it and run the same dataprep.build_tfrecords command with "
+                        "--resume to write it again")
     assert _verify(tmp_path, "--split", "validation", "--verbose").returncode == 0  # the damaged shard is a train one
     assert validation  # (written, and read above)
 
@@ -51,9 +52,9 @@ def test_decode_names_the_records_whose_image_does_not_decode(tmp_path):
     assert re.fullmatch(rf"BAD {re.escape(paths[0])}: record 5 does not decode \(.*JPEG.*\)", lines[0])
     assert re.fullmatch(rf"BAD {re.escape(paths[1])}: record 1 does not decode \(.*\); 2 more fail: records 2, 6",
                         lines[1])
-    assert lines[2] == (f"Read 2 shard(s) of {tmp_path}, 16 records: 2 cannot be read to the end or hold images that "
-                        "do not decode; delete them and run the same dataprep.build_tfrecords command with --resume "
-                        "to write them again")
+    assert lines[2] == (f"Read 2 shard(s) of {tmp_path}, 16 records: 2 shards cannot be read to the end or hold "
+                        "images that do not decode (the count is of the records read); delete them and run the same "
+                        "dataprep.build_tfrecords command with --resume to write them again")
     from utils import data_utils
     total, failing, first = data_utils.undecodable_records(paths[1], limit=1)
     assert (total, failing, len(first), first[0][0]) == (8, 3, 1, 1) and first[0][1].startswith("does not decode (")
