@@ -15,6 +15,7 @@ No TensorFlow here: main.py parses its flags before it imports TensorFlow.
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
 import typing
@@ -214,7 +215,7 @@ class RunConfig:
                                         "AutoAugment policy or RandAugment.", group=EXTENSIONS,
                                 choices=("none", "autoaugment", "randaugment"))
     raug_num_layers: int = _flag(2, "RandAugment: operations applied per image.", group=EXTENSIONS,
-                                 check=lambda v: v >= 1, problem="--raug_num_layers must be at least 1 (got {})")
+                                 check=lambda v: 1 <= v <= 10, problem="--raug_num_layers must be in [1, 10] (got {})")
     raug_magnitude: float = _flag(9.0, "RandAugment: magnitude of every operation, 0..10.", group=EXTENSIONS,
                                   check=lambda v: 0 <= v <= 10, problem="--raug_magnitude must be in [0, 10] (got {})")
     cutmix: float = _flag(0.0, "The alpha parameter for CutMix (0 = off): paste a box of another image of the "
@@ -233,6 +234,8 @@ class RunConfig:
             if flag.choices is not None and value is not None and value not in flag.choices:
                 raise UserError("--{} must be one of {} (got {!r})".format(field.name, ", ".join(flag.choices),
                                                                           value))
+            if isinstance(value, float) and not math.isfinite(value):  # (inf passed the ">= 0" checks)
+                raise UserError("--{} must be a finite number (got {})".format(field.name, value))
             if flag.check is not None and not flag.check(value):
                 raise UserError(flag.problem.format(value))
         for holds, problem in _COMBINATION_CHECKS:

@@ -189,9 +189,17 @@ def test_bad_choice_or_type_exits_nonzero(flag, value, capsys):
     (["--batch_size", "2", "--num_classes", "1"], "--num_classes"),
     (["--batch_size", "2", "--min_crop_area", "0"], "--min_crop_area must be in"),
     (["--batch_size", "2", "--min_crop_area", "1.5"], "--min_crop_area"),
+    # inf passed ">= 0" and ended as "the loss became nan ... (lower --lr_init ...)"; 1000 RandAugment layers grew to
+    # 5 GB before the first step (an audit, 2026-12-08)
+    (["--batch_size", "2", "--mixup", "inf"], "--mixup must be a finite number (got inf)"),
+    (["--batch_size", "2", "--cutmix", "inf"], "--cutmix must be a finite number (got inf)"),
+    (["--batch_size", "2", "--lr_init", "inf"], "--lr_init must be a finite number (got inf)"),
+    (["--batch_size", "2", "--weight_decay", "nan"], "--weight_decay must be a finite number (got nan)"),
+    (["--batch_size", "2", "--augmenter_name", "randaugment", "--raug_num_layers", "1000"],
+     "--raug_num_layers must be in [1, 10] (got 1000)"),
 ])
 def test_out_of_range_values_are_clear_errors(argv, fragment):
-    with pytest.raises(UserError, match=fragment.replace("-", r"\-")):
+    with pytest.raises(UserError, match=re.escape(fragment)):
         parse_cmdline(argv)
 
 
