@@ -547,7 +547,10 @@ class Runner:
         info = self.restore_for_inference(required=not is_benchmark, ema=is_benchmark and config.use_ema_weights,
                                           note_raw=is_benchmark, note_unsettled=not is_benchmark or bool(export_dir))
         if config.use_ema_weights and info is not None:
-            checkpoints.require_averages(info)
+            checkpoints.require_averages(info)  # (settings refused it before the log; a Python caller here)
+            if not is_benchmark and not export_dir:
+                log.print("Note: --use_ema_weights picks nothing here: this evaluation reports both the raw and the "
+                          "EMA weights' accuracy (the flag picks the weights an --export_dir export takes)")
         if info is not None:
             self._note_evaluated_classes()
 

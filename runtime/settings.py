@@ -27,7 +27,7 @@ import dataclasses
 import os
 from typing import Any, Callable, Mapping
 
-from runtime.config import RunConfig, given_flags, parse_cmdline
+from runtime.config import EXTENSIONS, RunConfig, flag_of, given_flags, parse_cmdline
 from utils.errors import UserError
 
 INFERENCE_MODES = ("evaluate", "predict", "inference_benchmark")
@@ -70,6 +70,14 @@ class RunSettings:
                 record[key] = os.path.abspath(info.path)
                 if os.path.realpath(info.path) != record[key]:
                     record[key + "_target"] = os.path.realpath(info.path)
+        if self.checkpoint is not None and self.config.mode in TRAINING_MODES:
+            # An extension the checkpoint's run used and this one leaves at its default (a resume given
+            # --moving_average_decay 0) is recorded too: the flags in use alone would leave it out, unsaid.
+            recorded = self.checkpoint.recorded_settings()
+            for field in dataclasses.fields(self.config):
+                value = getattr(self.config, field.name)
+                if flag_of(field).group == EXTENSIONS and recorded.get(field.name, value) != value:
+                    record[field.name] = value
         if self.adopted:
             record["settings_from_checkpoint"] = sorted(self.adopted)
         if self.lineage:
@@ -1091,6 +1099,9 @@ def resolve(config, given, log=print, replicas=1, workers=1, platform=None, engi
             raise UserError("{}; --finetune_checkpoint is read only by a training: to {} {}, pass it as "
                             "--model_dir".format(error, config.mode.replace("_", " "), config.finetune_checkpoint))
         raise error
+    if info is not None and config.use_ema_weights and config.mode in ("evaluate", "predict", "inference_benchmark"):
+        from runtime.checkpoints import require_averages
+        require_averages(info)  # before the run's log: it would record a run refused at its restore
     changes, finetune = {}, None
     notes = []  # a resume's lines on what changes from the checkpoint's run: said only if it has steps to train
     # The run uses the checkpoint's model as it is (its class count and size): a resume, an inference mode, the

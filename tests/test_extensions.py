@@ -153,9 +153,18 @@ def test_ema_weights_in_predict_and_the_frozen_graph_and_refused_without_them(tr
     assert "has no EMA weights (train with --moving_average_decay" in refused.stderr
     evaluated = run("main.py", "--mode", "evaluate", "--data_dir", data_dir, "--results_dir", plain, "--batch_size", 2)
     assert evaluated.returncode == 0 and "ema_top1_accuracy" not in evaluated.stdout
+    logged = (plain / "log.json").read_text()
     refused = run("main.py", "--mode", "evaluate", "--data_dir", data_dir, "--results_dir", plain, "--batch_size", 2,
                   "--use_ema_weights")
     assert refused.returncode == 2 and "has no EMA weights" in refused.stderr
+    # refused with the run's settings, before its log (it was refused at the restore, its PARAMETER record written)
+    assert "Restored" not in refused.stdout and (plain / "log.json").read_text() == logged
+    # where the checkpoint has them, an evaluation without an export reports both: the flag picks nothing, said
+    evaluated = run("main.py", "--mode", "evaluate", "--data_dir", data_dir, "--model_dir", results, "--results_dir",
+                    tmp_path / "ev_flag", "--batch_size", 2, "--use_ema_weights")
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert ("Note: --use_ema_weights picks nothing here: this evaluation reports both the raw and the EMA weights' "
+            "accuracy (the flag picks the weights an --export_dir export takes)") in evaluated.stdout.splitlines()
     # Turning the EMA on in a directory whose checkpoint has none starts the averages from its weights.
     resumed = run("main.py", "--mode", "train", "--data_dir", data_dir, "--results_dir", plain, "--num_iter", 2,
                   *DATA_FLAGS, "--moving_average_decay", 0.99)

@@ -438,6 +438,10 @@ def test_dropping_the_ema_takes_an_explicit_zero_and_is_warned(tmp_path):
     assert resolved.config.moving_average_decay == 0.0
     assert lines[-1] == (f"WARNING: checkpoint {path} has EMA weights, but this run has --moving_average_decay 0: "
                          "its checkpoints will not keep them")
+    # the PARAMETER record says so too: the flags in use alone left the key out (an audit, 2026-12-08)
+    assert resolved.parameters()["moving_average_decay"] == 0.0
+    assert "moving_average_decay" not in resolve(tmp_path, mode="train", moving_average_decay=0.999)[0].parameters()
+    assert "moving_average_decay" not in resolve(tmp_path, mode="evaluate", moving_average_decay=0.0)[0].parameters()
 
 
 def test_ema_weights_of_an_unrecorded_decay_need_the_flag(tmp_path):
