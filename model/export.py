@@ -143,7 +143,7 @@ def _source_fields():
             "class_names": (lambda value: isinstance(value, list) and all(isinstance(name, str) for name in value),
                             "a list of class names"),
             "quantized": _SWITCH, "symmetric": _SWITCH, "use_qdq": _SWITCH, "unused_quantization_ranges": _SWITCH,
-            "untrained_quantization_ranges": _SWITCH}
+            "untrained_quantization_ranges": _SWITCH, "checkpoint_has_ema": _SWITCH}
 
 
 def checked_source(text, where):
@@ -181,6 +181,8 @@ def source_record(arch, num_classes, info, ema, class_names=None, **extra):
               "weights": "fresh" if info is None else "ema" if ema else "raw"}
     if info is not None and info.diverged:
         record["diverged"] = dict(info.diverged)
+    if info is not None and not ema and info.has_weight_averages:  # (so "the weights" is not taken for its EMA ones)
+        record["checkpoint_has_ema"] = True
     if class_names:
         record["class_names"] = list(class_names)
     return dict(record, **extra)
@@ -229,8 +231,10 @@ def describe_source(source):
     (step 1124)": a model's `source` in words (the first class names when it records them)."""
     weights = source.get("weights")
     origin = ("freshly initialised weights" if weights == "fresh" or not source.get("checkpoint") else
-              "the {}weights of checkpoint {} (step {})".format("EMA " if weights == "ema" else "",
-                                                                source["checkpoint"], source.get("step")))
+              "the {}weights of checkpoint {} (step {}{})".format(
+                  "EMA " if weights == "ema" else "raw " if source.get("checkpoint_has_ema") else "",
+                  source["checkpoint"], source.get("step"),
+                  "; it also holds EMA weights" if source.get("checkpoint_has_ema") else ""))
     names = source.get("class_names") or []
     outputs = source.get("num_classes")
     # (fewer names than outputs less the original's last one: said, as "10 classes (...)" reads as ten names)

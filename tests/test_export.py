@@ -919,3 +919,20 @@ def test_a_closed_stdout_says_no_graph_was_written(tmp_path, monkeypatch, capsys
     assert export_frozen_graph.main(argv) == 141
     assert capsys.readouterr().err == (f"INTERRUPTED: export_frozen_graph stopped by SIGPIPE; the graph was written to "
                                        f"{output}; only the lines after it are lost\n")
+
+
+def test_an_export_of_the_raw_weights_of_a_checkpoint_with_ema_weights_says_raw():
+    """inference.py's Model line named an EMA export's weights but called a raw export's of such a checkpoint just
+    "the weights" (an audit, 2026-12-08): the record now says the checkpoint also holds EMA weights."""
+    from types import SimpleNamespace
+    info = SimpleNamespace(path="/runs/a/model.ckpt-4", step=4, diverged=None, has_weight_averages=True)
+    raw = export.source_record("resnet50", 2, info, ema=False, image_size=32)
+    assert raw["checkpoint_has_ema"] is True
+    assert export.describe_source(export.checked_source(json.dumps(raw), "r")).endswith(
+        "32x32, the raw weights of checkpoint /runs/a/model.ckpt-4 (step 4; it also holds EMA weights)")
+    ema = export.source_record("resnet50", 2, info, ema=True, image_size=32)
+    assert "checkpoint_has_ema" not in ema
+    assert export.describe_source(ema).endswith("32x32, the EMA weights of checkpoint /runs/a/model.ckpt-4 (step 4)")
+    info.has_weight_averages = False
+    plain = export.source_record("resnet50", 2, info, ema=False, image_size=32)
+    assert export.describe_source(plain).endswith("32x32, the weights of checkpoint /runs/a/model.ckpt-4 (step 4)")
