@@ -182,6 +182,10 @@ def run_mode(resolved, distribution, platform, precision, runner_class=None, eng
     # All workers leave together: a worker still busy (rank 0's final checkpoint) well after another exited is told
     # by TF's coordination service that the task crashed (BaseCollectiveExecutor::StartAbort), a false alarm.
     distribution.barrier()
+    if interrupted is not None:  # the log says how the run ended, as predict's final record does
+        logger.log(step=(), data={"interrupted": signal.Signals(interrupted.signum).name if interrupted.signum
+                                  else "another worker's signal", "global_step": interrupted.step,
+                                  "checkpoint_written": interrupted.checkpointed})
     logger.close()
     if interrupted is not None:
         if distribution.is_chief:

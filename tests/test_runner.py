@@ -196,6 +196,10 @@ def test_a_first_signal_during_the_final_save_lets_it_finish_and_then_stops(tmp_
             "at once)") in result.stdout
     assert "training stopped by a signal at step 3; checkpoint written" in result.stdout
     assert tf.train.latest_checkpoint(str(model_dir)).endswith("model.ckpt-3")
+    # the log says so too (until 2026-12-08 only stdout and stderr did: the log read as a run that ended at step 3)
+    from utils.logger import read_log
+    assert list(read_log(str(tmp_path / "results" / "log.json")))[-1]["data"] == {
+        "interrupted": signame, "global_step": 3, "checkpoint_written": True}
     if signame == "SIGINT":
         assert result.stderr.strip().splitlines()[-1].endswith(
             "stopped by SIGINT; checkpoint written at step 3; run the same command again to resume")
