@@ -548,7 +548,7 @@ class Runner:
                                           note_raw=is_benchmark, note_unsettled=not is_benchmark or bool(export_dir))
         if config.use_ema_weights and info is not None:
             checkpoints.require_averages(info)  # (settings refused it before the log; a Python caller here)
-            if not is_benchmark and not export_dir:
+            if config.mode == "evaluate" and not export_dir:  # (train_and_evaluate's said at its start)
                 log.print("Note: --use_ema_weights picks nothing here: this evaluation reports both the raw and the "
                           "EMA weights' accuracy (the flag picks the weights an --export_dir export takes)")
         if info is not None:

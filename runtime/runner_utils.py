@@ -59,6 +59,7 @@ def check_index_matches(index_path, tfrecord_path):
     there must be as many as the file's framing holds. An index of another dataset, of the file before it was
     rewritten, or edited (DALI reads whatever it says: a repeated line scored one record several times, two lines
     merged into one dropped a record and read another twice), fails this."""
+    records = []
     try:
         with open(index_path, encoding="ascii") as handle:
             records = [tuple(int(field) for field in line.split()[:2]) for line in handle if line.strip()]
@@ -69,10 +70,10 @@ def check_index_matches(index_path, tfrecord_path):
             end = offset + size
     except (OSError, ValueError, TypeError, UnicodeDecodeError):
         end = None
-    # (count_records: a damaged shard is named as such, a UserError, not blamed on its index; the count is the one
+    # (count_records names a damaged shard as such, a UserError, not blamed on its index; the count is the one
     # count_samples made of the same file, cached)
     if end != os.path.getsize(tfrecord_path) or len(records) != count_records(tfrecord_path):
-        count_records(tfrecord_path)
+        count_records(tfrecord_path)  # (when the sizes already disagreed)
         raise UserError("DALI index {} does not describe {} (another dataset's, or made before the file was "
                         "rewritten): re-create it with `python -m dataprep.make_dali_index {} {}`".format(
                             index_path, tfrecord_path, shlex.quote(os.path.dirname(tfrecord_path) or "."),
