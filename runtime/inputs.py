@@ -169,15 +169,16 @@ def dali_unusable_record(path, index, reason, mode):
 
 def _checked_identity(path):
     """What .checked records of a shard: its identity and what was checked (a record from before the example check
-    was added lacks "examples", so its shard is checked again)."""
-    return dict(_shard_identity(path), examples=True)
+    was added lacks "examples", one from before the image signatures' check "image_signatures", so its shard is
+    checked again)."""
+    return dict(_shard_identity(path), examples=True, image_signatures=True)
 
 
 def check_records_for_dali(filenames, idx_dir, mode, log):
     """Refuses a shard of `filenames` before DALI reads it for `mode` ("train" / "evaluate") when TensorFlow's reader
     cannot read it to its end (DALI checks no record's data checksum: a damaged record would be trained on or
     evaluated as it is, where tf.data skips it) or when it holds a record DALI would stop on mid-run (not an
-    Example of the trainer's features, no image; tf.data skips those too). Each shard that passes is recorded in
+    Example of the trainer's features, no image, bytes of no image format; tf.data skips those too). Each shard that passes is recorded in
     `idx_dir`/.checked (CHECKED_SHARDS), so later runs read only new, copied or rewritten shards; damage to a shard
     in place since it was checked is `dataprep.verify_records`' to find."""
     import concurrent.futures

@@ -11,7 +11,8 @@ from PIL import Image
 
 # Kinds of damage `write_tfrecord_shards(corrupt=...)` can put into a record. The pipelines skip the first, second
 # and fourth as corrupt records; "label_out_of_range" (label num_classes + 5) stops them with one error instead.
-CORRUPT_KINDS = ("bad_jpeg", "truncated_jpeg", "missing_image", "label_out_of_range", "not_example", "pixel_bbox")
+CORRUPT_KINDS = ("bad_jpeg", "truncated_jpeg", "missing_image", "label_out_of_range", "not_example", "pixel_bbox",
+                 "not_image")
 
 
 def random_image(rng, height, width):
@@ -107,6 +108,8 @@ def write_tfrecord_shards(directory, prefix, num_shards, records_per_shard, imag
                     bboxes = [(2.0, 3.0, height - 2.0, width - 3.0)]
                 elif kind == "missing_image":
                     jpeg = None
+                elif kind == "not_image":  # a text file's bytes where the JPEG belongs
+                    jpeg = b"this is a text file, not an image\n"
                 elif kind == "label_out_of_range":
                     label = num_classes + 5
                 elif kind is not None:

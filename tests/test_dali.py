@@ -239,7 +239,10 @@ def test_a_dali_evaluation_refuses_a_record_whose_data_no_longer_matches_its_che
 @needs_dali
 @pytest.mark.parametrize("kind, reason", [
     ("missing_image", "has no image (image/encoded missing or empty)"),
-    ("not_example", "is not a tf.train.Example (protobuf cannot parse it)")])
+    ("not_example", "is not a tf.train.Example (protobuf cannot parse it)"),
+    # DALI stopped after steps with a 20-line dump and an ERROR line naming no record (an audit, 2026-12-08)
+    ("not_image", "holds no image its decoders read (image/encoded begins b'this is ': no JPEG, PNG, BMP, GIF, "
+                  "TIFF, WebP or JPEG 2000 signature)")])
 @pytest.mark.parametrize("mode", ["train", "evaluate"])
 def test_a_record_dali_would_stop_on_is_refused_before_dali_reads_naming_shard_and_record(tmp_path, kind, reason,
                                                                                           mode):

@@ -450,6 +450,20 @@ def read_to_end(path: str) -> tuple[int, str | None]:
         return read, op_error_text(error)
 
 
+# The first bytes of the image formats DALI's decoders read (JPEG, PNG, BMP, GIF, TIFF both ways, WebP's RIFF,
+# JPEG 2000's codestream and box): bytes that begin otherwise are no image it can decode, and it stops the run there.
+IMAGE_SIGNATURES = (b"\xff\xd8", b"\x89PNG", b"BM", b"GIF8", b"II*\x00", b"MM\x00*", b"RIFF", b"\xffO\xffQ",
+                    b"\x00\x00\x00\x0cjP")
+
+
+def _image_signature_known(encoded):
+    """Whether each of the strings `encoded` begins with one of IMAGE_SIGNATURES (a bool tensor of its shape)."""
+    known = tf.zeros_like(encoded, dtype=tf.bool)
+    for signature in IMAGE_SIGNATURES:
+        known = tf.logical_or(known, tf.equal(tf.strings.substr(encoded, 0, len(signature)), signature))
+    return known
+
+
 def _unusable_record(record):
     """Why `record` (a scalar string tensor) is no Example the input can use, in words ("is not a tf.train.Example
     ...", "does not hold the trainer's features ...", "has no image ..."), or None. protobuf's parser first:
@@ -462,7 +476,12 @@ def _unusable_record(record):
         encoded = tf.io.parse_single_example(record, image_processing.feature_map())["image/encoded"]
     except tf.errors.OpError as error:
         return "does not hold the trainer's features as they should be ({})".format(op_error_text(error))
-    return "has no image (image/encoded missing or empty)" if int(tf.strings.length(encoded)) == 0 else None
+    if int(tf.strings.length(encoded)) == 0:
+        return "has no image (image/encoded missing or empty)"
+    if not bool(_image_signature_known(encoded)):
+        return "holds no image its decoders read (image/encoded begins {!r}: no JPEG, PNG, BMP, GIF, TIFF, WebP or " \
+               "JPEG 2000 signature)".format(encoded.numpy()[:8])
+    return None
 
 
 def undecodable_records(path: str, limit: int = 5,
@@ -502,7 +521,8 @@ def read_for_dali(path: str) -> tuple[int, str | None, tuple[int, str] | None]:
     reader's error or None, (index from 0, reason) of the first record DALI's input would stop on rather than skip,
     as tf.data does, or None). Such a record is not a tf.train.Example, or its features do not parse as
     image_processing.feature_map gives them (the keys and types DALI's reader reads; its reader fails on it), or its
-    image/encoded is missing or empty (DALI's reader or decoder fails). Whether the images decode is not checked.
+    image/encoded is missing or empty (DALI's reader or decoder fails), or begins with no image format's signature
+    (IMAGE_SIGNATURES: DALI's decoder fails). Whether the images decode to the end is not checked.
     TensorFlow's parser reads some bytes that are not an Example as one without features: those count as imageless
     in the fast pass, and protobuf's parser (DALI's) tells them apart in the record-by-record pass."""
     spec = image_processing.feature_map()
@@ -510,7 +530,9 @@ def read_for_dali(path: str) -> tuple[int, str | None, tuple[int, str] | None]:
 
     def counts(records):
         encoded = tf.io.parse_example(records, spec)["image/encoded"]
-        return tf.size(records, tf.int64), tf.reduce_sum(tf.cast(tf.equal(tf.strings.length(encoded), 0), tf.int64))
+        unusable = tf.logical_or(tf.equal(tf.strings.length(encoded), 0),
+                                 tf.logical_not(_image_signature_known(encoded)))
+        return tf.size(records, tf.int64), tf.reduce_sum(tf.cast(unusable, tf.int64))
 
     zero = tf.constant(0, tf.int64)
     try:
