@@ -93,9 +93,19 @@ else
   done < "$WORKDIR/environment.txt"
   command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L | tee -a "$REPORT"
 fi
-say "GPUs: $GPUS ${GPU_NAME:+($GPU_NAME)}; steps per training check: $STEPS"
+say "GPUs: $GPUS${GPU_NAME:+ ($GPU_NAME)}; steps per training check: $STEPS"
 if [ "$DRY" != 1 ] && [ "$GPUS" -lt 1 ]; then
   say "No GPU: nothing to check here (the CPU side of these paths runs in the test suite: pytest -m gpu_path)"
+  exit 1
+fi
+# nvidia-smi lists GPUs but TensorFlow sees none (a CPU-mode install, a driver too old for CUDA 12, a container
+# started without --gpus): every check below would run on the CPU, for hours, and pass.
+if [ "$DRY" != 1 ] && grep -q '^GPUs visible to TensorFlow: \[\]' "$WORKDIR/environment.txt"; then
+  say "FAIL: $GPUS GPU(s) to check (nvidia-smi -L, or NUM_GPUS), but TensorFlow sees none: the checks would run on" \
+      "the CPU. Install in" \
+      "GPU mode (GPU=1 bash scripts/install.sh: tensorflow[and-cuda]), use a driver for CUDA 12, or start the" \
+      "container with --gpus all; TensorFlow's own reason:" \
+      "$PYTHON -c 'import tensorflow as tf; tf.config.list_physical_devices()'"
   exit 1
 fi
 
@@ -138,11 +148,16 @@ if [ "$DRY" = 1 ] || [ "$GPUS" -ge 2 ]; then
     skip horovod_2gpu "Horovod not importable (GPU=1 bash scripts/install_horovod.sh)"
   elif [ "$DRY" != 1 ] && ! "$PYTHON" -c "import horovod.tensorflow as h, sys; sys.exit(not h.nccl_built())" \
        >/dev/null 2>&1; then
-    # Without NCCL, Horovod all-reduces GPU tensors through host memory: a run, but not the one to measure.
-    fail horovod_2gpu "Horovod was built without NCCL: GPU=1 bash scripts/install_horovod.sh rebuilds it"
+    # Without NCCL, Horovod all-reduces GPU tensors through host memory: a run, but not the one to measure (the
+    # Docker image's build, docs/GPU.md).
+    skip horovod_2gpu "Horovod was built without NCCL (the Docker image's build): GPU=1 bash \
+scripts/install_horovod.sh rebuilds it with a CUDA 12 nvcc"
   else
-    check horovod_2gpu    n/a  horovodrun -np 2 -H localhost:2 "$PYTHON" "${TRAIN[@]}" --batch_size 256 --amp --xla \
-                               --results_dir "$WORKDIR/horovod"
+    # the horovodrun installed beside $PYTHON (the venv's), as training/common.sh runs it; else PATH's
+    HOROVODRUN=$(dirname "$PYTHON")/horovodrun
+    [ -x "$HOROVODRUN" ] || HOROVODRUN=horovodrun
+    check horovod_2gpu    n/a  "$HOROVODRUN" -np 2 -H localhost:2 "$PYTHON" "${TRAIN[@]}" --batch_size 256 --amp \
+                               --xla --results_dir "$WORKDIR/horovod"
   fi
 else
   skip mirrored_2gpu "needs 2 GPUs"

@@ -103,6 +103,14 @@ def test_gpu_check_script_prints_its_plan_and_refuses_to_run_without_a_gpu(tmp_p
     assert real.returncode == 1
     assert "No GPU: nothing to check here" in real.stdout
     assert "tensorflow 2.21" in open(tmp_path / "work" / "report.txt").read()
+    # GPUs listed, but TensorFlow sees none (a CPU install, an old driver, a container without --gpus): every check
+    # ran on the CPU and passed, until 2026-12-08 (an audit); now one FAIL line and no check runs
+    env["NUM_GPUS"] = "2"
+    listed = run_command(["bash", "scripts/gpu_check.sh"], check=False, env=env, timeout=300)
+    assert listed.returncode == 1
+    assert "FAIL: 2 GPU(s) to check (nvidia-smi -L, or NUM_GPUS), but TensorFlow sees none: the checks would run on " \
+        "the CPU." in listed.stdout, listed.stdout
+    assert not os.path.exists(tmp_path / "work" / "fp32.log")
 
 
 @pytest.mark.slow
