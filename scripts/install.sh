@@ -47,6 +47,12 @@ else
   [ -x "$VENV/bin/python" ] || run "$PYTHON" -m venv "$VENV"
   PY="$VENV/bin/python"
 fi
+if [ "$GPU" = 1 ] && [ "${SKIP_HOROVOD:-0}" != "1" ] && [ "$DRY" != 1 ]; then
+  # Horovod's GPU build needs a CUDA 12 toolkit, which pip cannot install: asked before the GPU set's downloads
+  # (several GB), not after them.
+  PY="$PY" GPU=1 CHECK_ONLY=1 bash scripts/install_horovod.sh || {
+    echo "install.sh: stopped before downloading anything (the line above says why)" >&2; exit 1; }
+fi
 run "$PY" -m pip install --quiet --upgrade pip
 # onnxruntime and onnxruntime-gpu provide the same module: a venv installed in the other mode loses that build first.
 if [ -x "$PY" ] && "$PY" -m pip show "$OTHER_BUILD" >/dev/null 2>&1; then

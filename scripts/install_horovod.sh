@@ -88,6 +88,10 @@ if [ "$GPU" = 1 ]; then
     [ -n "$found" ] && found=${found#, } || found="no toolkit (nvcc beside include/cuda_runtime.h) in ${candidates[*]}"
     PROBLEM="GPU=1 builds Horovod's NCCL operations with the nvcc of CUDA $CUDA_MAJOR (TensorFlow's CUDA major), found $found. Install a CUDA $CUDA_MAJOR toolkit (NVIDIA's cuda-nvcc-$CUDA_MAJOR-x and cuda-cudart-dev-$CUDA_MAJOR-x packages, or an nvidia/cuda:$CUDA_MAJOR.x-devel image) and set CUDA_HOME, or use SKIP_HOROVOD=1 (the tf.distribute engines need no Horovod)"
   fi
+  if [ "${CHECK_ONLY:-0}" = 1 ]; then  # install.sh asks before it downloads the GPU set (the NCCL wheel is not in yet)
+    [ -z "$PROBLEM" ] || { echo "install_horovod.sh: $PROBLEM" >&2; exit 1; }
+    exit 0
+  fi
   # NCCL: a system NCCL named by HOROVOD_NCCL_HOME, else the wheel TensorFlow loads. The wheel has only
   # libnccl.so.2, which CMake's find_library does not look for: a link named libnccl.so points at it, and the
   # rpath makes the built library load that same file at run time without LD_LIBRARY_PATH.

@@ -142,6 +142,18 @@ def test_gpu_horovod_needs_a_toolkit_of_tensorflows_cuda_major(tmp_path):
     assert real.stderr.startswith("install_horovod.sh: GPU=1 builds Horovod's NCCL operations with the nvcc of CUDA 12")
 
 
+def test_a_gpu_install_without_a_cuda_12_toolkit_stops_before_it_downloads(tmp_path):
+    """install.sh downloaded the GPU set (several GB) and DALI, then stopped at Horovod's toolkit check (an audit,
+    2026-12-08): it now asks install_horovod.sh first and stops before any pip step."""
+    cuda13 = fake_cuda(tmp_path, "13.0")
+    real = run_install_script("install.sh", tmp_path, GPU="1", DRY_RUN="0", SKIP_DALI="1", HOROVOD_CUDA_HOME=cuda13)
+    assert real.returncode == 1
+    assert "pip install" not in real.stdout, real.stdout
+    lines = real.stderr.strip().splitlines()
+    assert lines[-1] == "install.sh: stopped before downloading anything (the line above says why)"
+    assert lines[-2].startswith("install_horovod.sh: GPU=1 builds Horovod's NCCL operations with the nvcc of CUDA 12")
+
+
 def test_the_toolkit_is_found_from_nvcc_on_path_and_a_wrapper_script_is_not_one(tmp_path):
     cuda12 = fake_cuda(tmp_path, "12.4")
     done = run_install_script("install_horovod.sh", tmp_path, GPU="1",
