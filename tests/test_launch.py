@@ -46,6 +46,16 @@ def test_launcher_stops_the_job_when_a_worker_dies(tmp_path):
     assert time.monotonic() - start < 60
 
 
+def test_workers_started_without_a_gpu_are_said_to_run_on_the_cpu_unless_cpu_is_passed(tmp_path):
+    """An 8-GPU recipe run on a machine without GPUs started 8 CPU workers, said only by rank 0's note (an audit,
+    2026-12-08): the launcher says it once; with --cpu the CPU is meant and nothing is said."""
+    result = _launch("tests/_dist_signal_worker.py", tmp_path, "ok")
+    assert ("runtime.launch: no GPU visible: the 2 workers run on the CPU (pass --cpu to say the CPU is meant)"
+            in result.stderr.splitlines()), result.stderr
+    result = _launch("tests/_dist_signal_worker.py", tmp_path / "cpu", "ok", "--cpu")
+    assert "no GPU visible" not in result.stderr
+
+
 def test_the_launcher_names_the_worker_that_caused_the_stop_not_one_that_followed(tmp_path):
     """Worker 1 exits first, but with PeerStopped's status (it stopped because another worker did): the launcher
     waits for the cause, rank 0, names it and exits with its status."""
