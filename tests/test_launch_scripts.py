@@ -208,6 +208,29 @@ def test_inference_benchmark_configurations():
     assert len(dry_run(os.path.join(ROOT, "training", "resnext101-32x4d", "inference_benchmark.sh"))) == 8 * 4
 
 
+def test_benchmark_scripts_whose_runs_fail_say_so_and_exit_non_zero(tmp_path):
+    """training_perf.sh and inference_benchmark.sh collected the last throughput line of each run: a run that failed
+    (no data at /data/tfrecords) left a line without a figure, and the script exited 0 (an audit, 2026-12-08)."""
+    python = tmp_path / "python"  # every run fails at once, as main.py does on a missing --data_dir
+    python.write_text("#!/bin/sh\necho 'ERROR: --data_dir /data/tfrecords/ does not exist' >&2\nexit 2\n")
+    python.chmod(0o755)
+    environ = dict(os.environ, PYTHON=str(python), NUM_GPUS="1")
+    environ.pop("DRY_RUN", None)
+    perf = run_command(["bash", os.path.join(ROOT, "training", "resnet50v1.5", "training_perf.sh")], check=False,
+                       env=environ, timeout=60, cwd=str(tmp_path))
+    assert perf.returncode == 1
+    assert perf.stdout.splitlines()[0] == "BS=256,amp,XLA=0,GPUs=1 FAILED (exit 2)"
+    assert (tmp_path / "training_benchmark.txt").read_text().count("FAILED (exit 2)") == 4
+    assert perf.stderr.strip().splitlines()[-1] == (
+        "ERROR: training_perf: 4 of 4 runs failed (the ERROR lines above say why)")
+    infer = run_command(["bash", os.path.join(ROOT, "training", "resnext101-32x4d", "inference_benchmark.sh"),
+                         str(tmp_path / "nodata")], check=False, env=environ, timeout=60, cwd=str(tmp_path))
+    assert infer.returncode == 1
+    assert infer.stdout.splitlines()[0] == "Results for BS=1 FP32 nodali noxla: FAILED (exit 2)"
+    assert infer.stderr.strip().splitlines()[-1] == (
+        "ERROR: inference_benchmark: 32 of 32 runs failed (the ERROR lines above say why)")
+
+
 def test_a_launch_interrupted_by_ctrl_c_exits_130_even_when_its_launcher_exits_0(tmp_path):
     """horovodrun turns a Ctrl-C into SIGTERM for its workers, which checkpoint and exit 0, and so does horovodrun:
     the recipe's status said the run finished. A stand-in launcher that gets the script's SIGINT (sent to the

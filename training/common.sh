@@ -17,6 +17,7 @@
 #   PYTHON=...             the interpreter (default: the repository's .venv/bin/python when it exists, else python3)
 #   DRY_RUN=1              print the command(s) instead of running them
 #   NUM_GPUS=N             GPUs for training_perf.sh's multi-GPU runs (default: nvidia-smi -L count)
+#   DATA_DIR=...           training_perf.sh's TFRecords (default: the original's /data/tfrecords/)
 # Several nodes: see training/slurm_example.sbatch and docs/SCALING.md.
 
 TRAINING_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -161,7 +162,7 @@ run_training_perf() {
   local arch=$1 fp32_bs=$2 amp_bs=$3
   local gpus
   gpus=$(_gpu_count)
-  local precision xla np bs flags result
+  local precision xla np bs flags result out status runs=0 failed=0
   for precision in amp fp32; do
     for xla in 0 1; do
       if [ "$precision" = amp ]; then bs=$amp_bs; flags=(--amp --static_loss_scale 128); else bs=$fp32_bs; flags=(); fi
@@ -172,21 +173,34 @@ run_training_perf() {
         launch_words "$np" || return
         if [ "$np" -gt 1 ] && [ "${LAUNCHER:-tf}" = mpirun ]; then BIND_TO_SOCKET=1 launch_words "$np"; fi
         local command=("${LAUNCH[@]}" --arch="$arch" --mode=training_benchmark --warmup_steps 200 --num_iter 500
-                       --iter_unit batch --batch_size "$bs" "${flags[@]}" --data_dir=/data/tfrecords/
+                       --iter_unit batch --batch_size "$bs" "${flags[@]}" --data_dir="${DATA_DIR:-/data/tfrecords/}"
                        --results_dir=/tmp/result)
         if [ "${DRY_RUN:-0}" = "1" ]; then _run_or_print "${command[@]}"; continue; fi
-        result=$("${command[@]}" | grep 'train_throughput' | tail -n 1 | sed -e 's/^DLL .* - () //')
+        out=$("${command[@]}"); status=$?
+        result=$(printf '%s\n' "$out" | grep 'train_throughput' | tail -n 1 | sed -e 's/^DLL .* - () //')
+        runs=$((runs + 1))
+        # a run that failed (its ERROR line above) is said in the results, not left as an empty line
+        [ "$status" = 0 ] || { result="FAILED (exit $status)"; failed=$((failed + 1)); }
         echo "BS=$bs,$precision,XLA=$xla,GPUs=$np $result" | tee -a ./training_benchmark.txt
       done
     done
   done
+  _benchmark_status training_perf "$runs" "$failed"
+}
+
+# The end of a benchmark script: its status, non-zero with one line when any of its `runs` runs failed.
+_benchmark_status() {
+  local name=$1 runs=$2 failed=$3
+  [ "$failed" = 0 ] && return 0
+  echo "ERROR: $name: $failed of $runs runs failed (the ERROR lines above say why)" >&2
+  return 1
 }
 
 # inference_benchmark.sh (docs/ORIGINAL.md#benchmark-scripts): single GPU, FP32/FP16 x XLA, plus FP16 DALI XLA
 # when an index dir is given.
 run_inference_benchmark() {
   local arch=$1 batch_sizes=$2 data_dir=${3:-/data/tfrecords} dali_idx_dir=${4:-}
-  local bs name result
+  local bs name result out status runs=0 failed=0
   local configs=("FP32 nodali noxla|" "FP32 nodali xla|--xla" "FP16 nodali noxla|--amp" "FP16 nodali xla|--amp --xla")
   [ -n "$dali_idx_dir" ] && configs+=("FP16 dali xla|--amp --xla --dali --data_idx_dir $dali_idx_dir")
   for bs in $batch_sizes; do
@@ -197,8 +211,12 @@ run_inference_benchmark() {
                      --num_iter 400 --iter_unit batch --batch_size "$bs" --data_dir="$data_dir"
                      --results_dir=/tmp/results "${flags[@]}")
       if [ "${DRY_RUN:-0}" = "1" ]; then _run_or_print "${command[@]}"; continue; fi
-      result=$("${command[@]}" | grep 'eval_throughput' | tail -n 1 | sed -e 's/^DLL .* - () //')
+      out=$("${command[@]}"); status=$?
+      result=$(printf '%s\n' "$out" | grep 'eval_throughput' | tail -n 1 | sed -e 's/^DLL .* - () //')
+      runs=$((runs + 1))
+      [ "$status" = 0 ] || { result="FAILED (exit $status)"; failed=$((failed + 1)); }
       echo "Results for BS=$bs $name: $result"
     done
   done
+  _benchmark_status inference_benchmark "$runs" "$failed"
 }
