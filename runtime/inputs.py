@@ -44,6 +44,8 @@ def _dali(config, filenames, batch_size, log, mode, **options):
     indexes = runner_utils.list_index_files(config.data_idx_dir, filenames)
     check_records_for_dali(filenames, config.data_idx_dir, mode, log)
     log("Using DALI input... ")
+    if not options.get("use_gpu"):
+        log("DALI runs its CPU pipeline (no GPU: decoding and augmentation on the CPU)")
     return dali_utils.get_dali_input_fn(filenames, indexes, batch_size, config.input_size, config.input_size,
                                         num_classes=config.num_classes, training=mode == "train", **options)
 

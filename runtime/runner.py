@@ -289,6 +289,10 @@ class Runner:
             log.log(step=(), data=meter.summary("train"))
             if stats.skipped_total:
                 log.log(step=(), data={"skipped_steps": stats.skipped_total})
+                if stats.skipped_total == len(meter.times):  # (fewer than --max_skipped_steps, so not stopped)
+                    log.print("WARNING: all {} steps were skipped (non-finite float16 gradients under loss scaling): "
+                              "no update was applied, and the throughput above times steps that changed nothing"
+                              .format(stats.skipped_total))
         log.print("Ending Model Training ...")
         if stopped_by_signal:
             raise TrainingInterrupted(final_step, stop.signum, checkpointed=saver is not None)

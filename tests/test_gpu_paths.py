@@ -60,6 +60,9 @@ def test_float16_training_logs_skips_and_resumes_its_dynamic_loss_scale(tmp_path
     records = read_log(os.path.join(results, "log.json"))
     skipped = [r["data"]["skipped_steps"] for r in records if "skipped_steps" in r.get("data", {})]
     assert sum(b == a / 2 for (_, a), (_, b) in zip(scales, scales[1:])) <= (skipped[0] if skipped else 0)
+    # a run whose every step was skipped applied no update: said (an audit saw 2 of 2 skipped, 2026-12-08)
+    assert ("WARNING: all 3 steps were skipped (non-finite float16 gradients under loss scaling): no update was "
+            "applied" in first.stdout) == (bool(skipped) and skipped[0] == 3)
     saved = float(tf.train.load_checkpoint(os.path.join(results, "model.ckpt-3")).get_tensor(
         "loss_scale/current_loss_scale"))
     assert saved in (scales[-1][1], scales[-1][1] / 2)
