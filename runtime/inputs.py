@@ -45,7 +45,7 @@ def _dali(config, filenames, batch_size, log, mode, **options):
     check_records_for_dali(filenames, config.data_idx_dir, mode, log)
     log("Using DALI input... ")
     if not options.get("use_gpu"):
-        log("DALI runs its CPU pipeline (no GPU: decoding and augmentation on the CPU)")
+        log("DALI runs its CPU pipeline (no GPU: it decodes and preprocesses the images on the CPU)")
     return dali_utils.get_dali_input_fn(filenames, indexes, batch_size, config.input_size, config.input_size,
                                         num_classes=config.num_classes, training=mode == "train", **options)
 
