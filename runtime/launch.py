@@ -367,9 +367,6 @@ class Launcher:
         gpus = visible_gpus()
         if gpus and len(gpus) < self.nproc:
             print("runtime.launch: {} workers share {} GPU(s)".format(self.nproc, len(gpus)), file=sys.stderr)
-        elif not gpus and "--cpu" not in self.command:  # (a recipe for 8 GPUs run here: 8 CPU workers, said once)
-            print("runtime.launch: no GPU visible: the {} workers run on the CPU (pass --cpu to say the CPU is "
-                  "meant)".format(self.nproc), file=sys.stderr)
         envs = worker_environments(self.nproc, free_ports(self.nproc), os.environ, gpus)
         for rank, env in enumerate(envs):
             process = subprocess.Popen(self.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -549,6 +546,9 @@ def check_script_args(script, script_args, nproc=1):
         from runtime import settings
         _, config, _ = settings.parse(script_args)
         settings.check_single_process(config, nproc)
+        if not config.cpu and not visible_gpus():  # (a recipe for 8 GPUs run here: 8 CPU workers, said once)
+            print("runtime.launch: no GPU visible: the {} workers run on the CPU (pass --cpu to say the CPU is "
+                  "meant)".format(nproc), file=sys.stderr)
 
 
 @command

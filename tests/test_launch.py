@@ -46,14 +46,19 @@ def test_launcher_stops_the_job_when_a_worker_dies(tmp_path):
     assert time.monotonic() - start < 60
 
 
-def test_workers_started_without_a_gpu_are_said_to_run_on_the_cpu_unless_cpu_is_passed(tmp_path):
+def test_main_py_workers_started_without_a_gpu_are_said_to_run_on_the_cpu_unless_cpu_is_passed(capsys, monkeypatch):
     """An 8-GPU recipe run on a machine without GPUs started 8 CPU workers, said only by rank 0's note (an audit,
-    2026-12-08): the launcher says it once; with --cpu the CPU is meant and nothing is said."""
-    result = _launch("tests/_dist_signal_worker.py", tmp_path, "ok")
-    assert ("runtime.launch: no GPU visible: the 2 workers run on the CPU (pass --cpu to say the CPU is meant)"
-            in result.stderr.splitlines()), result.stderr
-    result = _launch("tests/_dist_signal_worker.py", tmp_path / "cpu", "ok", "--cpu")
-    assert "no GPU visible" not in result.stderr
+    2026-12-08): the launcher says it once, when it checks main.py's flags; with --cpu the CPU is meant, and another
+    script's flags are its own."""
+    from runtime import launch
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # (no GPU for visible_gpus, whatever the machine has)
+    args = ["--mode", "training_benchmark", "--batch_size", "2"]
+    launch.check_script_args("main.py", args, 8)
+    assert capsys.readouterr().err == ("runtime.launch: no GPU visible: the 8 workers run on the CPU (pass --cpu to "
+                                       "say the CPU is meant)\n")
+    launch.check_script_args("main.py", args + ["--cpu"], 8)
+    launch.check_script_args("tests/_dist_signal_worker.py", ["x", "wait"], 8)
+    assert capsys.readouterr().err == ""
 
 
 def test_the_launcher_names_the_worker_that_caused_the_stop_not_one_that_followed(tmp_path):
@@ -493,7 +498,8 @@ def test_horovodrun_through_runtime_horovodrun_reads_as_one_run(capsys, monkeypa
               "steps) (send it again to exit at once)")
         sys.stderr.write("[1]<stderr>:[2026-12-08 01:28:18.625953: E /tmp/horovod-0.28.1/horovod/common/operations.cc"
                          ":697] [1]: Horovod background loop uncaught exception: [/tmp/horovod-0.28.1/third_party/"
-                         "gloo/gloo/transport/tcp/pair.cc:589] Read error [127.0.0.1]:21927: Connection reset by peer\n")
+                         "gloo/gloo/transport/tcp/pair.cc:589] Read error [127.0.0.1]:21927: Connection reset by "
+                         "peer\n")
         sys.stderr.write("[1]<stderr>:ERROR: worker 1 stopped: a collective with the other workers failed\n")
         raise RuntimeError("Horovod detected that one or more processes exited with non-zero status, thus causing "
                            "the job to be terminated. The first process to do so was:\nProcess name: 0\n"

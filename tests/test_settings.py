@@ -1044,11 +1044,18 @@ def test_flags_the_mode_leaves_unused_are_said_once_each(tmp_path):
         "Note: --quantize and --symmetric are not used: --mode evaluate runs the float model, as the original "
         "(export_frozen_graph.py --quantize exports the quantised graph)"]
     # Used, or left at their defaults: nothing said. A QAT checkpoint's own line covers --quantize.
+    fake_checkpoint(tmp_path / "ema", averages=True, training={"moving_average_decay": 0.9})
     for flags in (dict(mode="evaluate", export_dir=str(tmp_path / "export"), use_ema_weights=True),
-                  dict(mode="evaluate", use_ema_weights=True),  # it refuses a checkpoint without EMA weights
+                  dict(mode="evaluate", use_ema_weights=True),
                   dict(mode="predict", to_predict="x.jpg", labels_file="labels.txt", use_ema_weights=True),
                   dict(mode="training_benchmark", quantize=True), dict(mode="evaluate")):
-        assert not [line for line in resolve(tmp_path / "float", **flags)[1] if line.startswith("Note: --")], flags
+        folder = tmp_path / ("ema" if flags.get("use_ema_weights") else "float")
+        assert not [line for line in resolve(folder, **flags)[1] if line.startswith("Note: --")], flags
+    # a checkpoint without them is refused with the run's settings, before its log (an audit, 2026-12-08)
+    for mode in ("evaluate", "predict", "inference_benchmark"):
+        with pytest.raises(UserError, match=r"has no EMA weights \(train with --moving_average_decay to get them\)"):
+            resolve(tmp_path / "float", mode=mode, to_predict="x.jpg" if mode == "predict" else None,
+                    use_ema_weights=True)
     fake_checkpoint(tmp_path / "qat", ranges=True, training={"quantize": True})
     assert not [line for line in resolve(tmp_path / "qat", mode="evaluate", quantize=True)[1]
                 if line.startswith("Note: --")]
