@@ -487,7 +487,8 @@ def summarize(split_results: dict[str, list[ShardResult]], pre_skipped: dict | N
                          "skipped) were already complete")
         else:
             lines.append(f"{split}: {written} images in {len(results)} shard(s), {len(skipped)} skipped; "
-                         f"{len(results) - resumed} shard(s) written now, {resumed} kept from the run before (--resume)")
+                         f"{len(results) - resumed} shard(s) written now, {resumed} kept from the run before "
+                         "(--resume)")
         for name, reason in skipped:
             lines.append(f"  skipped {printable(name)}: {reason}")
     text = "\n".join(lines)
