@@ -8,8 +8,9 @@
 #   bash scripts/quickstart.sh --amp           extra arguments go to both main.py calls
 #   OUT=/tmp/qs bash scripts/quickstart.sh     another output directory (a relative one is where you are)
 # Ctrl-C stops training after a checkpoint (status 130); the same command again continues that run where it
-# stopped (seeded: the same result as without the interrupt). Any other run starts afresh. While a quickstart runs
-# into OUT (any of its steps), or a training or predict (OUT/.run.lock), another is refused before it touches OUT.
+# stopped (seeded: the same result as without the interrupt). Any other run starts afresh: it says so and removes
+# OUT (an OUT that holds files but no quickstart is refused). While a quickstart runs into OUT (any of its steps), or
+# a training or predict (OUT/.run.lock), another is refused before it touches OUT.
 #
 # The recipe keeps the shape of the original's ImageNet recipe (1 epoch of linear warmup, cosine decay, label
 # smoothing 0.1, momentum 0.875, weight decay 3.05e-5, fan_in init) with values chosen for 36,000 images seen:
@@ -71,6 +72,17 @@ if [ -f "$OUT/.quickstart-run" ] && [ ! -f "$OUT/.quickstart-done" ] && [ "$(cat
   echo "== continuing the interrupted quickstart in $OUT (rm -r $OUT to start over)"
   RESUME=(--resume)
 else
+  if [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
+    # A quickstart recreates its own directory; one that is not a quickstart's is not removed.
+    if [ ! -f "$OUT/.quickstart-run" ]; then
+      echo "ERROR: $OUT holds files that are not a quickstart's: give another OUT= (a quickstart recreates its" \
+        "directory)" >&2
+      exit 2
+    fi
+    if [ -f "$OUT/.quickstart-done" ]; then what="a finished quickstart"; else what="another quickstart's run"; fi
+    echo "== $OUT holds $what: removing it to start afresh (with whatever else was written there, the next:" \
+      "commands' results included; another OUT= keeps it)"
+  fi
   rm -rf "$OUT"
   mkdir -p "$OUT"
   printf '%s\n' "$RUN" > "$OUT/.quickstart-run"
@@ -83,7 +95,12 @@ echo "== 2/4 train and evaluate: ResNet-50, 10 classes, ${SIZE}x${SIZE}, $EPOCHS
   --data_dir "$DATA" --batch_size 32 --num_iter "$EPOCHS" --iter_unit epoch \
   --lr_init 0.05 --lr_warmup_epochs 1 --cosine_lr --momentum 0.875 --weight_decay 3.0517578125e-05 \
   --label_smoothing 0.1 --min_crop_area 0.75 --weight_init fan_in --seed 1 --results_dir "$OUT" \
-  ${EXTRA[@]+"${EXTRA[@]}"} "$@"
+  ${EXTRA[@]+"${EXTRA[@]}"} "$@" || {
+  status=$?  # main.py's lines say "the same command": the quickstart's is meant
+  [ "$status" != 130 ] || echo "== quickstart interrupted: the same quickstart command (same OUT, EPOCHS, SIZE and" \
+    "arguments) continues it" >&2
+  exit "$status"
+}
 
 echo "== 3/4 predict on $DATA/samples (file names say the true class)"
 "$PYTHON" main.py --mode predict --arch resnet50 --num_classes 10 --image_size "$SIZE" \

@@ -28,6 +28,9 @@ def test_ctrl_c_stops_the_quickstart_and_the_same_command_continues_it(tmp_path)
     assert process.finish(timeout=300) == 130, process.stderr()[-3000:]
     stdout, stderr = process.stdout(), process.stderr()
     assert "INTERRUPTED: main.py stopped by SIGINT; checkpoint written at step" in stderr
+    # main.py's lines say "the same command": the quickstart says which one it means
+    assert stderr.strip().splitlines()[-1] == ("== quickstart interrupted: the same quickstart command (same OUT, "
+                                               "EPOCHS, SIZE and arguments) continues it")
     assert "== 3/4" not in stdout and "quickstart done" not in stdout  # the script stopped with main.py
     stopped = int(stdout.split("training stopped by a signal at step ")[1].split(";")[0])
     assert 2 <= stopped < STEPS
@@ -108,3 +111,31 @@ def test_a_relative_out_is_where_the_caller_is_not_the_repository(tmp_path):
     assert result.stderr.strip() == (
         f"ERROR: {tmp_path}/qs is in use by another quickstart (pid 12345 on host first, started "
         "2026-12-07T11:00:00+00:00); wait for it to end or give this one another OUT=")
+
+
+def test_a_new_quickstart_says_it_removes_its_out_and_refuses_one_that_is_not_a_quickstarts(tmp_path):
+    """A second run of a finished quickstart removed OUT without a word, with what the printed next: commands had
+    written there (an audit, 2026-12-08), and an OUT of other files was removed alike. Now the removal is said, and
+    an OUT that holds no quickstart is refused before anything runs."""
+    from tests._cli import ROOT, child_env, run_command
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    refused = run_command(["bash", f"{ROOT}/scripts/quickstart.sh"], check=False,
+                          env=child_env(OUT=str(other), PYTHON=sys.executable))
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.strip() == (f"ERROR: {other} holds files that are not a quickstart's: give another OUT= (a "
+                                      "quickstart recreates its directory)")
+    assert (other / "notes.txt").read_text() == "keep me"
+    done = tmp_path / "qs"
+    (done / "predict").mkdir(parents=True)
+    for marker in (".quickstart-run", ".quickstart-done"):
+        (done / marker).write_text("epochs=4 size=40 arguments=--cpu\n")
+    # (main.py refuses the unknown flag at once: the run stops after the removal and the dataprep)
+    result = run_command(["bash", f"{ROOT}/scripts/quickstart.sh", "--no_such_flag"], check=False,
+                         env=child_env(OUT=str(done), SIZE="32", PYTHON=sys.executable))
+    assert result.returncode != 0
+    assert result.stdout.splitlines()[0] == (
+        f"== {done} holds a finished quickstart: removing it to start afresh (with whatever else was written there, "
+        "the next: commands' results included; another OUT= keeps it)")
+    assert not (done / "predict").exists()
